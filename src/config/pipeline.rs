@@ -1,0 +1,148 @@
+//! The validated pipeline: what `compile` produces and the planner consumes.
+//!
+//! Every value here has been checked (names resolved to node ids, durations
+//! parsed, limits respected), so nothing downstream re-validates.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::types::Millis;
+
+/// Index of a node in `Pipeline::nodes`.
+pub type NodeId = usize;
+
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub name: String,
+    pub parallelism: u16,
+    pub max_parallelism: u16,
+    /// Sources, operators and sinks in topological order (inputs first).
+    pub nodes: Vec<Node>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    /// The upstream node; None for sources.
+    pub input: Option<NodeId>,
+    pub kind: NodeKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    Source(SourceSpec),
+    Dedup(DedupSpec),
+    Aggregate(AggregateSpec),
+    Sink(SinkSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceSpec {
+    pub kind: SourceKind,
+    pub event_time: Option<EventTimeSpec>,
+    /// Records per second over the whole source (split across subtasks).
+    pub rate_limit: Option<f64>,
+    pub on_error: OnError,
+}
+
+#[derive(Debug, Clone)]
+pub enum SourceKind {
+    /// JSON lines from a file, a glob or a directory (already expanded to
+    /// concrete files, sorted, at compile time).
+    File { files: Vec<PathBuf> },
+    Datagen(DatagenSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct DatagenSpec {
+    pub seed: u64,
+    pub rows: Option<u64>,
+    pub start_time: Millis,
+    pub interval_ms: Millis,
+    pub fields: Vec<(String, GenField)>,
+}
+
+#[derive(Debug, Clone)]
+pub enum GenField {
+    Sequence,
+    Key { cardinality: u64, prefix: String },
+    Int { min: i64, max: i64 },
+    Float { min: f64, max: f64 },
+    Timestamp { jitter_ms: Millis },
+}
+
+#[derive(Debug, Clone)]
+pub struct EventTimeSpec {
+    pub field: String,
+    pub max_out_of_orderness: Duration,
+    /// An input silent this long stops holding the watermark back.
+    pub idle_timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnError {
+    Fail,
+    Skip,
+    DeadLetter(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct DedupSpec {
+    pub key: Vec<String>,
+    pub ttl: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AggregateSpec {
+    pub key: Vec<String>,
+    pub window: Option<WindowSpec>,
+    pub allowed_lateness: Duration,
+    pub aggregates: Vec<AggregateFn>,
+    /// Running aggregates only: how often changed keys are emitted.
+    pub emit_interval: Duration,
+    pub dead_letter: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSpec {
+    Tumbling { size: Duration },
+    Sliding { size: Duration, slide: Duration },
+    Session { gap: Duration },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateFn {
+    pub func: AggFunc,
+    /// The input field; None only for `count`.
+    pub field: Option<String>,
+    /// The output field name.
+    pub alias: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFunc {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+#[derive(Debug, Clone)]
+pub enum SinkSpec {
+    File { dir: PathBuf, max_file_bytes: u64 },
+    Stdout,
+    Blackhole,
+}
+
+impl Pipeline {
+    /// Nodes that read from `id`, in order.
+    pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.iter().enumerate().filter(move |(_, n)| n.input == Some(id)).map(|(i, _)| i)
+    }
+
+    /// True if any source of the pipeline declares event time.
+    pub fn has_event_time(&self) -> bool {
+        self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
+    }
+}

@@ -1,0 +1,191 @@
+//! The pipeline file as written: serde types that mirror the YAML exactly.
+//!
+//! Nothing here is checked beyond its shape; `compile` turns a `RawPipeline`
+//! into a validated `Pipeline`. Unknown keys are rejected everywhere.
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPipeline {
+    pub name: String,
+    #[serde(default)]
+    pub parallelism: Option<u32>,
+    #[serde(default)]
+    pub max_parallelism: Option<u32>,
+    #[serde(default)]
+    pub sources: Vec<RawSource>,
+    #[serde(default)]
+    pub operators: Vec<RawOperator>,
+    #[serde(default)]
+    pub sinks: Vec<RawSink>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawSource {
+    File {
+        name: String,
+        /// A file, a glob (`data/*.jsonl`) or a directory.
+        path: String,
+        #[serde(default)]
+        format: Option<RawFormat>,
+        #[serde(default)]
+        event_time: Option<RawEventTime>,
+        #[serde(default)]
+        rate_limit: Option<f64>,
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
+    },
+    Datagen {
+        name: String,
+        #[serde(default)]
+        seed: Option<u64>,
+        /// Total rows over all subtasks; omitted = unbounded.
+        #[serde(default)]
+        rows: Option<u64>,
+        #[serde(default)]
+        rate_limit: Option<f64>,
+        /// Event time of row 0, RFC 3339 or epoch milliseconds.
+        #[serde(default)]
+        start_time: Option<serde_yaml::Value>,
+        /// Event-time step between consecutive rows (default 1ms).
+        #[serde(default)]
+        interval: Option<String>,
+        fields: IndexMap<String, RawGenField>,
+        #[serde(default)]
+        event_time: Option<RawEventTime>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawFormat {
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawOnError {
+    Fail,
+    Skip,
+    DeadLetter,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEventTime {
+    pub field: String,
+    #[serde(default)]
+    pub max_out_of_orderness: Option<String>,
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+}
+
+/// One generated field of a datagen source.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawGenField {
+    /// The row's sequence number (0, 1, 2, ...).
+    Sequence,
+    /// A string key `prefix<n>` with n uniform in 0..cardinality.
+    Key {
+        cardinality: u64,
+        #[serde(default)]
+        prefix: Option<String>,
+    },
+    /// A uniform integer in min..=max.
+    Int { min: i64, max: i64 },
+    /// A uniform float in min..max.
+    Float { min: f64, max: f64 },
+    /// The row's event time in epoch ms: start_time + seq * interval, minus a
+    /// uniform jitter in 0..=jitter (to make the stream out of order).
+    Timestamp {
+        #[serde(default)]
+        jitter: Option<String>,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawOperator {
+    Dedup {
+        name: String,
+        input: String,
+        key: Vec<String>,
+        #[serde(default)]
+        ttl: Option<String>,
+    },
+    Aggregate {
+        name: String,
+        input: String,
+        key: Vec<String>,
+        #[serde(default)]
+        window: Option<RawWindow>,
+        #[serde(default)]
+        allowed_lateness: Option<String>,
+        aggregates: Vec<RawAggregate>,
+        /// Running aggregates (no window): how often changed keys are emitted.
+        #[serde(default)]
+        emit_interval: Option<String>,
+        /// Late records are written here (JSON lines) besides being counted.
+        #[serde(default)]
+        dead_letter: Option<String>,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawWindow {
+    Tumbling { size: String },
+    Sliding { size: String, slide: String },
+    Session { gap: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAggregate {
+    #[serde(rename = "fn")]
+    pub func: RawAggFn,
+    #[serde(default)]
+    pub field: Option<String>,
+    #[serde(rename = "as")]
+    pub alias: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawAggFn {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawSink {
+    File {
+        name: String,
+        input: String,
+        /// Output directory; part files are written into it.
+        path: String,
+        #[serde(default)]
+        format: Option<RawFormat>,
+        /// Roll to a new part file past this many bytes (default 128 MiB).
+        #[serde(default)]
+        max_file_bytes: Option<u64>,
+    },
+    Stdout {
+        name: String,
+        input: String,
+    },
+    Blackhole {
+        name: String,
+        input: String,
+    },
+}

@@ -1,0 +1,114 @@
+//! Operators: the code that runs inside a subtask.
+//!
+//! Every operator implements `Operator` (one required method, every other
+//! hook defaulted). Operators are synchronous and never see config, channels
+//! or tokio: the runtime feeds them batches and watermarks and routes what
+//! they emit. All their memory of the past lives in `Context::state`.
+
+pub mod dead_letter;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::state::{KeyedState, StateError, TableSpec};
+use crate::types::{Millis, Record};
+
+pub use dead_letter::DeadLetter;
+
+/// Where an operator instance runs.
+#[derive(Debug, Clone)]
+pub struct SubtaskInfo {
+    pub operator: String,
+    pub index: u16,
+    pub parallelism: u16,
+    pub max_parallelism: u16,
+}
+
+/// Live counters of one operator subtask, read by progress and the summary.
+#[derive(Debug, Default)]
+pub struct OperatorMetrics {
+    pub records_in: AtomicU64,
+    pub records_out: AtomicU64,
+    /// Records that were dropped for a reason (late, bad input), always counted.
+    pub records_dropped: AtomicU64,
+    /// Bytes consumed (sources only).
+    pub bytes_in: AtomicU64,
+}
+
+impl OperatorMetrics {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// What an operator gets on every call.
+pub struct Context<'a> {
+    pub info: &'a SubtaskInfo,
+    pub state: &'a mut dyn KeyedState,
+    pub metrics: &'a Arc<OperatorMetrics>,
+    /// The current watermark of this subtask's input (MIN before any).
+    pub watermark: Millis,
+    /// Wall-clock time in epoch ms, for processing-time operators.
+    pub now: Millis,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Data(String),
+}
+
+impl OpError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        OpError::Io { context: context.into(), source }
+    }
+}
+
+pub type OpResult = Result<(), OpError>;
+
+/// A dataflow operator (keyed or not; sinks are operators that emit nothing).
+pub trait Operator: Send {
+    /// The state tables this operator keeps, by name.
+    fn tables(&self) -> Vec<TableSpec> {
+        Vec::new()
+    }
+
+    /// Process one batch; append emitted records to `out`.
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult;
+
+    /// The input watermark advanced to `ctx.watermark`: fire what is due.
+    fn on_watermark(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        Ok(())
+    }
+
+    /// How often `on_tick` wants to run (processing time), if at all.
+    fn tick_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Periodic processing-time callback; `ctx.now` is the wall clock.
+    fn on_tick(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        Ok(())
+    }
+
+    /// Every input reached the end of bounded data (after the final
+    /// watermark). Not called when the pipeline is stopped by a signal.
+    fn on_end_of_input(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        Ok(())
+    }
+
+    /// The subtask is shutting down (end of input or stop): release and
+    /// flush external resources. Sinks make their output durable here.
+    fn close(&mut self, _ctx: &mut Context<'_>) -> OpResult {
+        Ok(())
+    }
+}

@@ -1,0 +1,75 @@
+//! Keyed state: the one place operators keep what they remember.
+//!
+//! An operator declares named tables; each subtask gets a `KeyedState`
+//! handle holding those tables for the key groups it owns. Keys are byte
+//! strings, grouped by key group, so state can be snapshotted and later
+//! redistributed by key-group range. Values are byte strings too: the
+//! operator owns its encoding, the backend never interprets it.
+
+pub mod memory;
+
+use std::ops::{ControlFlow, Range};
+
+use crate::types::KeyGroup;
+
+/// How a table is read: point lookups only, or also ordered range scans
+/// (timers, windows by end time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    Point,
+    Ordered,
+}
+
+/// A table an operator declares, by name (the name is part of the state
+/// format: savepoints match tables by operator and table name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableSpec {
+    pub name: &'static str,
+    pub kind: TableKind,
+}
+
+/// Index of a table in the operator's `tables()` list.
+pub type TableId = usize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("key group {kg} is not owned by this subtask (owns {owned:?})")]
+    ForeignKeyGroup { kg: KeyGroup, owned: Range<KeyGroup> },
+    #[error("table {table} is not ordered and cannot be range-scanned")]
+    NotOrdered { table: &'static str },
+    #[error("state write failed: {0}")]
+    Write(String),
+}
+
+/// The keyed state of one operator in one subtask.
+pub trait KeyedState: Send {
+    /// The key groups this handle owns.
+    fn key_groups(&self) -> Range<KeyGroup>;
+
+    /// Copy the value of `key` into `out` (cleared first); false if absent.
+    fn get(&self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError>;
+
+    fn contains(&self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError>;
+
+    fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError>;
+
+    /// Delete `key`; returns whether it was present.
+    fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError>;
+
+    /// Visit the entries of an ordered table with `from <= key < to` (to =
+    /// None: no upper bound) in key order, until `f` breaks.
+    fn scan_range(
+        &self,
+        table: TableId,
+        kg: KeyGroup,
+        from: &[u8],
+        to: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), StateError>;
+
+    /// Visit every entry of a table in a key group (any order for point tables).
+    fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<(), StateError>;
+
+    /// Number of entries in a table over all owned key groups.
+    fn len(&self, table: TableId) -> usize;
+}
