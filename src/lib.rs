@@ -8,3 +8,5 @@ pub mod config;
 pub mod operators;
 pub mod state;
 pub mod types;
+pub mod format;
+pub mod plan;

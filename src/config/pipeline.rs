@@ -146,3 +146,17 @@ impl Pipeline {
         self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
     }
 }
+
+impl AggregateSpec {
+    /// The fields of the records this aggregate emits, in order: key fields,
+    /// then `window_start`, `window_end` (windowed only), then the aliases.
+    pub fn output_fields(&self) -> Vec<String> {
+        let mut out = self.key.clone();
+        if self.window.is_some() {
+            out.push("window_start".into());
+            out.push("window_end".into());
+        }
+        out.extend(self.aggregates.iter().map(|a| a.alias.clone()));
+        out
+    }
+}

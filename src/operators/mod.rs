@@ -5,7 +5,13 @@
 //! or tokio: the runtime feeds them batches and watermarks and routes what
 //! they emit. All their memory of the past lives in `Context::state`.
 
+pub mod blackhole;
+pub mod datagen;
 pub mod dead_letter;
+pub mod file_sink;
+pub mod file_source;
+pub mod source;
+pub mod stdout_sink;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

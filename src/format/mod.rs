@@ -1,0 +1,3 @@
+//! Record formats: JSON lines in, JSON text out.
+
+pub mod json;

@@ -1,0 +1,33 @@
+//! The source side of the dataflow: something that produces records.
+
+use crate::types::Record;
+
+use super::{OpError, OperatorMetrics};
+
+/// What a poll found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePoll {
+    /// Records were produced (maybe zero); poll again.
+    More,
+    /// Nothing available right now (unbounded input); poll again later.
+    Pending,
+    /// Bounded input is exhausted.
+    Finished,
+}
+
+/// How much bounded input there is, for progress bars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extent {
+    Bytes(u64),
+    Rows(u64),
+}
+
+/// One subtask of a source. Synchronous: reads are short and bounded by `max`.
+pub trait Source: Send {
+    /// Append up to `max` records to `out`. Bad input is handled here
+    /// (`on_error`), so every record appended is well-formed.
+    fn poll(&mut self, max: usize, out: &mut Vec<Record>, metrics: &OperatorMetrics) -> Result<SourcePoll, OpError>;
+
+    /// The total amount of input of this subtask, if bounded.
+    fn extent(&self) -> Option<Extent>;
+}

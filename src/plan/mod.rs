@@ -1,0 +1,156 @@
+//! The plan: the validated pipeline laid out for parallel execution.
+//!
+//! For every node it fixes the schema of the records it emits, how its
+//! input is partitioned (forward or hashed by key), and which nodes are
+//! chained into one task (Flink's operator chaining: a forward edge to a
+//! node's only consumer needs no channel).
+
+use crate::config::{NodeId, NodeKind, Pipeline};
+use crate::format::json::FieldNeed;
+
+/// How records reach a node from its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edge {
+    /// Subtask i feeds subtask i.
+    Forward,
+    /// Records go to the subtask owning their key group; the key is made of
+    /// these fields of the input schema, by index.
+    Hash { key: Vec<usize> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub pipeline: Pipeline,
+    /// Per node: the field names of the records it emits (`Record::fields`).
+    pub schemas: Vec<Vec<String>>,
+    /// Per node: the edge from its input (None for sources).
+    pub edges: Vec<Option<Edge>>,
+    /// Per source node: the fields to extract when parsing, with what they need.
+    pub projections: Vec<Vec<(String, FieldNeed)>>,
+    /// Groups of nodes run as one task, each chain in dataflow order. The
+    /// head reads from channels (or is a source); the rest are chained.
+    pub chains: Vec<Vec<NodeId>>,
+}
+
+impl Plan {
+    pub fn new(pipeline: Pipeline) -> Plan {
+        let n = pipeline.nodes.len();
+        let mut projections = vec![Vec::new(); n];
+        // Fields are needed by every keyed node reading a source's stream,
+        // through dedups (which pass records through) up to an aggregate.
+        for id in 0..n {
+            if let Some((source, needs)) = field_needs(&pipeline, id) {
+                merge_needs(&mut projections[source], needs);
+            }
+        }
+        let mut schemas: Vec<Vec<String>> = vec![Vec::new(); n];
+        let mut edges = vec![None; n];
+        for (id, node) in pipeline.nodes.iter().enumerate() {
+            schemas[id] = match &node.kind {
+                NodeKind::Source(_) => projections[id].iter().map(|(f, _)| f.clone()).collect(),
+                NodeKind::Aggregate(a) => a.output_fields(),
+                NodeKind::Dedup(_) | NodeKind::Sink(_) => schemas[node.input.expect("non-source has an input")].clone(),
+            };
+            if let Some(input) = node.input {
+                edges[id] = Some(edge_for(&pipeline, &schemas[input], input, id));
+            }
+        }
+        let chains = chains(&pipeline, &edges);
+        Plan { pipeline, schemas, edges, projections, chains }
+    }
+
+    /// The chain whose tail is `id`, and the chains that read from it.
+    pub fn chain_of(&self, id: NodeId) -> usize {
+        self.chains.iter().position(|c| c.contains(&id)).expect("every node is in a chain")
+    }
+}
+
+/// The key fields a node partitions by, if it is keyed.
+fn key_of(kind: &NodeKind) -> Option<&[String]> {
+    match kind {
+        NodeKind::Dedup(d) => Some(&d.key),
+        NodeKind::Aggregate(a) => Some(&a.key),
+        _ => None,
+    }
+}
+
+/// The key the records leaving `id` are already partitioned by, if any.
+fn partitioned_by(p: &Pipeline, id: NodeId) -> Option<&[String]> {
+    key_of(&p.nodes[id].kind)
+}
+
+fn edge_for(p: &Pipeline, input_schema: &[String], input: NodeId, id: NodeId) -> Edge {
+    match key_of(&p.nodes[id].kind) {
+        // Already partitioned by the same key (same values, same key groups).
+        Some(key) if partitioned_by(p, input) == Some(key) => Edge::Forward,
+        Some(key) => Edge::Hash {
+            key: key
+                .iter()
+                .map(|f| input_schema.iter().position(|s| s == f).expect("validated: key field in input schema"))
+                .collect(),
+        },
+        None => Edge::Forward,
+    }
+}
+
+/// For a keyed node fed (through dedups) by a source: that source and the
+/// fields this node needs of its records.
+fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNeed)>)> {
+    let node = &p.nodes[id];
+    let mut needs: Vec<(String, FieldNeed)> = Vec::new();
+    match &node.kind {
+        NodeKind::Dedup(d) => {
+            merge_needs(&mut needs, d.key.iter().map(|k| (k.clone(), FieldNeed { required: true, numeric: false })).collect())
+        }
+        NodeKind::Aggregate(a) => {
+            merge_needs(&mut needs, a.key.iter().map(|k| (k.clone(), FieldNeed { required: true, numeric: false })).collect());
+            let fields = a.aggregates.iter().filter_map(|f| f.field.clone());
+            merge_needs(&mut needs, fields.map(|f| (f, FieldNeed { required: false, numeric: true })).collect());
+        }
+        _ => return None,
+    }
+    let mut up = node.input?;
+    loop {
+        match &p.nodes[up].kind {
+            NodeKind::Source(_) => return Some((up, needs)),
+            NodeKind::Dedup(_) => up = p.nodes[up].input?,
+            _ => return None,
+        }
+    }
+}
+
+fn merge_needs(into: &mut Vec<(String, FieldNeed)>, needs: Vec<(String, FieldNeed)>) {
+    for (f, need) in needs {
+        match into.iter_mut().find(|(g, _)| *g == f) {
+            Some((_, n)) => {
+                n.required |= need.required;
+                n.numeric |= need.numeric;
+            }
+            None => into.push((f, need)),
+        }
+    }
+}
+
+/// Chain a node into its input's task when the edge is forward and it is
+/// the input's only consumer.
+fn chains(p: &Pipeline, edges: &[Option<Edge>]) -> Vec<Vec<NodeId>> {
+    let mut chain_of: Vec<Option<usize>> = vec![None; p.nodes.len()];
+    let mut chains: Vec<Vec<NodeId>> = Vec::new();
+    for (id, node) in p.nodes.iter().enumerate() {
+        let chained = match (node.input, &edges[id]) {
+            (Some(input), Some(Edge::Forward)) if p.consumers(input).count() == 1 => chain_of[input],
+            _ => None,
+        };
+        match chained {
+            Some(c) => {
+                chains[c].push(id);
+                chain_of[id] = Some(c);
+            }
+            None => {
+                chain_of[id] = Some(chains.len());
+                chains.push(vec![id]);
+            }
+        }
+    }
+    chains
+}

@@ -1,0 +1,16 @@
+//! What travels on a channel between two subtasks: data and signals in one
+//! ordered stream, so signals (watermarks, end of input and, later,
+//! checkpoint barriers) stay in order with the records around them.
+
+use crate::types::{Millis, Record};
+
+#[derive(Debug)]
+pub enum Message {
+    Batch(Vec<Record>),
+    /// No more records with event time <= this will come on this channel.
+    Watermark(Millis),
+    /// The sender has no data for a while: don't hold the watermark back.
+    Idle,
+    /// Bounded input is exhausted; nothing follows on this channel.
+    EndOfInput,
+}
