@@ -10,3 +10,4 @@ pub mod state;
 pub mod types;
 pub mod format;
 pub mod plan;
+pub mod runtime;

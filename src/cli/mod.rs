@@ -1,0 +1,147 @@
+//! The command line: the only place with anyhow, indicatif and exit codes.
+
+mod progress;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, ConfigErrors};
+use crate::plan::Plan;
+use crate::runtime::{Engine, Outcome};
+
+/// weir: run stateful stream pipelines from a YAML file.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
+    #[arg(long, global = true, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a pipeline until its input ends or it is stopped (Ctrl-C, SIGTERM).
+    Run(RunArgs),
+    /// Check a pipeline file and report every problem with file:line:col.
+    Validate(PipelineArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    /// The pipeline YAML file.
+    pub pipeline: PathBuf,
+
+    /// Override a value by dotted path, e.g. `--set parallelism=4` or
+    /// `--set sources.orders.rate_limit=100` (list items by index or name).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+
+    /// Run with this parallelism (same as `--set parallelism=N`).
+    #[arg(long, short = 'p', value_name = "N")]
+    pub parallelism: Option<u32>,
+
+    /// Don't show a progress bar (it is also off when stderr is not a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// An error the user must fix in their input (exit 2), as opposed to a
+/// failure while running (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(String);
+
+pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
+    if err.downcast_ref::<ConfigErrors>().is_some() || err.downcast_ref::<UsageError>().is_some() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+pub fn init_logging(cli: &Cli) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("weir={}", cli.log_level)));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Validate(args) => validate(args),
+        Command::Run(args) => run_pipeline(args),
+    }
+}
+
+fn load(args: &PipelineArgs, extra: &[String]) -> anyhow::Result<config::Pipeline> {
+    let mut overrides = args.overrides.clone();
+    overrides.extend_from_slice(extra);
+    Ok(config::load_file(&args.pipeline, &overrides)?)
+}
+
+fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
+    let p = load(&args, &[])?;
+    let ops = p.nodes.len();
+    println!("{}: pipeline `{}` is valid ({ops} nodes, parallelism {}).", args.pipeline.display(), p.name, p.parallelism);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let extra: Vec<String> = args.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
+    let pipeline = load(&args.pipeline, &extra)?;
+    let plan = Plan::new(pipeline);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
+    let name = plan.pipeline.name.clone();
+    let outcome = rt.block_on(async move {
+        let engine = Engine::build(&plan).context("building the pipeline")?;
+        let metrics = engine.metrics();
+        let show = !args.no_progress && std::io::stderr().is_terminal();
+        let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
+        let stop = engine.stop_handle();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("Stop requested; draining the pipeline.");
+            stop.stop();
+            // A second signal means "now": don't wait for the drain.
+            wait_for_signal().await;
+            eprintln!("weir: stopped hard by a second signal");
+            std::process::exit(130);
+        });
+        tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");
+        let started = Instant::now();
+        let result = engine.run().await;
+        progress.finish();
+        let outcome = result.with_context(|| format!("pipeline `{name}` failed"))?;
+        eprintln!("{}", progress::summary(&metrics, started.elapsed(), outcome));
+        anyhow::Ok(outcome)
+    })?;
+    let _ = outcome == Outcome::Finished;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

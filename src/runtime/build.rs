@@ -1,0 +1,228 @@
+//! Builds the tasks of a plan: the one place that turns plan nodes into
+//! operator instances, state handles and channels.
+
+use std::fs;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::sync::watch;
+
+use super::chain::{Chain, ChainOp};
+use super::input::Inputs;
+use super::message::Message;
+use super::metrics::NodeMetrics;
+use super::output::{Output, Route};
+use super::task::{OperatorTask, SourceTask, SourceTiming};
+use crate::config::{NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
+use crate::format::json::JsonParser;
+use crate::operators::blackhole::Blackhole;
+use crate::operators::dead_letter::DeadLetters;
+use crate::operators::datagen::Datagen;
+use crate::operators::file_sink::FileSink;
+use crate::operators::file_source::{splits_for, FileSource};
+use crate::operators::source::{Extent, Source};
+use crate::operators::stdout_sink::StdoutSink;
+use crate::operators::{Operator, OperatorMetrics, SubtaskInfo};
+use crate::plan::{Edge, Plan};
+use crate::state::memory::MemoryState;
+use crate::types::key_group_range;
+
+/// Messages a channel holds before the sender waits (backpressure).
+const CHANNEL_CAPACITY: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start `{node}`: {reason}")]
+pub struct BuildError {
+    pub node: String,
+    pub reason: String,
+}
+
+pub enum Task {
+    Source(SourceTask),
+    Operator(OperatorTask),
+}
+
+pub struct Built {
+    pub tasks: Vec<(String, Task)>,
+    pub metrics: Vec<NodeMetrics>,
+    /// Total bounded input, if every source is bounded and of one unit.
+    pub extent: Option<Extent>,
+}
+
+pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildError> {
+    let p = plan.pipeline.parallelism;
+    let metrics: Vec<NodeMetrics> = plan
+        .pipeline
+        .nodes
+        .iter()
+        .map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p))
+        .collect();
+    let mut dead_letters = DeadLetters::default();
+
+    // Channels into every non-source chain head: rx[chain][subtask] holds
+    // one receiver per upstream sender feeding that subtask.
+    let mut routes: Vec<Vec<Vec<Route>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
+    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> =
+        plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
+    for (c, chain) in plan.chains.iter().enumerate() {
+        let head = chain[0];
+        let Some(input) = plan.pipeline.nodes[head].input else { continue };
+        let up = plan.chain_of(input);
+        match plan.edges[head].as_ref().expect("non-source has an edge") {
+            Edge::Forward => {
+                for i in 0..p as usize {
+                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    routes[up][i].push(Route::forward(tx));
+                    receivers[c][i].push(rx);
+                }
+            }
+            Edge::Hash { key } => {
+                for i in 0..p as usize {
+                    let mut txs = Vec::new();
+                    for j in 0..p as usize {
+                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        txs.push(tx);
+                        receivers[c][j].push(rx);
+                    }
+                    routes[up][i].push(Route::hash(txs, key.clone(), plan.pipeline.max_parallelism));
+                }
+            }
+        }
+    }
+
+    let mut tasks = Vec::new();
+    let mut extents = Vec::new();
+    for (c, chain) in plan.chains.iter().enumerate().rev() {
+        for i in (0..p).rev() {
+            let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
+            let head = chain[0];
+            let rest = if matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)) { &chain[1..] } else { &chain[..] };
+            let ops = rest
+                .iter()
+                .map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters))
+                .collect::<Result<Vec<_>, _>>()?;
+            let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
+            let task = match &plan.pipeline.nodes[head].kind {
+                NodeKind::Source(spec) => {
+                    let source = source(plan, head, spec, i, &mut dead_letters)?;
+                    extents.push(source.extent());
+                    Task::Source(SourceTask {
+                        source,
+                        info: info(plan, head, i),
+                        metrics: metrics[head].subtasks[i as usize].clone(),
+                        timing: SourceTiming {
+                            rate_limit: spec.rate_limit.map(|r| r / p as f64),
+                            max_out_of_orderness: spec.event_time.as_ref().map(|e| e.max_out_of_orderness.as_millis() as i64),
+                            idle_timeout: spec.event_time.as_ref().and_then(|e| e.idle_timeout),
+                        },
+                        chain: Chain::new(ops),
+                        output,
+                        stop: stop.clone(),
+                    })
+                }
+                _ => Task::Operator(OperatorTask {
+                    inputs: Inputs::new(std::mem::take(&mut receivers[c][i as usize])),
+                    chain: Chain::new(ops),
+                    output,
+                }),
+            };
+            tasks.push((task_name, task));
+        }
+    }
+    Ok(Built { tasks, metrics, extent: total_extent(&extents) })
+}
+
+fn total_extent(extents: &[Option<Extent>]) -> Option<Extent> {
+    let mut bytes = 0;
+    let mut rows = 0;
+    for e in extents {
+        match e {
+            Some(Extent::Bytes(b)) => bytes += b,
+            Some(Extent::Rows(r)) => rows += r,
+            None => return None,
+        }
+    }
+    match (bytes, rows) {
+        (b, 0) => Some(Extent::Bytes(b)),
+        (0, r) => Some(Extent::Rows(r)),
+        _ => None,
+    }
+}
+
+fn kind_name(kind: &NodeKind) -> &'static str {
+    match kind {
+        NodeKind::Source(_) => "source",
+        NodeKind::Dedup(_) => "dedup",
+        NodeKind::Aggregate(_) => "aggregate",
+        NodeKind::Sink(_) => "sink",
+    }
+}
+
+fn info(plan: &Plan, id: NodeId, subtask: u16) -> SubtaskInfo {
+    SubtaskInfo {
+        operator: plan.pipeline.nodes[id].name.clone(),
+        index: subtask,
+        parallelism: plan.pipeline.parallelism,
+        max_parallelism: plan.pipeline.max_parallelism,
+    }
+}
+
+fn source(
+    plan: &Plan,
+    id: NodeId,
+    spec: &SourceSpec,
+    subtask: u16,
+    dead_letters: &mut DeadLetters,
+) -> Result<Box<dyn Source>, BuildError> {
+    let node = &plan.pipeline.nodes[id];
+    let err = |reason: String| BuildError { node: node.name.clone(), reason };
+    let event_field = spec.event_time.as_ref().map(|e| e.field.clone());
+    match &spec.kind {
+        SourceKind::File { files } => {
+            let sized = files
+                .iter()
+                .map(|f| fs::metadata(f).map(|m| (f.clone(), m.len())).map_err(|e| err(format!("{}: {e}", f.display()))))
+                .collect::<Result<Vec<_>, _>>()?;
+            let dead_letter = match &spec.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                _ => None,
+            };
+            let parser = JsonParser::new(plan.projections[id].clone(), event_field);
+            let splits = splits_for(&sized, plan.pipeline.parallelism, subtask);
+            Ok(Box::new(FileSource::new(&node.name, splits, parser, spec.on_error.clone(), dead_letter)))
+        }
+        SourceKind::Datagen(gen) => {
+            let g = Datagen::new(gen.clone(), &plan.schemas[id], event_field.as_deref(), subtask, plan.pipeline.parallelism)
+                .map_err(err)?;
+            Ok(Box::new(g))
+        }
+    }
+}
+
+fn chain_op(
+    plan: &Plan,
+    id: NodeId,
+    subtask: u16,
+    metrics: &[NodeMetrics],
+    dead_letters: &mut DeadLetters,
+) -> Result<ChainOp, BuildError> {
+    let node = &plan.pipeline.nodes[id];
+    let err = |reason: String| BuildError { node: node.name.clone(), reason };
+    let input_schema = node.input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);
+    let _ = (input_schema, &dead_letters);
+    let op: Box<dyn Operator> = match &node.kind {
+        NodeKind::Source(_) => unreachable!("sources are task heads"),
+        NodeKind::Dedup(_) | NodeKind::Aggregate(_) => {
+            return Err(err("keyed operators are not wired into this build yet".into()));
+        }
+        NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
+            Box::new(FileSink::new(dir, *max_file_bytes, subtask).map_err(|e| err(e.to_string()))?)
+        }
+        NodeKind::Sink(SinkSpec::Stdout) => Box::<StdoutSink>::default(),
+        NodeKind::Sink(SinkSpec::Blackhole) => Box::new(Blackhole),
+    };
+    let p = plan.pipeline.parallelism;
+    let state = Box::new(MemoryState::new(&op.tables(), key_group_range(subtask, p, plan.pipeline.max_parallelism)));
+    let m: Arc<OperatorMetrics> = metrics[id].subtasks[subtask as usize].clone();
+    Ok(ChainOp::new(op, state, info(plan, id, subtask), m))
+}

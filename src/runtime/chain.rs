@@ -1,0 +1,148 @@
+//! A chain: the operators one task runs back to back (Flink's operator
+//! chaining). Records emitted by operator i go straight into operator i+1;
+//! what the last one emits leaves the task through its `Output`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::operators::{Context, OpError, Operator, OperatorMetrics, SubtaskInfo};
+use crate::state::KeyedState;
+use crate::types::{Millis, Record, MIN_WATERMARK};
+
+/// A task failed: which operator, which subtask, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("operator `{operator}` (subtask {subtask}/{parallelism}) failed")]
+pub struct TaskError {
+    pub operator: String,
+    pub subtask: u16,
+    pub parallelism: u16,
+    #[source]
+    pub source: OpError,
+}
+
+impl TaskError {
+    pub fn new(info: &SubtaskInfo, source: OpError) -> Self {
+        TaskError { operator: info.operator.clone(), subtask: info.index, parallelism: info.parallelism, source }
+    }
+}
+
+pub struct ChainOp {
+    pub op: Box<dyn Operator>,
+    pub state: Box<dyn KeyedState>,
+    pub info: SubtaskInfo,
+    pub metrics: Arc<OperatorMetrics>,
+    /// Next processing-time tick, for operators that want ticks.
+    next_tick: Option<Instant>,
+}
+
+impl ChainOp {
+    pub fn new(op: Box<dyn Operator>, state: Box<dyn KeyedState>, info: SubtaskInfo, metrics: Arc<OperatorMetrics>) -> Self {
+        let next_tick = op.tick_interval().map(|d| Instant::now() + d);
+        ChainOp { op, state, info, metrics, next_tick }
+    }
+}
+
+pub struct Chain {
+    pub ops: Vec<ChainOp>,
+    watermark: Millis,
+}
+
+/// Wall-clock time in epoch milliseconds.
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or(0)
+}
+
+/// Which hook to call on one operator.
+#[derive(Clone, Copy)]
+enum Hook {
+    Watermark,
+    Tick,
+    EndOfInput,
+}
+
+impl Chain {
+    pub fn new(ops: Vec<ChainOp>) -> Self {
+        Chain { ops, watermark: MIN_WATERMARK }
+    }
+
+    /// Run `batch` through operators `from..`; returns what the last emits.
+    pub fn process(&mut self, from: usize, mut batch: Vec<Record>) -> Result<Vec<Record>, TaskError> {
+        let now = now_ms();
+        for op in &mut self.ops[from..] {
+            if batch.is_empty() {
+                break;
+            }
+            OperatorMetrics::add(&op.metrics.records_in, batch.len() as u64);
+            let mut out = Vec::new();
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            op.op.process(batch, &mut ctx, &mut out).map_err(|e| TaskError::new(&op.info, e))?;
+            OperatorMetrics::add(&op.metrics.records_out, out.len() as u64);
+            batch = out;
+        }
+        Ok(batch)
+    }
+
+    /// The input watermark advanced: each operator fires in order, and what
+    /// it emits passes through the operators after it before they fire.
+    pub fn advance_watermark(&mut self, wm: Millis) -> Result<Vec<Record>, TaskError> {
+        self.watermark = wm;
+        self.call_all(Hook::Watermark, |_| true)
+    }
+
+    /// Processing-time ticks for the operators whose period has elapsed.
+    pub fn tick(&mut self) -> Result<Vec<Record>, TaskError> {
+        let now = Instant::now();
+        let due: Vec<bool> = self.ops.iter().map(|op| op.next_tick.is_some_and(|t| t <= now)).collect();
+        for op in &mut self.ops {
+            if let (Some(t), Some(period)) = (op.next_tick, op.op.tick_interval()) {
+                if t <= now {
+                    op.next_tick = Some(now + period);
+                }
+            }
+        }
+        self.call_all(Hook::Tick, |i| due[i])
+    }
+
+    /// How long until the next operator wants a tick.
+    pub fn next_tick_in(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.ops.iter().filter_map(|op| op.next_tick).min().map(|t| t.saturating_duration_since(now))
+    }
+
+    pub fn end_of_input(&mut self) -> Result<Vec<Record>, TaskError> {
+        self.call_all(Hook::EndOfInput, |_| true)
+    }
+
+    /// Close every operator (flush sinks), first to last.
+    pub fn close(&mut self) -> Result<(), TaskError> {
+        let now = now_ms();
+        for op in &mut self.ops {
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            op.op.close(&mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
+        }
+        Ok(())
+    }
+
+    fn call_all(&mut self, hook: Hook, selected: impl Fn(usize) -> bool) -> Result<Vec<Record>, TaskError> {
+        let now = now_ms();
+        let mut emitted = Vec::new();
+        for i in 0..self.ops.len() {
+            if !selected(i) {
+                continue;
+            }
+            let op = &mut self.ops[i];
+            let mut out = Vec::new();
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let r = match hook {
+                Hook::Watermark => op.op.on_watermark(&mut ctx, &mut out),
+                Hook::Tick => op.op.on_tick(&mut ctx, &mut out),
+                Hook::EndOfInput => op.op.on_end_of_input(&mut ctx, &mut out),
+            };
+            r.map_err(|e| TaskError::new(&op.info, e))?;
+            OperatorMetrics::add(&op.metrics.records_out, out.len() as u64);
+            // What operator i emits reaches the later operators before they fire.
+            emitted.extend(self.process(i + 1, out)?);
+        }
+        Ok(emitted)
+    }
+}

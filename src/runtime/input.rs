@@ -1,0 +1,68 @@
+//! The input side of a task: one receiver per upstream subtask, polled
+//! fairly. Each channel is a separate input so per-channel signals
+//! (watermarks, end of input, later barriers) can be tracked per channel.
+
+use std::future::poll_fn;
+use std::task::Poll;
+
+use tokio::sync::mpsc::Receiver;
+
+use super::message::Message;
+
+pub struct Inputs {
+    rxs: Vec<Receiver<Message>>,
+    open: Vec<bool>,
+    next: usize,
+}
+
+/// One event from the inputs.
+pub enum InputEvent {
+    Message(usize, Message),
+    /// Channel `i` closed: its sender is gone.
+    Closed(usize),
+}
+
+impl Inputs {
+    pub fn new(rxs: Vec<Receiver<Message>>) -> Self {
+        let open = vec![true; rxs.len()];
+        Inputs { rxs, open, next: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rxs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rxs.is_empty()
+    }
+
+    /// The next message from any open input, round-robin; None once every
+    /// input is closed.
+    pub async fn recv(&mut self) -> Option<InputEvent> {
+        poll_fn(|cx| {
+            let n = self.rxs.len();
+            if !self.open.iter().any(|o| *o) {
+                return Poll::Ready(None);
+            }
+            for k in 0..n {
+                let i = (self.next + k) % n;
+                if !self.open[i] {
+                    continue;
+                }
+                match self.rxs[i].poll_recv(cx) {
+                    Poll::Ready(Some(m)) => {
+                        self.next = (i + 1) % n;
+                        return Poll::Ready(Some(InputEvent::Message(i, m)));
+                    }
+                    Poll::Ready(None) => {
+                        self.open[i] = false;
+                        return Poll::Ready(Some(InputEvent::Closed(i)));
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}

@@ -1,0 +1,151 @@
+//! The runtime: runs a plan on tokio, one task per chained subtask, with a
+//! bounded channel per upstream→downstream subtask pair (the backpressure).
+//!
+//! A failing task stops the whole pipeline: its channels close, neighbours
+//! stop, and `run` returns the first error with its operator and subtask.
+
+pub mod build;
+pub mod chain;
+pub mod input;
+pub mod message;
+pub mod metrics;
+pub mod output;
+pub mod task;
+pub mod watermark;
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use build::BuildError;
+pub use chain::TaskError;
+pub use metrics::{NodeMetrics, Totals};
+
+use crate::operators::source::Extent;
+use crate::plan::Plan;
+use build::Task;
+use task::TaskEnd;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    #[error("task {task} panicked: {message}")]
+    Panicked { task: String, message: String },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Bounded input was fully processed.
+    Finished,
+    /// Stopped on request (signal) before the end of input.
+    Stopped,
+}
+
+/// A pipeline ready to run.
+pub struct Engine {
+    tasks: Vec<(String, Task)>,
+    metrics: Vec<NodeMetrics>,
+    extent: Option<Extent>,
+    stop_tx: watch::Sender<bool>,
+}
+
+/// Asks a running engine to stop (sources stop, the rest drains).
+#[derive(Clone)]
+pub struct StopHandle(watch::Sender<bool>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Engine {
+    pub fn build(plan: &Plan) -> Result<Engine, BuildError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let built = build::build(plan, &stop_rx)?;
+        Ok(Engine { tasks: built.tasks, metrics: built.metrics, extent: built.extent, stop_tx })
+    }
+
+    /// Per-node counters, live while running.
+    pub fn metrics(&self) -> Vec<NodeMetrics> {
+        self.metrics.clone()
+    }
+
+    /// The total bounded input (bytes or rows), if known.
+    pub fn extent(&self) -> Option<Extent> {
+        self.extent
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.stop_tx.clone())
+    }
+
+    /// Run to the end of input or until stopped. Must be called within a
+    /// tokio runtime.
+    pub async fn run(self) -> Result<Outcome, RuntimeError> {
+        let mut set = JoinSet::new();
+        let mut names = std::collections::HashMap::new();
+        for (name, task) in self.tasks {
+            let handle = match task {
+                Task::Source(t) => set.spawn(t.run()),
+                Task::Operator(t) => set.spawn(t.run()),
+            };
+            names.insert(handle.id(), name);
+        }
+        let mut first_error: Option<RuntimeError> = None;
+        let mut stopped = false;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let next = match deadline {
+                Some(d) => match tokio::time::timeout_at(d.into(), set.join_next_with_id()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        // Tasks that did not wind down after a failure are cut off.
+                        set.abort_all();
+                        deadline = None;
+                        continue;
+                    }
+                },
+                None => set.join_next_with_id().await,
+            };
+            let Some(joined) = next else { break };
+            let failure = match joined {
+                Ok((_, Ok(TaskEnd::Finished))) => None,
+                Ok((_, Ok(TaskEnd::Stopped))) => {
+                    stopped = true;
+                    None
+                }
+                Ok((_, Err(e))) => Some(RuntimeError::Task(e)),
+                Err(e) if e.is_cancelled() => None,
+                Err(e) => {
+                    let task = names.get(&e.id()).cloned().unwrap_or_default();
+                    let message = panic_message(e.into_panic());
+                    Some(RuntimeError::Panicked { task, message })
+                }
+            };
+            if let Some(f) = failure {
+                if first_error.is_none() {
+                    tracing::error!(error = %f, "Task failed; stopping the pipeline.");
+                    first_error = Some(f);
+                    let _ = self.stop_tx.send(true);
+                    deadline = Some(Instant::now() + Duration::from_secs(5));
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None if stopped => Ok(Outcome::Stopped),
+            None => Ok(Outcome::Finished),
+        }
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
