@@ -4,12 +4,13 @@
 use std::fs;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use std::num::NonZeroUsize;
+
 use tokio::sync::watch;
 
 use super::chain::{Chain, ChainOp};
+use super::channel::{self, Receiver};
 use super::input::Inputs;
-use super::message::Message;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
 use super::task::{OperatorTask, SourceTask, SourceTiming};
@@ -28,7 +29,7 @@ use crate::state::memory::MemoryState;
 use crate::types::key_group_range;
 
 /// Messages a channel holds before the sender waits (backpressure).
-const CHANNEL_CAPACITY: usize = 8;
+const CHANNEL_CAPACITY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start `{node}`: {reason}")]
@@ -62,7 +63,7 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
     // Channels into every non-source chain head: rx[chain][subtask] holds
     // one receiver per upstream sender feeding that subtask.
     let mut routes: Vec<Vec<Vec<Route>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
-    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> =
+    let mut receivers: Vec<Vec<Vec<Receiver>>> =
         plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
     for (c, chain) in plan.chains.iter().enumerate() {
         let head = chain[0];
@@ -71,7 +72,7 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
         match plan.edges[head].as_ref().expect("non-source has an edge") {
             Edge::Forward => {
                 for i in 0..p as usize {
-                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
                     routes[up][i].push(Route::forward(tx));
                     receivers[c][i].push(rx);
                 }
@@ -80,7 +81,7 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
                 for i in 0..p as usize {
                     let mut txs = Vec::new();
                     for j in 0..p as usize {
-                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
                         txs.push(tx);
                         receivers[c][j].push(rx);
                     }
