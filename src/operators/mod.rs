@@ -6,6 +6,7 @@
 //! they emit. All their memory of the past lives in `Context::state`.
 
 pub mod dead_letter;
+pub mod dedup;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
