@@ -5,6 +5,7 @@
 //! or tokio: the runtime feeds them batches and watermarks and routes what
 //! they emit. All their memory of the past lives in `Context::state`.
 
+pub mod aggregate;
 pub mod dead_letter;
 pub mod dedup;
 
