@@ -13,8 +13,9 @@
 //!   One timer per key: re-arming deletes the previous one.
 //!
 //! Expired keys leave state when their timer fires: on the watermark in
-//! event time (once no record with time < expiry can arrive, i.e. watermark
-//! >= expiry - 1), on the tick in processing time (once `now` >= expiry).
+//! event time (once no record with time < expiry can arrive, that is when
+//! the watermark reaches expiry - 1), on the tick in processing time (once
+//! `now` reaches expiry).
 //! A late record (event time <= watermark) whose key was already cleaned up
 //! passes again: dedup never drops records for being late.
 
@@ -141,6 +142,8 @@ impl Operator for Dedup {
         Ok(())
     }
 }
+
+// Helpers below are shared with `aggregate`.
 
 /// Resolve field names to indices in the input schema.
 pub(crate) fn resolve_fields(names: &[String], input_fields: &[String]) -> Result<Vec<usize>, String> {

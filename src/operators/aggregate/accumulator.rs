@@ -294,8 +294,8 @@ mod tests {
         let (mut l, mut r) = (Vec::new(), Vec::new());
         a.init(&mut l);
         a.init(&mut r);
-        left.iter().for_each(|x| a.add(&mut l, &[x.clone()]));
-        right.iter().for_each(|x| a.add(&mut r, &[x.clone()]));
+        left.iter().for_each(|x| a.add(&mut l, std::slice::from_ref(x)));
+        right.iter().for_each(|x| a.add(&mut r, std::slice::from_ref(x)));
         a.merge(&mut l, &r);
         let mut merged = Vec::new();
         a.finish(&l, &mut merged);

@@ -339,3 +339,27 @@ fn results_do_not_depend_on_parallelism() {
     assert!(!one.0.is_empty());
     assert_eq!(run(3), one);
 }
+
+/// A rough throughput check: `cargo test --release --lib throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn throughput_tumbling_and_running() {
+    let n = 2_000_000i64;
+    let input: Vec<Record> = (0..n).map(|i| int(&format!("u{}", i % 1_000), i, i / 100)).collect();
+    for window in [Some(WindowSpec::Tumbling { size: ms(1000) }), Some(WindowSpec::Session { gap: ms(50) }), None] {
+        let s = spec(window, 0, vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "total")]);
+        let mut h = Harness::new(&s, None);
+        // Cloning the batches is part of the harness, not of the operator: do it up front.
+        let batches: Vec<Vec<Record>> = input.chunks(1024).map(|c| c.to_vec()).collect();
+        let start = std::time::Instant::now();
+        let mut emitted = 0;
+        for chunk in batches {
+            let wm = chunk[0].event_time.unwrap() - 1;
+            h.feed(chunk);
+            emitted += h.watermark(wm).len();
+        }
+        emitted += h.end().len();
+        let secs = start.elapsed().as_secs_f64();
+        println!("{window:?}: {:.2} M records/s, {emitted} results", n as f64 / secs / 1e6);
+    }
+}
