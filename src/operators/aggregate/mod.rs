@@ -23,10 +23,11 @@
 //! re-emitted. Watermarks are ignored.
 //!
 //! State (tables in this order):
-//! - windowed: `windows` (point): key ++ start ++ end → accumulators;
-//!   `timers` (ordered): fire time ++ key ++ start ++ end → empty;
-//!   sessions also `sessions` (point): key → the key's open sessions
-//!   (start ++ end each, sorted by start).
+//! - tumbling, sliding: `windows` (point): key ++ start ++ end →
+//!   accumulators; `timers` (ordered): fire time ++ key ++ start ++ end → empty.
+//! - session: `sessions` (point): key → the key's open sessions sorted by
+//!   start, each start ++ end ++ accumulators (one read and write per record
+//!   even when the session grows); `timers` as above.
 //! - running: `accumulators` (point): key → accumulators; `dirty`
 //!   (ordered): key → empty.
 //!
@@ -50,8 +51,8 @@ use window::Window;
 
 // Windowed tables.
 const WINDOWS: TableId = 0;
+const SESSIONS: TableId = 0;
 const TIMERS: TableId = 1;
-const SESSIONS: TableId = 2;
 // Running tables.
 const ACCS: TableId = 0;
 const DIRTY: TableId = 1;
@@ -240,29 +241,40 @@ impl Aggregate {
         Ok(())
     }
 
+    /// Bytes per entry of a session list: start, end, accumulators.
+    fn session_stride(&self) -> usize {
+        16 + self.output.accs.width()
+    }
+
+    /// Load the sessions of `self.key`: windows into `self.sessions`, the
+    /// encoded list into `self.other`.
     fn load_sessions(&mut self, kg: KeyGroup, ctx: &mut Context<'_>) -> OpResult {
         self.sessions.clear();
         if ctx.state.get(SESSIONS, kg, &self.key, &mut self.other)? {
-            if self.other.len() % 16 != 0 {
+            let stride = self.session_stride();
+            if self.other.len() % stride != 0 {
                 return Err(corrupt("session list"));
             }
-            self.sessions.extend(self.other.chunks_exact(16).map(|c| Window::new(decode_time(&c[..8]), decode_time(&c[8..]))));
+            self.sessions.extend(self.other.chunks_exact(stride).map(|c| Window::new(decode_time(&c[..8]), decode_time(&c[8..16]))));
+        } else {
+            self.other.clear();
         }
         Ok(())
     }
 
     fn save_sessions(&mut self, kg: KeyGroup, ctx: &mut Context<'_>) -> OpResult {
-        if self.sessions.is_empty() {
+        if self.other.is_empty() {
             ctx.state.delete(SESSIONS, kg, &self.key)?;
-            return Ok(());
+        } else {
+            ctx.state.put(SESSIONS, kg, &self.key, &self.other)?;
         }
-        self.other.clear();
-        for s in &self.sessions {
-            self.other.extend_from_slice(&encode_time(s.start));
-            self.other.extend_from_slice(&encode_time(s.end));
-        }
-        ctx.state.put(SESSIONS, kg, &self.key, &self.other)?;
         Ok(())
+    }
+
+    /// The timer of session `w` of `self.key`, into `self.timer`.
+    fn session_timer(&mut self, w: Window) {
+        window_key(&self.key, w, &mut self.wkey);
+        self.timer_key(w);
     }
 
     fn add_to_session(&mut self, record: &Record, ts: Millis, gap: Millis, ctx: &mut Context<'_>) -> OpResult {
@@ -270,41 +282,32 @@ impl Aggregate {
         let new = window::session(ts, gap);
         self.load_sessions(kg, ctx)?;
         let (range, merged) = window::merge_session(&self.sessions, new);
-        if range.is_empty() {
-            // Open sessions have not fired, so only a record touching none can be late.
-            if self.fired(new, ctx.watermark) {
-                return self.late(record, new, ctx);
-            }
-            self.sessions.insert(range.start, new);
-            self.save_sessions(kg, ctx)?;
-            return self.add_to_window(kg, new, &record.fields, ctx);
-        }
+        let stride = self.session_stride();
         if range.len() == 1 && self.sessions[range.start] == merged {
-            // The common case: the record falls inside an open session.
-            return self.add_to_window(kg, merged, &record.fields, ctx);
+            // The record falls inside an open session: update it in place.
+            let at = range.start * stride + 16;
+            self.output.accs.add(&mut self.other[at..at + stride - 16], &record.fields);
+            return self.save_sessions(kg, ctx);
         }
-        // Merge the touched sessions and the record into one new session.
-        let mut acc = std::mem::take(&mut self.acc);
-        self.output.accs.init(&mut acc);
+        if range.is_empty() && self.fired(new, ctx.watermark) {
+            // Open sessions have not fired, so only a record touching none can be late.
+            return self.late(record, new, ctx);
+        }
+        // Replace the touched sessions (maybe none) by one holding them and the record.
+        self.acc.clear();
+        self.acc.extend_from_slice(&encode_time(merged.start));
+        self.acc.extend_from_slice(&encode_time(merged.end));
+        self.acc.resize(stride, 0);
         for i in range.clone() {
-            let s = self.sessions[i];
-            window_key(&self.key, s, &mut self.wkey);
-            if ctx.state.get(WINDOWS, kg, &self.wkey, &mut self.other)? {
-                if self.other.len() != acc.len() {
-                    return Err(corrupt("accumulator"));
-                }
-                self.output.accs.merge(&mut acc, &self.other);
-                ctx.state.delete(WINDOWS, kg, &self.wkey)?;
-            }
-            self.timer_key(s);
+            let at = i * stride + 16;
+            self.output.accs.merge(&mut self.acc[16..], &self.other[at..at + stride - 16]);
+            self.session_timer(self.sessions[i]);
             ctx.state.delete(TIMERS, kg, &self.timer)?;
         }
-        self.output.accs.add(&mut acc, &record.fields);
-        window_key(&self.key, merged, &mut self.wkey);
-        ctx.state.put(WINDOWS, kg, &self.wkey, &acc)?;
-        self.acc = acc;
-        self.put_timer(kg, merged, ctx)?;
-        self.sessions.splice(range, [merged]);
+        self.output.accs.add(&mut self.acc[16..], &record.fields);
+        self.other.splice(range.start * stride..range.end * stride, self.acc.iter().copied());
+        self.session_timer(merged);
+        ctx.state.put(TIMERS, kg, &self.timer, &[])?;
         self.save_sessions(kg, ctx)
     }
 
@@ -392,16 +395,20 @@ impl Aggregate {
         ctx.state.delete(TIMERS, kg, timer)?;
         let wkey = &timer[8..];
         let (key, w) = split_window_key(wkey).ok_or_else(|| corrupt("timer"))?;
-        if !ctx.state.get(WINDOWS, kg, wkey, &mut self.acc)? {
-            return Err(corrupt("timer without window"));
-        }
-        ctx.state.delete(WINDOWS, kg, wkey)?;
         if sessions {
             self.key.clear();
             self.key.extend_from_slice(key);
             self.load_sessions(kg, ctx)?;
-            self.sessions.retain(|s| *s != w);
+            let i = self.sessions.iter().position(|s| *s == w).ok_or_else(|| corrupt("timer without session"))?;
+            let stride = self.session_stride();
+            self.acc.clear();
+            self.acc.extend(self.other.drain(i * stride..(i + 1) * stride).skip(16));
             self.save_sessions(kg, ctx)?;
+        } else {
+            if !ctx.state.get(WINDOWS, kg, wkey, &mut self.acc)? {
+                return Err(corrupt("timer without window"));
+            }
+            ctx.state.delete(WINDOWS, kg, wkey)?;
         }
         self.output.emit(kg, key, Some(w), &self.acc, &mut self.json, out)
     }
@@ -442,14 +449,10 @@ impl Operator for Aggregate {
     fn tables(&self) -> Vec<TableSpec> {
         match self.window {
             None => vec![TableSpec { name: "accumulators", kind: TableKind::Point }, TableSpec { name: "dirty", kind: TableKind::Ordered }],
-            Some(a) => {
-                let mut t =
-                    vec![TableSpec { name: "windows", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }];
-                if let Assigner::Session { .. } = a {
-                    t.push(TableSpec { name: "sessions", kind: TableKind::Point });
-                }
-                t
+            Some(Assigner::Session { .. }) => {
+                vec![TableSpec { name: "sessions", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }]
             }
+            Some(_) => vec![TableSpec { name: "windows", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }],
         }
     }
 

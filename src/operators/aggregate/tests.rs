@@ -251,13 +251,13 @@ fn sessions_merge_out_of_order_records() {
     // Three separate sessions [0,10), [25,35), [12,22), and one for b.
     h.feed(vec![int("a", 1, 0), int("a", 2, 25), int("a", 4, 12), int("b", 100, 5)]);
     assert_eq!(h.state.len(SESSIONS), 2);
-    assert_eq!(h.state.len(WINDOWS), 4);
+    assert_eq!(h.state.len(TIMERS), 4);
     // [8,18) bridges [0,10) and [12,22); [20,30) then bridges that and [25,35).
     h.feed(vec![int("a", 8, 8)]);
-    assert_eq!(h.state.len(WINDOWS), 3);
+    assert_eq!(h.state.len(TIMERS), 3);
     h.feed(vec![int("a", 16, 20)]);
-    assert_eq!(h.state.len(WINDOWS), 2);
     assert_eq!(h.state.len(TIMERS), 2);
+    assert_eq!(h.state.len(SESSIONS), 2);
     // [30,40) extends the session; [1,11) falls inside it and just adds.
     h.feed(vec![int("a", 32, 30), int("a", 0, 1)]);
     assert_eq!(raws(&h.watermark(14)), [r#"{"user":"b","window_start":5,"window_end":15,"n":1,"total":100}"#]);
