@@ -103,6 +103,20 @@ pub struct AggregateSpec {
     pub dead_letter: Option<PathBuf>,
 }
 
+impl AggregateSpec {
+    /// The output schema: key fields in order, then `window_start` and
+    /// `window_end` if windowed, then the `as` aliases in order.
+    pub fn output_fields(&self) -> Vec<String> {
+        let mut fields = self.key.clone();
+        if self.window.is_some() {
+            fields.push("window_start".to_string());
+            fields.push("window_end".to_string());
+        }
+        fields.extend(self.aggregates.iter().map(|a| a.alias.clone()));
+        fields
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowSpec {
     Tumbling { size: Duration },
@@ -144,19 +158,5 @@ impl Pipeline {
     /// True if any source of the pipeline declares event time.
     pub fn has_event_time(&self) -> bool {
         self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
-    }
-}
-
-impl AggregateSpec {
-    /// The fields of the records this aggregate emits, in order: key fields,
-    /// then `window_start`, `window_end` (windowed only), then the aliases.
-    pub fn output_fields(&self) -> Vec<String> {
-        let mut out = self.key.clone();
-        if self.window.is_some() {
-            out.push("window_start".into());
-            out.push("window_end".into());
-        }
-        out.extend(self.aggregates.iter().map(|a| a.alias.clone()));
-        out
     }
 }

@@ -16,9 +16,11 @@ use super::output::{Output, Route};
 use super::task::{OperatorTask, SourceTask, SourceTiming};
 use crate::config::{NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
 use crate::format::json::JsonParser;
+use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
 use crate::operators::dead_letter::DeadLetters;
 use crate::operators::datagen::Datagen;
+use crate::operators::dedup::Dedup;
 use crate::operators::file_sink::FileSink;
 use crate::operators::file_source::{splits_for, FileSource};
 use crate::operators::source::{Extent, Source};
@@ -210,11 +212,15 @@ fn chain_op(
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let input_schema = node.input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);
-    let _ = (input_schema, &dead_letters);
     let op: Box<dyn Operator> = match &node.kind {
         NodeKind::Source(_) => unreachable!("sources are task heads"),
-        NodeKind::Dedup(_) | NodeKind::Aggregate(_) => {
-            return Err(err("keyed operators are not wired into this build yet".into()));
+        NodeKind::Dedup(spec) => Box::new(Dedup::new(spec, input_schema, plan.pipeline.has_event_time()).map_err(err)?),
+        NodeKind::Aggregate(spec) => {
+            let dead_letter = match &spec.dead_letter {
+                Some(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                None => None,
+            };
+            Box::new(Aggregate::new(spec, input_schema, dead_letter).map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
             Box::new(FileSink::new(dir, *max_file_bytes, subtask).map_err(|e| err(e.to_string()))?)
