@@ -4,9 +4,19 @@
 //! `raw` serde types → `compile` (semantic checks) → `pipeline` types. Every
 //! problem is collected and reported together, each with file:line:col.
 
+mod compile;
+mod deser;
+mod duration;
+mod env;
+mod load;
+mod locate;
+mod overrides;
 pub mod pipeline;
 pub mod raw;
+mod specs;
 
+pub use duration::parse_duration;
+pub use load::{load_file, load_str};
 pub use pipeline::*;
 
 use std::fmt;

@@ -135,6 +135,26 @@ pub enum SinkSpec {
     Blackhole,
 }
 
+/// Output field of a windowed aggregate: the window's start (epoch ms).
+pub const WINDOW_START: &str = "window_start";
+/// Output field of a windowed aggregate: the window's end (epoch ms).
+pub const WINDOW_END: &str = "window_end";
+
+impl AggregateSpec {
+    /// The fields of the records this aggregate emits, in order: the key
+    /// fields, then `window_start` and `window_end` when windowed, then the
+    /// `as` name of each aggregate.
+    pub fn output_fields(&self) -> Vec<String> {
+        let mut out = self.key.clone();
+        if self.window.is_some() {
+            out.push(WINDOW_START.to_string());
+            out.push(WINDOW_END.to_string());
+        }
+        out.extend(self.aggregates.iter().map(|a| a.alias.clone()));
+        out
+    }
+}
+
 impl Pipeline {
     /// Nodes that read from `id`, in order.
     pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
