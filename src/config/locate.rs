@@ -54,7 +54,7 @@ pub(crate) fn show(path: &[Seg]) -> String {
 }
 
 /// 1-based line and column in the parsed (expanded) text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Pos {
     pub line: usize,
     pub col: usize,
@@ -100,6 +100,7 @@ enum Frame {
     Map {
         path: YPath,
         key: Option<(String, Pos)>,
+        keys: usize,
     },
     Seq {
         path: YPath,
@@ -128,9 +129,17 @@ impl Builder {
                 *next += 1;
                 Some((item(path, *next - 1), None))
             }
-            Some(Frame::Map { path, key }) => match key.take() {
+            Some(Frame::Map { path, key, keys }) => match key.take() {
                 Some((k, kpos)) => Some((child(path, &k), Some(kpos))),
                 None => {
+                    // yaml-rust2 marks a block mapping at its first `:`;
+                    // users see it start at its first key.
+                    *keys += 1;
+                    if *keys == 1 {
+                        if let Some(spot) = self.index.spots.get_mut(path.as_slice()) {
+                            spot.value = spot.value.min(pos);
+                        }
+                    }
                     // A key: remember it until its value arrives.
                     *key = Some((
                         if complex {
@@ -200,7 +209,14 @@ impl MarkedEventReceiver for Builder {
         }
         let pos = Pos::from(mark);
         match ev {
-            Event::MappingStart(..) => self.open(|path| Frame::Map { path, key: None }, pos),
+            Event::MappingStart(..) => self.open(
+                |path| Frame::Map {
+                    path,
+                    key: None,
+                    keys: 0,
+                },
+                pos,
+            ),
             Event::SequenceStart(..) => self.open(|path| Frame::Seq { path, next: 0 }, pos),
             Event::MappingEnd | Event::SequenceEnd => self.close(),
             Event::Scalar(s, ..) => self.leaf(Some(&s), pos),
