@@ -323,6 +323,16 @@ fn report_cycle(cx: &mut Cx, items: &[Item], members: &[usize]) {
 }
 
 fn check_read(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], in_cycle: &[bool]) {
+    // A reader whose input is unknown (misspelt, or its element broken) may
+    // have meant any node: saying which are unread would only add noise.
+    let unresolved = items
+        .iter()
+        .zip(inputs)
+        .any(|(it, input)| it.section != Section::Sources && input.is_none());
+    let no_sink = !items.iter().any(|it| it.section == Section::Sinks);
+    if unresolved || no_sink {
+        return;
+    }
     let mut readers = vec![0usize; items.len()];
     inputs.iter().flatten().for_each(|&j| readers[j] += 1);
     for (i, it) in items.iter().enumerate() {

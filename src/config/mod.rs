@@ -37,7 +37,11 @@ impl fmt::Display for ConfigError {
         if self.line == 0 {
             write!(f, "{}: {}", self.origin, self.message)
         } else {
-            write!(f, "{}:{}:{}: {}", self.origin, self.line, self.col, self.message)
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.origin, self.line, self.col, self.message
+            )
         }
     }
 }
@@ -49,7 +53,11 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        writeln!(f, "invalid pipeline ({n} error{}):", if n == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "invalid pipeline ({n} error{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
         for e in &self.0 {
             writeln!(f, "  {e}")?;
         }

@@ -49,7 +49,9 @@ pub struct SourceSpec {
 pub enum SourceKind {
     /// JSON lines from a file, a glob or a directory (already expanded to
     /// concrete files, sorted, at compile time).
-    File { files: Vec<PathBuf> },
+    File {
+        files: Vec<PathBuf>,
+    },
     Datagen(DatagenSpec),
 }
 
@@ -158,11 +160,17 @@ impl AggregateSpec {
 impl Pipeline {
     /// Nodes that read from `id`, in order.
     pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().enumerate().filter(move |(_, n)| n.input == Some(id)).map(|(i, _)| i)
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(move |(_, n)| n.input == Some(id))
+            .map(|(i, _)| i)
     }
 
     /// True if any source of the pipeline declares event time.
     pub fn has_event_time(&self) -> bool {
-        self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
+        self.nodes
+            .iter()
+            .any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
     }
 }
