@@ -7,6 +7,7 @@
 pub mod arbiter;
 pub mod barrier;
 pub mod build;
+pub mod coordinator;
 pub mod chain;
 pub mod input;
 pub mod message;
