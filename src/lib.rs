@@ -2,13 +2,16 @@
 //!
 //! Data flows one way: `config` (YAML → validated pipeline) → `plan`
 //! (operators × parallelism, edges, chains) → `runtime` (tokio tasks,
-//! channels, watermarks) → `operators` → `state`. The `cli` sits at the edge.
+//! channels, watermarks, checkpoints) → `operators` → `state` →
+//! `checkpoint` (on-disk layout, manifests, validation). The `cli` sits at
+//! the edge.
 
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
-pub mod operators;
-pub mod state;
-pub mod types;
 pub mod format;
+pub mod operators;
 pub mod plan;
 pub mod runtime;
+pub mod state;
+pub mod types;

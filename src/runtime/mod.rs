@@ -4,7 +4,10 @@
 //! A failing task stops the whole pipeline: its channels close, neighbours
 //! stop, and `run` returns the first error with its operator and subtask.
 
+pub mod arbiter;
+pub mod barrier;
 pub mod build;
+pub mod coordinator;
 pub mod chain;
 pub mod channel;
 pub mod input;
