@@ -16,3 +16,8 @@ fn main() -> ExitCode {
         }
     }
 }
+
+// Records are allocated by one task and freed by another on another thread;
+// mimalloc handles that far better than glibc's arenas.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -423,6 +423,8 @@ impl Aggregate {
                 ControlFlow::Continue(())
             })?;
         }
+        // A point table has no order: sort so output order is deterministic.
+        due.sort_by(|(ka, a), (kb, b)| ka.cmp(&kb).then_with(|| a.cmp(b)));
         let mut result = Ok(());
         for i in 0..due.len() {
             let (kg, key) = due.get(i);
@@ -448,7 +450,7 @@ impl Aggregate {
 impl Operator for Aggregate {
     fn tables(&self) -> Vec<TableSpec> {
         match self.window {
-            None => vec![TableSpec { name: "accumulators", kind: TableKind::Point }, TableSpec { name: "dirty", kind: TableKind::Ordered }],
+            None => vec![TableSpec { name: "accumulators", kind: TableKind::Point }, TableSpec { name: "dirty", kind: TableKind::Point }],
             Some(Assigner::Session { .. }) => {
                 vec![TableSpec { name: "sessions", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }]
             }
