@@ -123,6 +123,54 @@ pub fn encode_key(fields: &[Value], indices: &[usize], out: &mut Vec<u8>) {
     }
 }
 
+/// Decode a key written by `encode_key` back into its values.
+///
+/// Integral floats come back as `Int` (they were keyed as ints). Malformed
+/// trailing bytes end the decoding: keys written by `encode_key` never have any.
+pub fn decode_key(key: &[u8]) -> Vec<Value> {
+    let mut out = Vec::new();
+    decode_key_into(key, &mut out);
+    out
+}
+
+/// Append the values of an encoded key to `out`; false if `key` is malformed
+/// (the values decoded before the bad byte are kept).
+pub fn decode_key_into(mut key: &[u8], out: &mut Vec<Value>) -> bool {
+    fn be8(b: &[u8]) -> Option<[u8; 8]> {
+        b.get(..8).and_then(|s| s.try_into().ok())
+    }
+    while let Some((&tag, rest)) = key.split_first() {
+        let (value, used) = match tag {
+            0 => (Value::Null, 0),
+            1 => match rest.first() {
+                Some(&b) => (Value::Bool(b != 0), 1),
+                None => return false,
+            },
+            2 => match be8(rest) {
+                Some(b) => (Value::Int(i64::from_be_bytes(b)), 8),
+                None => return false,
+            },
+            3 => match be8(rest) {
+                Some(b) => (Value::Float(f64::from_bits(u64::from_be_bytes(b))), 8),
+                None => return false,
+            },
+            4 => {
+                let Some(len) = rest.get(..4).and_then(|s| <[u8; 4]>::try_from(s).ok()) else { return false };
+                let len = u32::from_be_bytes(len) as usize;
+                let Some(text) = rest.get(4..4 + len) else { return false };
+                match std::str::from_utf8(text) {
+                    Ok(t) => (Value::Str(t.into()), 4 + len),
+                    Err(_) => return false,
+                }
+            }
+            _ => return false,
+        };
+        out.push(value);
+        key = &rest[used..];
+    }
+    true
+}
+
 /// The fixed key hash. xxh3-64 with seed 0: stable across versions, machines
 /// and endianness, so state can be restored anywhere at any parallelism.
 pub fn stable_hash(key: &[u8]) -> u64 {
@@ -181,6 +229,31 @@ mod tests {
                 assert_eq!(next, m);
             }
         }
+    }
+
+    #[test]
+    fn decode_key_round_trips() {
+        let values = vec![
+            Value::Null,
+            Value::Bool(true),
+            Value::Int(-7),
+            Value::Float(2.5),
+            Value::Str("ü\"x".into()),
+            Value::Str("".into()),
+            Value::Int(i64::MIN),
+        ];
+        let mut k = Vec::new();
+        encode_key(&values, &(0..values.len()).collect::<Vec<_>>(), &mut k);
+        assert_eq!(decode_key(&k), values);
+        // Integral floats were keyed as ints.
+        encode_key(&[Value::Float(3.0)], &[0], &mut k);
+        assert_eq!(decode_key(&k), vec![Value::Int(3)]);
+        // Malformed input never panics.
+        let mut out = Vec::new();
+        assert!(!decode_key_into(&[2, 0, 0], &mut out));
+        assert!(!decode_key_into(&[4, 0, 0, 0, 9, b'a'], &mut out));
+        assert!(!decode_key_into(&[9], &mut out));
+        assert!(decode_key_into(&[], &mut out));
     }
 
     #[test]

@@ -4,9 +4,19 @@
 //! `raw` serde types → `compile` (semantic checks) → `pipeline` types. Every
 //! problem is collected and reported together, each with file:line:col.
 
+mod compile;
+mod deser;
+mod duration;
+mod env;
+mod load;
+mod locate;
+mod overrides;
 pub mod pipeline;
 pub mod raw;
+mod specs;
 
+pub use duration::parse_duration;
+pub use load::{load_file, load_str};
 pub use pipeline::*;
 
 use std::fmt;
@@ -27,7 +37,11 @@ impl fmt::Display for ConfigError {
         if self.line == 0 {
             write!(f, "{}: {}", self.origin, self.message)
         } else {
-            write!(f, "{}:{}:{}: {}", self.origin, self.line, self.col, self.message)
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.origin, self.line, self.col, self.message
+            )
         }
     }
 }
@@ -39,7 +53,11 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        writeln!(f, "invalid pipeline ({n} error{}):", if n == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "invalid pipeline ({n} error{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
         for e in &self.0 {
             writeln!(f, "  {e}")?;
         }

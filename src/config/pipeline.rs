@@ -49,7 +49,9 @@ pub struct SourceSpec {
 pub enum SourceKind {
     /// JSON lines from a file, a glob or a directory (already expanded to
     /// concrete files, sorted, at compile time).
-    File { files: Vec<PathBuf> },
+    File {
+        files: Vec<PathBuf>,
+    },
     Datagen(DatagenSpec),
 }
 
@@ -103,6 +105,20 @@ pub struct AggregateSpec {
     pub dead_letter: Option<PathBuf>,
 }
 
+impl AggregateSpec {
+    /// The output schema: key fields in order, then `window_start` and
+    /// `window_end` if windowed, then the `as` aliases in order.
+    pub fn output_fields(&self) -> Vec<String> {
+        let mut fields = self.key.clone();
+        if self.window.is_some() {
+            fields.push("window_start".to_string());
+            fields.push("window_end".to_string());
+        }
+        fields.extend(self.aggregates.iter().map(|a| a.alias.clone()));
+        fields
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowSpec {
     Tumbling { size: Duration },
@@ -135,28 +151,40 @@ pub enum SinkSpec {
     Blackhole,
 }
 
+/// Output field of a windowed aggregate: the window's start (epoch ms).
+pub const WINDOW_START: &str = "window_start";
+/// Output field of a windowed aggregate: the window's end (epoch ms).
+pub const WINDOW_END: &str = "window_end";
+
+impl AggregateSpec {
+    /// The fields of the records this aggregate emits, in order: the key
+    /// fields, then `window_start` and `window_end` when windowed, then the
+    /// `as` name of each aggregate.
+    pub fn output_fields(&self) -> Vec<String> {
+        let mut out = self.key.clone();
+        if self.window.is_some() {
+            out.push(WINDOW_START.to_string());
+            out.push(WINDOW_END.to_string());
+        }
+        out.extend(self.aggregates.iter().map(|a| a.alias.clone()));
+        out
+    }
+}
+
 impl Pipeline {
     /// Nodes that read from `id`, in order.
     pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().enumerate().filter(move |(_, n)| n.input == Some(id)).map(|(i, _)| i)
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(move |(_, n)| n.input == Some(id))
+            .map(|(i, _)| i)
     }
 
     /// True if any source of the pipeline declares event time.
     pub fn has_event_time(&self) -> bool {
-        self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
-    }
-}
-
-impl AggregateSpec {
-    /// The fields of the records this aggregate emits, in order: key fields,
-    /// then `window_start`, `window_end` (windowed only), then the aliases.
-    pub fn output_fields(&self) -> Vec<String> {
-        let mut out = self.key.clone();
-        if self.window.is_some() {
-            out.push("window_start".into());
-            out.push("window_end".into());
-        }
-        out.extend(self.aggregates.iter().map(|a| a.alias.clone()));
-        out
+        self.nodes
+            .iter()
+            .any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
     }
 }

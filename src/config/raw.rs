@@ -189,3 +189,48 @@ pub enum RawSink {
         input: String,
     },
 }
+
+impl RawSource {
+    /// The source's `name`, whatever its type.
+    pub fn name(&self) -> &str {
+        match self {
+            RawSource::File { name, .. } | RawSource::Datagen { name, .. } => name,
+        }
+    }
+}
+
+impl RawOperator {
+    /// The operator's `name`, whatever its type.
+    pub fn name(&self) -> &str {
+        match self {
+            RawOperator::Dedup { name, .. } | RawOperator::Aggregate { name, .. } => name,
+        }
+    }
+
+    /// The name of the node it reads.
+    pub fn input(&self) -> &str {
+        match self {
+            RawOperator::Dedup { input, .. } | RawOperator::Aggregate { input, .. } => input,
+        }
+    }
+}
+
+impl RawSink {
+    /// The sink's `name`, whatever its type.
+    pub fn name(&self) -> &str {
+        match self {
+            RawSink::File { name, .. }
+            | RawSink::Stdout { name, .. }
+            | RawSink::Blackhole { name, .. } => name,
+        }
+    }
+
+    /// The name of the node it reads.
+    pub fn input(&self) -> &str {
+        match self {
+            RawSink::File { input, .. }
+            | RawSink::Stdout { input, .. }
+            | RawSink::Blackhole { input, .. } => input,
+        }
+    }
+}

@@ -5,9 +5,11 @@
 //! or tokio: the runtime feeds them batches and watermarks and routes what
 //! they emit. All their memory of the past lives in `Context::state`.
 
+pub mod aggregate;
 pub mod blackhole;
 pub mod datagen;
 pub mod dead_letter;
+pub mod dedup;
 pub mod file_sink;
 pub mod file_source;
 pub mod source;

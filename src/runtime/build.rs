@@ -4,20 +4,23 @@
 use std::fs;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use std::num::NonZeroUsize;
+
 use tokio::sync::watch;
 
 use super::chain::{Chain, ChainOp};
+use super::channel::{self, Receiver};
 use super::input::Inputs;
-use super::message::Message;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
 use super::task::{OperatorTask, SourceTask, SourceTiming};
 use crate::config::{NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
 use crate::format::json::JsonParser;
+use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
 use crate::operators::dead_letter::DeadLetters;
 use crate::operators::datagen::Datagen;
+use crate::operators::dedup::Dedup;
 use crate::operators::file_sink::FileSink;
 use crate::operators::file_source::{splits_for, FileSource};
 use crate::operators::source::{Extent, Source};
@@ -28,7 +31,7 @@ use crate::state::memory::MemoryState;
 use crate::types::key_group_range;
 
 /// Messages a channel holds before the sender waits (backpressure).
-const CHANNEL_CAPACITY: usize = 8;
+const CHANNEL_CAPACITY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start `{node}`: {reason}")]
@@ -62,7 +65,7 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
     // Channels into every non-source chain head: rx[chain][subtask] holds
     // one receiver per upstream sender feeding that subtask.
     let mut routes: Vec<Vec<Vec<Route>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
-    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> =
+    let mut receivers: Vec<Vec<Vec<Receiver>>> =
         plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
     for (c, chain) in plan.chains.iter().enumerate() {
         let head = chain[0];
@@ -71,7 +74,7 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
         match plan.edges[head].as_ref().expect("non-source has an edge") {
             Edge::Forward => {
                 for i in 0..p as usize {
-                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
                     routes[up][i].push(Route::forward(tx));
                     receivers[c][i].push(rx);
                 }
@@ -80,7 +83,7 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
                 for i in 0..p as usize {
                     let mut txs = Vec::new();
                     for j in 0..p as usize {
-                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
                         txs.push(tx);
                         receivers[c][j].push(rx);
                     }
@@ -209,11 +212,15 @@ fn chain_op(
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let input_schema = node.input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);
-    let _ = (input_schema, &dead_letters);
     let op: Box<dyn Operator> = match &node.kind {
         NodeKind::Source(_) => unreachable!("sources are task heads"),
-        NodeKind::Dedup(_) | NodeKind::Aggregate(_) => {
-            return Err(err("keyed operators are not wired into this build yet".into()));
+        NodeKind::Dedup(spec) => Box::new(Dedup::new(spec, input_schema, plan.pipeline.has_event_time()).map_err(err)?),
+        NodeKind::Aggregate(spec) => {
+            let dead_letter = match &spec.dead_letter {
+                Some(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                None => None,
+            };
+            Box::new(Aggregate::new(spec, input_schema, dead_letter).map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
             Box::new(FileSink::new(dir, *max_file_bytes, subtask).map_err(|e| err(e.to_string()))?)

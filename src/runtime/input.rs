@@ -5,12 +5,11 @@
 use std::future::poll_fn;
 use std::task::Poll;
 
-use tokio::sync::mpsc::Receiver;
-
+use super::channel::Receiver;
 use super::message::Message;
 
 pub struct Inputs {
-    rxs: Vec<Receiver<Message>>,
+    rxs: Vec<Receiver>,
     open: Vec<bool>,
     next: usize,
 }
@@ -23,7 +22,7 @@ pub enum InputEvent {
 }
 
 impl Inputs {
-    pub fn new(rxs: Vec<Receiver<Message>>) -> Self {
+    pub fn new(rxs: Vec<Receiver>) -> Self {
         let open = vec![true; rxs.len()];
         Inputs { rxs, open, next: 0 }
     }

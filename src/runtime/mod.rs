@@ -6,6 +6,7 @@
 
 pub mod build;
 pub mod chain;
+pub mod channel;
 pub mod input;
 pub mod message;
 pub mod metrics;

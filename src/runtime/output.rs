@@ -1,29 +1,24 @@
 //! The output side of a task: routes emitted records to downstream channels,
 //! forward (subtask i → i) or hashed by key group, in batches.
 
-use tokio::sync::mpsc::Sender;
-
+use super::channel::{Disconnected, Sender};
 use super::message::Message;
 use crate::types::{encode_key, key_group_of, subtask_for_key_group, Record};
 
 /// Records per batch on a channel.
 pub const BATCH_SIZE: usize = 1024;
 
-/// The downstream task is gone (it failed or the pipeline is stopping).
-#[derive(Debug)]
-pub struct Disconnected;
-
 pub enum Route {
-    Forward { tx: Sender<Message>, buf: Vec<Record> },
-    Hash { txs: Vec<Sender<Message>>, bufs: Vec<Vec<Record>>, key: Vec<usize>, max_parallelism: u16, scratch: Vec<u8> },
+    Forward { tx: Sender, buf: Vec<Record> },
+    Hash { txs: Vec<Sender>, bufs: Vec<Vec<Record>>, key: Vec<usize>, max_parallelism: u16, scratch: Vec<u8> },
 }
 
 impl Route {
-    pub fn forward(tx: Sender<Message>) -> Self {
+    pub fn forward(tx: Sender) -> Self {
         Route::Forward { tx, buf: Vec::new() }
     }
 
-    pub fn hash(txs: Vec<Sender<Message>>, key: Vec<usize>, max_parallelism: u16) -> Self {
+    pub fn hash(txs: Vec<Sender>, key: Vec<usize>, max_parallelism: u16) -> Self {
         let bufs = txs.iter().map(|_| Vec::new()).collect();
         Route::Hash { txs, bufs, key, max_parallelism, scratch: Vec::new() }
     }
@@ -52,7 +47,7 @@ impl Route {
         }
     }
 
-    fn senders(&self) -> &[Sender<Message>] {
+    fn senders(&self) -> &[Sender] {
         match self {
             Route::Forward { tx, .. } => std::slice::from_ref(tx),
             Route::Hash { txs, .. } => txs,
@@ -60,11 +55,11 @@ impl Route {
     }
 }
 
-async fn send_batches(tx: &Sender<Message>, buf: &mut Vec<Record>) -> Result<(), Disconnected> {
+async fn send_batches(tx: &Sender, buf: &mut Vec<Record>) -> Result<(), Disconnected> {
     while !buf.is_empty() {
         let rest = if buf.len() > BATCH_SIZE { buf.split_off(BATCH_SIZE) } else { Vec::new() };
         let batch = std::mem::replace(buf, rest);
-        tx.send(Message::Batch(batch)).await.map_err(|_| Disconnected)?;
+        tx.send(Message::Batch(batch)).await?;
     }
     Ok(())
 }
@@ -105,7 +100,7 @@ impl Output {
         self.flush().await?;
         for route in &self.routes {
             for tx in route.senders() {
-                tx.send(signal()).await.map_err(|_| Disconnected)?;
+                tx.send(signal()).await?;
             }
         }
         Ok(())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing weir needs on a fresh Debian machine.
+# Idempotent: packages already present are not touched. Needs root (or sudo).
+set -euo pipefail
+
+# C toolchain for crates that build C code.
+packages=(build-essential pkg-config)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "Installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found. Install a Rust toolchain >= 1.85 (https://rustup.rs) and rerun." >&2
+  exit 1
+fi

@@ -1,0 +1,405 @@
+//! Semantic checks over the whole graph: a typed `RawPipeline` becomes a
+//! validated `Pipeline`, or every problem is reported together.
+//!
+//! Graph checks live here (names, inputs, cycles, reachability, the fields
+//! and event time that flow along edges, node order); the checks of a single
+//! node's settings live in `specs`.
+
+use std::collections::HashMap;
+
+use super::deser::{Parsed, Section};
+use super::locate::{child, item, Locator, Seg, YPath};
+use super::pipeline::{Node, NodeKind, Pipeline};
+use super::raw::{RawOperator, RawPipeline, RawSink, RawSource};
+use super::specs::{self, Cx};
+use super::ConfigError;
+
+const DEFAULT_MAX_PARALLELISM: u32 = 128;
+const MAX_MAX_PARALLELISM: u32 = 32768;
+const NAME_CHARS: &str = "letters, digits, `_`, `.` and `-`";
+
+enum Body<'a> {
+    Source(&'a RawSource),
+    Operator(&'a RawOperator),
+    Sink(&'a RawSink),
+    /// Could not be typed (already reported): known only by name and input.
+    Broken,
+}
+
+/// One source, operator or sink, in YAML order within its section.
+struct Item<'a> {
+    section: Section,
+    path: YPath,
+    name: Option<&'a str>,
+    input: Option<&'a str>,
+    body: Body<'a>,
+}
+
+/// Check `parsed` and build the pipeline; None if anything was wrong.
+pub(crate) fn compile(
+    parsed: &Parsed,
+    loc: &Locator,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Pipeline> {
+    let mut cx = Cx {
+        loc,
+        errors: Vec::new(),
+    };
+    let raw = &parsed.raw;
+    if parsed.name_ok {
+        check_name(
+            &mut cx,
+            &[Seg::Key("name".into())],
+            &raw.name,
+            "the pipeline name",
+        );
+    }
+    let (parallelism, max_parallelism) = parallelism(&mut cx, raw);
+    let items = items(parsed);
+    check_names(&mut cx, &items);
+    let inputs = resolve_inputs(&mut cx, &items);
+    require_source_and_sink(&mut cx, &items);
+    let in_cycle = find_cycles(&mut cx, &items, &inputs);
+    check_read(&mut cx, &items, &inputs, &in_cycle);
+    let kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
+    let order = topological_order(&items, &inputs);
+    check_flow(&mut cx, &items, &inputs, &kinds, &order);
+    errors.extend(cx.errors);
+    if !errors.is_empty() {
+        return None;
+    }
+    let mut id = vec![0; items.len()];
+    for (node_id, &i) in order.iter().enumerate() {
+        id[i] = node_id;
+    }
+    let nodes = order
+        .iter()
+        .map(|&i| {
+            Some(Node {
+                name: items[i].name.unwrap_or_default().to_string(),
+                input: inputs[i].map(|j| id[j]),
+                kind: kinds[i].clone()?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Pipeline {
+        name: raw.name.clone(),
+        parallelism,
+        max_parallelism,
+        nodes,
+    })
+}
+
+fn items(parsed: &Parsed) -> Vec<Item<'_>> {
+    let raw = &parsed.raw;
+    let mut all = Vec::new();
+    for section in Section::ALL {
+        let base = [Seg::Key(section.key().into())];
+        type Entry<'a> = (Option<&'a str>, Option<&'a str>, Body<'a>);
+        let typed: Vec<(usize, Option<&str>, Option<&str>, Body)> = match section {
+            Section::Sources => raw
+                .sources
+                .iter()
+                .map(|s| (Some(s.name()), None, Body::Source(s)))
+                .collect::<Vec<Entry>>(),
+            Section::Operators => raw
+                .operators
+                .iter()
+                .map(|o| (Some(o.name()), Some(o.input()), Body::Operator(o)))
+                .collect(),
+            Section::Sinks => raw
+                .sinks
+                .iter()
+                .map(|s| (Some(s.name()), Some(s.input()), Body::Sink(s)))
+                .collect(),
+        }
+        .into_iter()
+        .zip(&parsed.at[section as usize])
+        .map(|((name, input, body), &index)| (index, name, input, body))
+        .collect();
+        let broken = parsed
+            .broken
+            .iter()
+            .filter(|b| b.section == section)
+            .map(|b| {
+                let input = if section == Section::Sources {
+                    None
+                } else {
+                    b.input.as_deref()
+                };
+                (b.index, b.name.as_deref(), input, Body::Broken)
+            });
+        let mut list: Vec<_> = typed.into_iter().chain(broken).collect();
+        list.sort_by_key(|e| e.0);
+        all.extend(list.into_iter().map(|(index, name, input, body)| Item {
+            section,
+            path: item(&base, index),
+            name,
+            input,
+            body,
+        }));
+    }
+    all
+}
+
+fn check_name(cx: &mut Cx, path: &[Seg], name: &str, what: &str) -> bool {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if name.is_empty() {
+        cx.err(path, format!("{what} is empty: expected {NAME_CHARS}"));
+    } else if !ok {
+        cx.err(
+            path,
+            format!("{what} `{name}` is invalid: expected only {NAME_CHARS}"),
+        );
+    }
+    ok
+}
+
+fn parallelism(cx: &mut Cx, raw: &RawPipeline) -> (u16, u16) {
+    let p = raw.parallelism.unwrap_or(1);
+    let m = raw.max_parallelism.unwrap_or(DEFAULT_MAX_PARALLELISM);
+    let p_at = [Seg::Key("parallelism".into())];
+    let m_at = [Seg::Key("max_parallelism".into())];
+    let m_ok = (1..=MAX_MAX_PARALLELISM).contains(&m);
+    if !m_ok {
+        cx.err(
+            &m_at,
+            format!("`max_parallelism` must be between 1 and {MAX_MAX_PARALLELISM}, got {m}"),
+        );
+    }
+    if p == 0 {
+        cx.err(&p_at, "`parallelism` must be at least 1, got 0");
+    } else if m_ok && p > m {
+        let at: &[Seg] = if raw.parallelism.is_some() {
+            &p_at
+        } else {
+            &m_at
+        };
+        cx.err(at, format!("`parallelism` ({p}) exceeds `max_parallelism` ({m}): expected 1 <= parallelism <= max_parallelism <= {MAX_MAX_PARALLELISM}"));
+    }
+    (
+        p.try_into().unwrap_or(u16::MAX),
+        m.try_into().unwrap_or(u16::MAX),
+    )
+}
+
+fn section_word(s: Section) -> &'static str {
+    match s {
+        Section::Sources => "source",
+        Section::Operators => "operator",
+        Section::Sinks => "sink",
+    }
+}
+
+/// Names are valid and unique across sources, operators and sinks.
+fn check_names(cx: &mut Cx, items: &[Item]) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, it) in items.iter().enumerate() {
+        let Some(name) = it.name else { continue };
+        let at = child(&it.path, "name");
+        let what = format!("the {} name", section_word(it.section));
+        if !check_name(cx, &at, name, &what) {
+            continue;
+        }
+        match seen.get(name) {
+            Some(&first) => {
+                let line = cx.loc.line_of(&child(&items[first].path, "name"));
+                let kind = section_word(items[first].section);
+                cx.err(&at, format!("duplicate name `{name}`: already used by the {kind} on line {line} (names must be unique across sources, operators and sinks)"));
+            }
+            None => {
+                seen.insert(name, i);
+            }
+        }
+    }
+}
+
+/// The item each operator and sink reads, by its first definition.
+fn resolve_inputs(cx: &mut Cx, items: &[Item]) -> Vec<Option<usize>> {
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (i, it) in items.iter().enumerate() {
+        if let Some(name) = it.name {
+            by_name.entry(name).or_insert(i);
+        }
+    }
+    let readable: Vec<&str> = items
+        .iter()
+        .filter(|it| it.section != Section::Sinks)
+        .filter_map(|it| it.name)
+        .collect();
+    items
+        .iter()
+        .map(|it| {
+            let input = it.input?;
+            let at = child(&it.path, "input");
+            match by_name.get(input) {
+                Some(&j) if items[j].section == Section::Sinks => {
+                    cx.err(&at, format!("input `{input}` is a sink: expected a source or an operator"));
+                    None
+                }
+                Some(&j) => Some(j),
+                None => {
+                    let known = if readable.is_empty() { "none".to_string() } else { readable.join(", ") };
+                    cx.err(&at, format!("input `{input}` is not a source or operator of this pipeline (known: {known})"));
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+fn require_source_and_sink(cx: &mut Cx, items: &[Item]) {
+    for (section, what) in [(Section::Sources, "source"), (Section::Sinks, "sink")] {
+        if !items.iter().any(|it| it.section == section) {
+            let key = section.key();
+            cx.err(
+                &[Seg::Key(key.into())],
+                format!("the pipeline has no {what}: expected at least one entry under `{key}`"),
+            );
+        }
+    }
+}
+
+/// Reports each cycle of inputs once; returns which items are on one.
+fn find_cycles(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>]) -> Vec<bool> {
+    const NEW: u8 = 0;
+    const ON_PATH: u8 = 1;
+    const DONE: u8 = 2;
+    let mut state = vec![NEW; items.len()];
+    let mut in_cycle = vec![false; items.len()];
+    for start in 0..items.len() {
+        let mut chain = Vec::new();
+        let mut cur = Some(start);
+        while let Some(c) = cur {
+            match state[c] {
+                NEW => {
+                    state[c] = ON_PATH;
+                    chain.push(c);
+                    cur = inputs[c];
+                }
+                ON_PATH => {
+                    let from = chain.iter().position(|&x| x == c).unwrap_or(0);
+                    report_cycle(cx, items, &chain[from..]);
+                    chain[from..].iter().for_each(|&m| in_cycle[m] = true);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        chain.iter().for_each(|&c| state[c] = DONE);
+    }
+    in_cycle
+}
+
+/// `members` follow input edges (each reads the next, the last the first).
+fn report_cycle(cx: &mut Cx, items: &[Item], members: &[usize]) {
+    let first = members
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, &m)| m)
+        .map_or(0, |(k, _)| k);
+    let mut names: Vec<String> = (0..=members.len())
+        .map(|k| {
+            format!(
+                "`{}`",
+                items[members[(first + k) % members.len()]]
+                    .name
+                    .unwrap_or("?")
+            )
+        })
+        .collect();
+    names.dedup();
+    let at = child(&items[members[first]].path, "input");
+    cx.err(
+        &at,
+        format!(
+            "inputs form a cycle: {} (expected data to flow from sources to sinks without loops)",
+            names.join(" reads ")
+        ),
+    );
+}
+
+fn check_read(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], in_cycle: &[bool]) {
+    // A reader whose input is unknown (misspelt, or its element broken) may
+    // have meant any node: saying which are unread would only add noise.
+    let unresolved = items
+        .iter()
+        .zip(inputs)
+        .any(|(it, input)| it.section != Section::Sources && input.is_none());
+    let no_sink = !items.iter().any(|it| it.section == Section::Sinks);
+    if unresolved || no_sink {
+        return;
+    }
+    let mut readers = vec![0usize; items.len()];
+    inputs.iter().flatten().for_each(|&j| readers[j] += 1);
+    for (i, it) in items.iter().enumerate() {
+        if it.section == Section::Sinks
+            || readers[i] > 0
+            || in_cycle[i]
+            || matches!(it.body, Body::Broken)
+        {
+            continue;
+        }
+        let Some(name) = it.name else { continue };
+        cx.err(
+            &child(&it.path, "name"),
+            format!("`{name}` is not read by any operator or sink: every source and operator must lead to a sink"),
+        );
+    }
+}
+
+fn body_kind(cx: &mut Cx, it: &Item) -> Option<NodeKind> {
+    Some(match it.body {
+        Body::Source(s) => NodeKind::Source(specs::source(cx, &it.path, s)),
+        Body::Operator(o) => specs::operator(cx, &it.path, o),
+        Body::Sink(s) => NodeKind::Sink(specs::sink(cx, &it.path, s)),
+        Body::Broken => return None,
+    })
+}
+
+/// Sources in YAML order, then operators (each as soon as its input is
+/// placed, earliest in YAML first), then sinks. Items on a cycle or with an
+/// unresolved input are left out (they were reported).
+fn topological_order(items: &[Item], inputs: &[Option<usize>]) -> Vec<usize> {
+    let mut placed = vec![false; items.len()];
+    let mut order = Vec::with_capacity(items.len());
+    let is = |i: usize, s: Section| items[i].section == s;
+    let ready = |i: usize, placed: &[bool]| !placed[i] && inputs[i].is_some_and(|j| placed[j]);
+    for i in (0..items.len()).filter(|&i| is(i, Section::Sources)) {
+        placed[i] = true;
+        order.push(i);
+    }
+    while let Some(i) = (0..items.len()).find(|&i| is(i, Section::Operators) && ready(i, &placed)) {
+        placed[i] = true;
+        order.push(i);
+    }
+    for i in (0..items.len()).filter(|&i| is(i, Section::Sinks)) {
+        if ready(i, &placed) {
+            placed[i] = true;
+            order.push(i);
+        }
+    }
+    order
+}
+
+fn check_flow(
+    cx: &mut Cx,
+    items: &[Item],
+    inputs: &[Option<usize>],
+    kinds: &[Option<NodeKind>],
+    order: &[usize],
+) {
+    let mut flows = vec![specs::Flow::unknown(); items.len()];
+    for &i in order {
+        let upstream = inputs[i].map(|j| (items[j].name.unwrap_or("?"), &flows[j]));
+        let name = items[i].name.unwrap_or("?");
+        let flow = match &kinds[i] {
+            Some(kind) => specs::flow(cx, &items[i].path, name, kind, upstream),
+            None => specs::Flow::unknown(),
+        };
+        flows[i] = flow;
+    }
+}

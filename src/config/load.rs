@@ -1,0 +1,499 @@
+//! Loading a pipeline: read, expand `${VAR}`, parse, apply `--set`, type,
+//! compile. Every step reports all it finds; the errors come back sorted.
+
+use std::path::Path;
+
+use serde_yaml::Value;
+
+use super::compile::compile;
+use super::deser::deserialize;
+use super::env::{expand, position_of};
+use super::locate::Locator;
+use super::overrides;
+use super::pipeline::Pipeline;
+use super::{ConfigError, ConfigErrors};
+
+/// Load and validate the pipeline file at `path`, with `--set KEY=VALUE`
+/// overrides applied. Errors name `path` as given.
+pub fn load_file(path: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => load_str(&text, &origin, overrides),
+        Err(e) => Err(ConfigErrors(vec![ConfigError {
+            origin,
+            line: 0,
+            col: 0,
+            message: format!("cannot read the pipeline file: {e}"),
+        }])),
+    }
+}
+
+/// Load and validate pipeline `text`; `origin` names it in errors.
+pub fn load_str(text: &str, origin: &str, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
+    load_with_env(text, origin, overrides, &|name| std::env::var(name).ok())
+}
+
+pub(crate) fn load_with_env(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Pipeline, ConfigErrors> {
+    let at = |offset: usize, message: String| {
+        let (line, col) = position_of(text, offset);
+        ConfigError {
+            origin: origin.to_string(),
+            line,
+            col,
+            message,
+        }
+    };
+    let expanded = expand(text, env).map_err(|errs| {
+        ConfigErrors(errs.into_iter().map(|e| at(e.offset, e.message)).collect())
+    })?;
+    let mut doc: Value = serde_yaml::from_str(&expanded.text).map_err(|e| {
+        let (line, col, message) = match e.location() {
+            Some(l) => {
+                let (line, col) = expanded.to_source(l.line(), l.column());
+                let own = format!(" at line {} column {}", l.line(), l.column());
+                (line, col, e.to_string().replacen(&own, "", 1))
+            }
+            None => (0, 0, e.to_string()),
+        };
+        ConfigErrors(vec![ConfigError {
+            origin: origin.to_string(),
+            line,
+            col,
+            message: format!("invalid YAML: {message}"),
+        }])
+    })?;
+    let (applied, mut errors) = overrides::apply(&mut doc, overrides);
+    let loc = Locator::new(origin, &expanded, applied);
+    let pipeline =
+        deserialize(&doc, &loc, &mut errors).and_then(|parsed| compile(&parsed, &loc, &mut errors));
+    match pipeline {
+        Some(p) if errors.is_empty() => Ok(p),
+        _ => {
+            // Stable: errors on one line keep the order they were found in.
+            errors.sort_by_key(|e| (e.line, e.col));
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{AggFunc, NodeKind, OnError, SinkSpec, SourceKind, WindowSpec};
+
+    const DATAGEN: &str = "\
+name: p
+sources:
+  - name: gen
+    type: datagen
+    fields: {user: {kind: key, cardinality: 10}, ts: {kind: timestamp}, amount: {kind: int, min: 0, max: 9}}
+    event_time: {field: ts}
+";
+
+    fn errors(text: &str) -> Vec<String> {
+        errors_with(text, &[])
+    }
+
+    fn errors_with(text: &str, sets: &[&str]) -> Vec<String> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        match load_with_env(text, "t.yaml", &sets, &test_env) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    fn test_env(name: &str) -> Option<String> {
+        (name == "OUT").then(|| "out-dir".to_string())
+    }
+
+    /// The pipeline text with `rest` (operators and sinks) appended.
+    fn with(rest: &str) -> String {
+        format!("{DATAGEN}{rest}")
+    }
+
+    #[track_caller]
+    fn assert_one(text: &str, want: &str) {
+        let errs = errors(text);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with(want),
+            "{:?} does not start with {want:?}",
+            errs[0]
+        );
+    }
+
+    const SINK: &str = "sinks:\n  - {name: out, type: stdout, input: gen}\n";
+
+    #[test]
+    fn minimal_pipeline_loads() {
+        let p = load_with_env(&with(SINK), "t.yaml", &[], &test_env).unwrap();
+        assert_eq!((p.parallelism, p.max_parallelism), (1, 128));
+        assert_eq!(p.nodes.len(), 2);
+    }
+
+    #[test]
+    fn yaml_syntax_error_is_located() {
+        assert_one("name: p\nsources: [a\n", "t.yaml:3:1: invalid YAML: ");
+    }
+
+    #[test]
+    fn unknown_field_points_at_the_key() {
+        let text = with(SINK).replace(
+            "event_time: {field: ts}\n",
+            "event_time: {field: ts}\n    colour: red\n",
+        );
+        assert_one(&text, "t.yaml:7:5: unknown field `colour`");
+    }
+
+    #[test]
+    fn unknown_top_level_field_and_type() {
+        assert_one(
+            &format!("{}parallelism_x: 3\n", with(SINK)),
+            "t.yaml:9:1: unknown field `parallelism_x`",
+        );
+        assert_one(
+            &with("sinks:\n  - {name: out, type: kafka, input: gen}\n"),
+            "t.yaml:8:23: unknown variant `kafka`",
+        );
+    }
+
+    #[test]
+    fn wrong_type_inside_a_tagged_element() {
+        let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 10}, aggregates: [{fn: count, as: n}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n");
+        assert_one(
+            &text,
+            "t.yaml:8:88: invalid type: integer `10`, expected a string",
+        );
+    }
+
+    #[test]
+    fn missing_field_points_at_the_mapping() {
+        let text = with("operators:\n  - name: d\n    type: dedup\n    key: [user]\nsinks:\n  - {name: out, type: stdout, input: d}\n");
+        assert_one(&text, "t.yaml:8:5: missing field `input` in `operators[0]`");
+        let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: sliding, size: 10s}, aggregates: [{fn: count, as: n}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n");
+        assert_one(
+            &text,
+            "t.yaml:8:65: missing field `slide` in `operators[0].window`",
+        );
+    }
+
+    #[test]
+    fn graph_errors() {
+        assert_one(
+            &with("sinks:\n  - {name: out, type: stdout, input: nope}\n"),
+            "t.yaml:8:38: input `nope` is not a source or operator",
+        );
+        assert_one(
+            &with("sinks:\n  - {name: gen, type: stdout, input: gen}\n"),
+            "t.yaml:8:12: duplicate name `gen`: already used by the source on line 3",
+        );
+        let cycle = with("operators:\n  - {name: a, type: dedup, input: b, key: [user]}\n  - {name: b, type: dedup, input: a, key: [user]}\nsinks:\n  - {name: out, type: stdout, input: gen}\n");
+        assert_one(
+            &cycle,
+            "t.yaml:8:35: inputs form a cycle: `a` reads `b` reads `a`",
+        );
+        assert_one(&with(""), "t.yaml:1:1: the pipeline has no sink");
+        let unread = with("operators:\n  - {name: d, type: dedup, input: gen, key: [user]}\nsinks:\n  - {name: out, type: stdout, input: gen}\n");
+        assert_one(
+            &unread,
+            "t.yaml:8:12: `d` is not read by any operator or sink",
+        );
+        assert_one(
+            &with("sinks:\n  - {name: out, type: stdout, input: out}\n"),
+            "t.yaml:8:38: input `out` is a sink",
+        );
+    }
+
+    #[test]
+    fn parallelism_limits() {
+        assert_one(
+            &format!("{}parallelism: 200\n", with(SINK)),
+            "t.yaml:9:14: `parallelism` (200) exceeds `max_parallelism` (128)",
+        );
+        assert_one(
+            &format!("{}max_parallelism: 40000\n", with(SINK)),
+            "t.yaml:9:18: `max_parallelism` must be between 1 and 32768",
+        );
+        assert_one(
+            &format!("{}parallelism: 0\n", with(SINK)),
+            "t.yaml:9:14: `parallelism` must be at least 1",
+        );
+    }
+
+    #[test]
+    fn window_needs_event_time_upstream() {
+        let text = DATAGEN.replace("    event_time: {field: ts}\n", "")
+            + "operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 10s}, aggregates: [{fn: count, as: n}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n";
+        assert_one(
+            &text,
+            "t.yaml:7:65: a `window` needs event time, but source `gen` has no `event_time`",
+        );
+        let running = with("operators:\n  - {name: r, type: aggregate, input: gen, key: [user], aggregates: [{fn: count, as: n}]}\n  - {name: w, type: aggregate, input: r, key: [user], window: {type: session, gap: 1s}, aggregates: [{fn: sum, field: n, as: t}]}\nsinks:\n  - {name: out, type: stdout, input: w}\n");
+        assert_one(
+            &running,
+            "t.yaml:9:63: a `window` needs event time, but `r` is a running aggregate",
+        );
+    }
+
+    #[test]
+    fn fields_downstream_of_an_aggregate() {
+        let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 10s}, aggregates: [{fn: count, as: n}]}\n  - {name: d, type: dedup, input: a, key: [amount]}\nsinks:\n  - {name: out, type: stdout, input: d}\n");
+        assert_one(&text, "t.yaml:9:44: field `amount` is not in the output of `a`, which has: user, window_start, window_end, n");
+    }
+
+    #[test]
+    fn duration_and_setting_errors() {
+        let text = with("operators:\n  - {name: d, type: dedup, input: gen, key: [user], ttl: 10 parsecs}\nsinks:\n  - {name: out, type: stdout, input: d}\n");
+        assert_one(&text, "t.yaml:8:58: invalid duration `10 parsecs`");
+        let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: sliding, size: 1s, slide: 2s}, aggregates: [{fn: sum, as: s}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n");
+        let errs = errors(&text);
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("t.yaml:8:98: `slide` (2s) is longer than `size` (1s)"),
+            "{errs:#?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:8:116: `fn: sum` needs a `field`"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn env_expansion() {
+        let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}/x\"}\n");
+        let p = load_with_env(&text, "t.yaml", &[], &test_env).unwrap();
+        assert!(
+            matches!(&p.nodes[1].kind, NodeKind::Sink(SinkSpec::File { dir, .. }) if dir.to_str() == Some("out-dir/x"))
+        );
+        let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${NOPE:d}/x\"}\n");
+        assert!(load_with_env(&text, "t.yaml", &[], &test_env).is_ok());
+        let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${NOPE}/x\"}\n");
+        assert_one(&text, "t.yaml:8:48: environment variable `NOPE` is not set");
+        // A later error is still located in the file's own columns.
+        let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}\", max_file_bytes: 0}\n");
+        assert_one(
+            &text,
+            "t.yaml:8:73: `max_file_bytes` must be greater than 0",
+        );
+    }
+
+    #[test]
+    fn overrides() {
+        let p = load_with_env(
+            &with(SINK),
+            "t.yaml",
+            &["parallelism=4".into(), "sources.gen.rate_limit=5".into()],
+            &test_env,
+        )
+        .unwrap();
+        assert_eq!(p.parallelism, 4);
+        assert!(matches!(&p.nodes[0].kind, NodeKind::Source(s) if s.rate_limit == Some(5.0)));
+        let p = load_with_env(
+            &with(SINK),
+            "t.yaml",
+            &["sources.0.seed=7".into()],
+            &test_env,
+        )
+        .unwrap();
+        assert!(
+            matches!(&p.nodes[0].kind, NodeKind::Source(s) if matches!(&s.kind, SourceKind::Datagen(g) if g.seed == 7))
+        );
+        assert_eq!(errors_with(&with(SINK), &["sinks.nope.path=x"]), vec!["--set sinks.nope.path=x: `sinks` has no element `nope`: expected an index below 1 or the `name` of an element"]);
+        // Errors in an overridden value are blamed on the override.
+        assert_eq!(
+            errors_with(&with(SINK), &["parallelism=0"]),
+            vec!["--set parallelism=0: `parallelism` must be at least 1, got 0"]
+        );
+    }
+
+    #[test]
+    fn all_errors_are_reported_together() {
+        let text = "\
+name: bad name
+sources:
+  - {name: gen, type: datagen, fields: {ts: {kind: timestamp}}, event_time: {field: ts}, colour: red}
+  - {name: f, type: datagen, fields: {x: {kind: int, min: 5, max: 1}}}
+operators:
+  - {name: d, type: dedup, input: f, key: [x], ttl: 0s}
+sinks:
+  - {name: out, type: stdout, input: d}
+  - {name: all, type: blackhole, input: gen}
+";
+        let errs = errors(text);
+        assert_eq!(
+            errs,
+            vec![
+                "t.yaml:1:7: the pipeline name `bad name` is invalid: expected only letters, digits, `_`, `.` and `-`",
+                "t.yaml:3:90: unknown field `colour`, expected one of `name`, `seed`, `rows`, `rate_limit`, `start_time`, `interval`, `fields`, `event_time`",
+                "t.yaml:4:59: `min` (5) is greater than `max` (1): expected min <= max",
+                "t.yaml:6:53: `ttl` must be greater than 0, got `0s`",
+            ],
+        );
+    }
+
+    #[test]
+    fn full_pipeline_compiles_with_expected_values() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["b.jsonl", "a.jsonl", ".hidden"] {
+            std::fs::write(dir.path().join(f), "{}\n").unwrap();
+        }
+        let text = format!(
+            "\
+name: orders
+parallelism: 2
+max_parallelism: 64
+sources:
+  - {{name: orders, type: file, path: {dir}, format: json, on_error: dead_letter, dead_letter: bad.jsonl,
+     rate_limit: 10, event_time: {{field: ts, max_out_of_orderness: 5s, idle_timeout: 1m}}}}
+  - {{name: gen, type: datagen, seed: 3, rows: 100, start_time: 1000, interval: 10ms,
+     fields: {{id: {{kind: sequence}}, ts: {{kind: timestamp, jitter: 5ms}}}}, event_time: {{field: ts}}}}
+operators:
+  - name: per_user
+    type: aggregate
+    input: unique
+    key: [user]
+    window: {{type: sliding, size: 10s, slide: 5s}}
+    allowed_lateness: 1s
+    aggregates: [{{fn: count, as: n}}, {{fn: sum, field: amount, as: total}}]
+  - {{name: unique, type: dedup, input: orders, key: [order_id], ttl: 1h}}
+  - {{name: running, type: aggregate, input: gen, key: [id], aggregates: [{{fn: max, field: ts, as: last}}]}}
+sinks:
+  - {{name: out, type: file, input: per_user, path: out/}}
+  - {{name: log, type: stdout, input: running}}
+",
+            dir = dir.path().display()
+        );
+        let p = load_with_env(&text, "t.yaml", &[], &test_env).unwrap();
+        assert_eq!(
+            (p.name.as_str(), p.parallelism, p.max_parallelism),
+            ("orders", 2, 64)
+        );
+        let names: Vec<&str> = p.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["orders", "gen", "unique", "per_user", "running", "out", "log"]
+        );
+        let inputs: Vec<Option<usize>> = p.nodes.iter().map(|n| n.input).collect();
+        assert_eq!(
+            inputs,
+            [None, None, Some(0), Some(2), Some(1), Some(3), Some(4)]
+        );
+        let NodeKind::Source(src) = &p.nodes[0].kind else {
+            panic!("not a source")
+        };
+        let SourceKind::File { files } = &src.kind else {
+            panic!("not a file source")
+        };
+        assert_eq!(
+            files,
+            &[dir.path().join("a.jsonl"), dir.path().join("b.jsonl")]
+        );
+        assert_eq!(src.on_error, OnError::DeadLetter("bad.jsonl".into()));
+        assert_eq!(src.rate_limit, Some(10.0));
+        let et = src.event_time.as_ref().unwrap();
+        assert_eq!(
+            (et.max_out_of_orderness, et.idle_timeout),
+            (Duration::from_secs(5), Some(Duration::from_secs(60)))
+        );
+        let NodeKind::Source(gen) = &p.nodes[1].kind else {
+            panic!("not a source")
+        };
+        let SourceKind::Datagen(g) = &gen.kind else {
+            panic!("not datagen")
+        };
+        assert_eq!(
+            (g.seed, g.rows, g.start_time, g.interval_ms),
+            (3, Some(100), 1000, 10)
+        );
+        assert_eq!(gen.on_error, OnError::Fail);
+        let NodeKind::Aggregate(agg) = &p.nodes[3].kind else {
+            panic!("not an aggregate")
+        };
+        assert_eq!(
+            agg.window,
+            Some(WindowSpec::Sliding {
+                size: Duration::from_secs(10),
+                slide: Duration::from_secs(5)
+            })
+        );
+        assert_eq!(agg.allowed_lateness, Duration::from_secs(1));
+        assert_eq!(agg.aggregates[1].func, AggFunc::Sum);
+        assert_eq!(
+            agg.output_fields(),
+            ["user", "window_start", "window_end", "n", "total"]
+        );
+        let NodeKind::Aggregate(run) = &p.nodes[4].kind else {
+            panic!("not an aggregate")
+        };
+        assert_eq!(
+            (run.emit_interval, run.output_fields()),
+            (
+                Duration::from_secs(1),
+                vec!["id".to_string(), "last".to_string()]
+            )
+        );
+        assert!(matches!(
+            &p.nodes[5].kind,
+            NodeKind::Sink(SinkSpec::File {
+                max_file_bytes: 134217728,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn unreadable_file_is_one_error_at_line_0() {
+        let e = load_file(Path::new("testdata/does-not-exist.yaml"), &[]).unwrap_err();
+        assert_eq!(e.0.len(), 1);
+        assert_eq!(e.0[0].line, 0);
+        assert!(e.0[0]
+            .to_string()
+            .starts_with("testdata/does-not-exist.yaml: cannot read the pipeline file"));
+    }
+
+    /// Every file in testdata/invalid states the errors it must produce in
+    /// `# expect: LINE:COL: substring` lines; exactly those are reported.
+    #[test]
+    fn invalid_testdata_files() {
+        let mut files: Vec<_> = std::fs::read_dir("testdata/invalid")
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert!(files.len() >= 10, "{files:?}");
+        // Every file is checked before failing, to see all mismatches at once.
+        let mut failures = Vec::new();
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let expect: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("# expect: "))
+                .collect();
+            let shown: Vec<String> = match load_file(&path, &[]) {
+                Ok(_) => Vec::new(),
+                Err(e) => e.0.iter().map(ToString::to_string).collect(),
+            };
+            let found = |want: &&str| {
+                let (place, fragment) = want.split_once(": ").unwrap_or((want, ""));
+                let prefix = format!("{}:{place}: ", path.display());
+                shown
+                    .iter()
+                    .any(|e| e.starts_with(&prefix) && e.contains(fragment))
+            };
+            if expect.is_empty() || !expect.iter().all(found) || shown.len() != expect.len() {
+                failures.push(format!(
+                    "{}: expected {expect:#?}\ngot {shown:#?}",
+                    path.display()
+                ));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}

@@ -1,0 +1,495 @@
+//! Keyed aggregation: windowed (tumbling, sliding, session) on event time,
+//! or running (no window).
+//!
+//! Output records carry `spec.output_fields()`: the key fields, then
+//! `window_start` and `window_end` (epoch ms) when windowed, then one value
+//! per aggregate alias; `raw` is the JSON object of exactly those fields.
+//!
+//! **Windowed.** Each record is added to its windows. A window `[s, e)` fires
+//! once, when the watermark reaches `e - 1 + allowed_lateness`: it is emitted
+//! (event time `e - 1`) and its state deleted. A record whose windows have
+//! all fired is late: it is counted in `records_dropped` and written to the
+//! dead letter, if any. Sliding windows take a record in every window that
+//! has not fired yet. Session windows: a record opens `[ts, ts + gap)`;
+//! sessions of a key that overlap or touch merge (with their accumulators);
+//! a record is late only if its own session has fired and it touches no open
+//! session. Windows fire in order of (window end, key group, key bytes).
+//!
+//! **Running (no window).** One accumulator per key, never expired. Every
+//! change marks the key dirty; every `emit_interval` (`on_tick`) and at the
+//! end of bounded input, each dirty key's current value is emitted (key
+//! fields + aliases, no event time), in (key group, key bytes) order, and the
+//! dirty marks are cleared. Keys unchanged since the last emission are not
+//! re-emitted. Watermarks are ignored.
+//!
+//! State (tables in this order):
+//! - tumbling, sliding: `windows` (point): key ++ start ++ end →
+//!   accumulators; `timers` (ordered): fire time ++ key ++ start ++ end → empty.
+//! - session: `sessions` (point): key → the key's open sessions sorted by
+//!   start, each start ++ end ++ accumulators (one read and write per record
+//!   even when the session grows); `timers` as above.
+//! - running: `accumulators` (point): key → accumulators; `dirty`
+//!   (ordered): key → empty.
+//!
+//! Keys are `Value::encode_key` bytes (decoded back with `decode_key` when
+//! firing); times are sign-flipped big-endian (8 bytes); accumulators use the
+//! fixed layout of `accumulator.rs`.
+
+pub mod accumulator;
+pub mod window;
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use super::dedup::{decode_time, duration_ms, encode_time, resolve_fields, KeyList};
+use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
+use crate::config::{AggregateSpec, WindowSpec};
+use crate::state::{TableId, TableKind, TableSpec};
+use crate::types::{decode_key_into, encode_key, KeyGroup, Millis, Record, Value, MAX_WATERMARK};
+use accumulator::Accumulators;
+use window::Window;
+
+// Windowed tables.
+const WINDOWS: TableId = 0;
+const SESSIONS: TableId = 0;
+const TIMERS: TableId = 1;
+// Running tables.
+const ACCS: TableId = 0;
+const DIRTY: TableId = 1;
+
+/// Above this many sliding windows per record, the spec is refused: each
+/// record would cost that many state updates.
+const MAX_WINDOWS_PER_RECORD: Millis = 10_000;
+
+#[derive(Debug, Clone, Copy)]
+enum Assigner {
+    Tumbling { size: Millis },
+    Sliding { size: Millis, slide: Millis },
+    Session { gap: Millis },
+}
+
+/// How output records are built: the aggregates and the JSON field names.
+struct Output {
+    accs: Accumulators,
+    /// `{"name":` for the first field, `,"name":` for the others.
+    json_names: Vec<Box<[u8]>>,
+}
+
+impl Output {
+    /// Build one output record from an encoded key, optional window and accumulators.
+    fn emit(&self, kg: KeyGroup, key: &[u8], window: Option<Window>, acc: &[u8], json: &mut Vec<u8>, out: &mut Vec<Record>) -> OpResult {
+        let mut fields = Vec::with_capacity(self.json_names.len());
+        if !decode_key_into(key, &mut fields) {
+            return Err(corrupt("key"));
+        }
+        if let Some(w) = window {
+            fields.push(Value::Int(w.start));
+            fields.push(Value::Int(w.end));
+        }
+        if acc.len() != self.accs.width() {
+            return Err(corrupt("accumulator"));
+        }
+        self.accs.finish(acc, &mut fields);
+        json.clear();
+        if self.json_names.is_empty() {
+            json.push(b'{');
+        }
+        for (name, value) in self.json_names.iter().zip(&fields) {
+            json.extend_from_slice(name);
+            value.write_json(json);
+        }
+        json.push(b'}');
+        let raw = String::from_utf8_lossy(json).into_owned().into_boxed_str();
+        out.push(Record { fields, raw, event_time: window.map(|w| w.end.saturating_sub(1)), key_group: kg });
+        Ok(())
+    }
+}
+
+pub struct Aggregate {
+    key_indices: Vec<usize>,
+    window: Option<Assigner>,
+    lateness: Millis,
+    emit_interval: Duration,
+    dead_letter: Option<DeadLetter>,
+    output: Output,
+    // Scratch buffers, reused across records.
+    key: Vec<u8>,
+    wkey: Vec<u8>,
+    timer: Vec<u8>,
+    acc: Vec<u8>,
+    other: Vec<u8>,
+    json: Vec<u8>,
+    windows: Vec<Window>,
+    sessions: Vec<Window>,
+    due: KeyList,
+}
+
+fn corrupt(what: &str) -> OpError {
+    OpError::Data(format!("aggregate: corrupt {what} in state"))
+}
+
+fn positive_ms(d: Duration, what: &str) -> Result<Millis, String> {
+    match duration_ms(d) {
+        ms if ms >= 1 => Ok(ms),
+        _ => Err(format!("window {what} must be at least 1ms")),
+    }
+}
+
+/// `key ++ start ++ end`, the `windows` key (and the tail of the timer key).
+fn window_key(key: &[u8], w: Window, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(key);
+    out.extend_from_slice(&encode_time(w.start));
+    out.extend_from_slice(&encode_time(w.end));
+}
+
+/// Split a `windows` key into the encoded key and the window.
+fn split_window_key(wkey: &[u8]) -> Option<(&[u8], Window)> {
+    let split = wkey.len().checked_sub(16)?;
+    let (key, times) = wkey.split_at(split);
+    Some((key, Window::new(decode_time(&times[..8]), decode_time(&times[8..]))))
+}
+
+impl Aggregate {
+    pub fn new(spec: &AggregateSpec, input_fields: &[String], dead_letter: Option<DeadLetter>) -> Result<Aggregate, String> {
+        let key_indices = resolve_fields(&spec.key, input_fields)?;
+        let accs = Accumulators::new(&spec.aggregates, input_fields)?;
+        let window = match spec.window {
+            None => None,
+            Some(WindowSpec::Tumbling { size }) => Some(Assigner::Tumbling { size: positive_ms(size, "size")? }),
+            Some(WindowSpec::Sliding { size, slide }) => {
+                let (size, slide) = (positive_ms(size, "size")?, positive_ms(slide, "slide")?);
+                if size / slide > MAX_WINDOWS_PER_RECORD {
+                    return Err(format!("sliding window: size / slide must be at most {MAX_WINDOWS_PER_RECORD} windows per record"));
+                }
+                Some(Assigner::Sliding { size, slide })
+            }
+            Some(WindowSpec::Session { gap }) => Some(Assigner::Session { gap: positive_ms(gap, "gap")? }),
+        };
+        let json_names = spec
+            .output_fields()
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mut b = vec![if i == 0 { b'{' } else { b',' }];
+                let _ = serde_json::to_writer(&mut b, name);
+                b.push(b':');
+                b.into_boxed_slice()
+            })
+            .collect();
+        Ok(Aggregate {
+            key_indices,
+            window,
+            lateness: duration_ms(spec.allowed_lateness),
+            emit_interval: spec.emit_interval.max(Duration::from_millis(1)),
+            dead_letter,
+            output: Output { accs, json_names },
+            key: Vec::new(),
+            wkey: Vec::new(),
+            timer: Vec::new(),
+            acc: Vec::new(),
+            other: Vec::new(),
+            json: Vec::new(),
+            windows: Vec::new(),
+            sessions: Vec::new(),
+            due: KeyList::default(),
+        })
+    }
+
+    fn fired(&self, w: Window, watermark: Millis) -> bool {
+        window::has_fired(w.end, self.lateness, watermark)
+    }
+
+    /// Count a late record and write it to the dead letter.
+    fn late(&self, record: &Record, w: Window, ctx: &mut Context<'_>) -> OpResult {
+        OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
+        if let Some(dl) = &self.dead_letter {
+            let reason = format!("late record: window [{}, {}) already fired at watermark {}", w.start, w.end, ctx.watermark);
+            dl.write(&ctx.info.operator, &reason, &record.raw)
+                .map_err(|e| OpError::io(format!("{}: writing dead letter {}", ctx.info.operator, dl.path().display()), e))?;
+        }
+        Ok(())
+    }
+
+    /// Add `fields` to window `w` of the current key (`self.key`), creating
+    /// the window and its timer if new.
+    fn add_to_window(&mut self, kg: KeyGroup, w: Window, fields: &[Value], ctx: &mut Context<'_>) -> OpResult {
+        window_key(&self.key, w, &mut self.wkey);
+        if ctx.state.get(WINDOWS, kg, &self.wkey, &mut self.acc)? {
+            if self.acc.len() != self.output.accs.width() {
+                return Err(corrupt("accumulator"));
+            }
+        } else {
+            self.output.accs.init(&mut self.acc);
+            self.put_timer(kg, w, ctx)?;
+        }
+        self.output.accs.add(&mut self.acc, fields);
+        ctx.state.put(WINDOWS, kg, &self.wkey, &self.acc)?;
+        Ok(())
+    }
+
+    /// Timer key for window `w` of the key whose window key is in `self.wkey`.
+    fn timer_key(&mut self, w: Window) {
+        self.timer.clear();
+        self.timer.extend_from_slice(&encode_time(window::fire_time(w.end, self.lateness)));
+        self.timer.extend_from_slice(&self.wkey);
+    }
+
+    fn put_timer(&mut self, kg: KeyGroup, w: Window, ctx: &mut Context<'_>) -> OpResult {
+        self.timer_key(w);
+        ctx.state.put(TIMERS, kg, &self.timer, &[])?;
+        Ok(())
+    }
+
+    /// Bytes per entry of a session list: start, end, accumulators.
+    fn session_stride(&self) -> usize {
+        16 + self.output.accs.width()
+    }
+
+    /// Load the sessions of `self.key`: windows into `self.sessions`, the
+    /// encoded list into `self.other`.
+    fn load_sessions(&mut self, kg: KeyGroup, ctx: &mut Context<'_>) -> OpResult {
+        self.sessions.clear();
+        if ctx.state.get(SESSIONS, kg, &self.key, &mut self.other)? {
+            let stride = self.session_stride();
+            if self.other.len() % stride != 0 {
+                return Err(corrupt("session list"));
+            }
+            self.sessions.extend(self.other.chunks_exact(stride).map(|c| Window::new(decode_time(&c[..8]), decode_time(&c[8..16]))));
+        } else {
+            self.other.clear();
+        }
+        Ok(())
+    }
+
+    fn save_sessions(&mut self, kg: KeyGroup, ctx: &mut Context<'_>) -> OpResult {
+        if self.other.is_empty() {
+            ctx.state.delete(SESSIONS, kg, &self.key)?;
+        } else {
+            ctx.state.put(SESSIONS, kg, &self.key, &self.other)?;
+        }
+        Ok(())
+    }
+
+    /// The timer of session `w` of `self.key`, into `self.timer`.
+    fn session_timer(&mut self, w: Window) {
+        window_key(&self.key, w, &mut self.wkey);
+        self.timer_key(w);
+    }
+
+    fn add_to_session(&mut self, record: &Record, ts: Millis, gap: Millis, ctx: &mut Context<'_>) -> OpResult {
+        let kg = record.key_group;
+        let new = window::session(ts, gap);
+        self.load_sessions(kg, ctx)?;
+        let (range, merged) = window::merge_session(&self.sessions, new);
+        let stride = self.session_stride();
+        if range.len() == 1 && self.sessions[range.start] == merged {
+            // The record falls inside an open session: update it in place.
+            let at = range.start * stride + 16;
+            self.output.accs.add(&mut self.other[at..at + stride - 16], &record.fields);
+            return self.save_sessions(kg, ctx);
+        }
+        if range.is_empty() && self.fired(new, ctx.watermark) {
+            // Open sessions have not fired, so only a record touching none can be late.
+            return self.late(record, new, ctx);
+        }
+        // Replace the touched sessions (maybe none) by one holding them and the record.
+        self.acc.clear();
+        self.acc.extend_from_slice(&encode_time(merged.start));
+        self.acc.extend_from_slice(&encode_time(merged.end));
+        self.acc.resize(stride, 0);
+        for i in range.clone() {
+            let at = i * stride + 16;
+            self.output.accs.merge(&mut self.acc[16..], &self.other[at..at + stride - 16]);
+            self.session_timer(self.sessions[i]);
+            ctx.state.delete(TIMERS, kg, &self.timer)?;
+        }
+        self.output.accs.add(&mut self.acc[16..], &record.fields);
+        self.other.splice(range.start * stride..range.end * stride, self.acc.iter().copied());
+        self.session_timer(merged);
+        ctx.state.put(TIMERS, kg, &self.timer, &[])?;
+        self.save_sessions(kg, ctx)
+    }
+
+    fn process_windowed(&mut self, assigner: Assigner, record: &Record, ctx: &mut Context<'_>) -> OpResult {
+        let ts = record.event_time.ok_or_else(|| OpError::Data("windowed aggregate: record without event time".into()))?;
+        encode_key(&record.fields, &self.key_indices, &mut self.key);
+        let kg = record.key_group;
+        match assigner {
+            Assigner::Tumbling { size } => {
+                let w = window::tumbling(ts, size);
+                if self.fired(w, ctx.watermark) {
+                    return self.late(record, w, ctx);
+                }
+                self.add_to_window(kg, w, &record.fields, ctx)
+            }
+            Assigner::Sliding { size, slide } => {
+                let mut windows = std::mem::take(&mut self.windows);
+                window::sliding(ts, size, slide, &mut windows);
+                let mut added = false;
+                for &w in &windows {
+                    if !self.fired(w, ctx.watermark) {
+                        self.add_to_window(kg, w, &record.fields, ctx)?;
+                        added = true;
+                    }
+                }
+                let result = match windows.last() {
+                    Some(&last) if !added => self.late(record, last, ctx),
+                    _ => Ok(()),
+                };
+                self.windows = windows;
+                result
+            }
+            Assigner::Session { gap } => self.add_to_session(record, ts, gap, ctx),
+        }
+    }
+
+    fn process_running(&mut self, record: &Record, ctx: &mut Context<'_>) -> OpResult {
+        encode_key(&record.fields, &self.key_indices, &mut self.key);
+        let kg = record.key_group;
+        if ctx.state.get(ACCS, kg, &self.key, &mut self.acc)? {
+            if self.acc.len() != self.output.accs.width() {
+                return Err(corrupt("accumulator"));
+            }
+        } else {
+            self.output.accs.init(&mut self.acc);
+        }
+        self.output.accs.add(&mut self.acc, &record.fields);
+        ctx.state.put(ACCS, kg, &self.key, &self.acc)?;
+        if !ctx.state.contains(DIRTY, kg, &self.key)? {
+            ctx.state.put(DIRTY, kg, &self.key, &[])?;
+        }
+        Ok(())
+    }
+
+    /// Fire every window whose fire time is <= `watermark`.
+    fn fire(&mut self, watermark: Millis, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        for kg in ctx.state.key_groups() {
+            ctx.state.scan_range(TIMERS, kg, &[], None, &mut |k, _| {
+                if k.len() < 8 || decode_time(k) > watermark {
+                    return ControlFlow::Break(());
+                }
+                due.push(kg, k);
+                ControlFlow::Continue(())
+            })?;
+        }
+        // Fire time orders like window end; ties broken by key group, then key.
+        due.sort_by(|(ka, a), (kb, b)| a[..8].cmp(&b[..8]).then(ka.cmp(&kb)).then_with(|| a[8..].cmp(&b[8..])));
+        let sessions = matches!(self.window, Some(Assigner::Session { .. }));
+        let mut result = Ok(());
+        for i in 0..due.len() {
+            let (kg, timer) = due.get(i);
+            result = self.fire_one(kg, timer, sessions, ctx, out);
+            if result.is_err() {
+                break;
+            }
+        }
+        due.clear();
+        self.due = due;
+        result
+    }
+
+    fn fire_one(&mut self, kg: KeyGroup, timer: &[u8], sessions: bool, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        ctx.state.delete(TIMERS, kg, timer)?;
+        let wkey = &timer[8..];
+        let (key, w) = split_window_key(wkey).ok_or_else(|| corrupt("timer"))?;
+        if sessions {
+            self.key.clear();
+            self.key.extend_from_slice(key);
+            self.load_sessions(kg, ctx)?;
+            let i = self.sessions.iter().position(|s| *s == w).ok_or_else(|| corrupt("timer without session"))?;
+            let stride = self.session_stride();
+            self.acc.clear();
+            self.acc.extend(self.other.drain(i * stride..(i + 1) * stride).skip(16));
+            self.save_sessions(kg, ctx)?;
+        } else {
+            if !ctx.state.get(WINDOWS, kg, wkey, &mut self.acc)? {
+                return Err(corrupt("timer without window"));
+            }
+            ctx.state.delete(WINDOWS, kg, wkey)?;
+        }
+        self.output.emit(kg, key, Some(w), &self.acc, &mut self.json, out)
+    }
+
+    /// Emit the current value of every dirty key and clear the marks.
+    fn emit_dirty(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        for kg in ctx.state.key_groups() {
+            ctx.state.scan_all(DIRTY, kg, &mut |k, _| {
+                due.push(kg, k);
+                ControlFlow::Continue(())
+            })?;
+        }
+        let mut result = Ok(());
+        for i in 0..due.len() {
+            let (kg, key) = due.get(i);
+            result = self.emit_running(kg, key, ctx, out);
+            if result.is_err() {
+                break;
+            }
+        }
+        due.clear();
+        self.due = due;
+        result
+    }
+
+    fn emit_running(&mut self, kg: KeyGroup, key: &[u8], ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        ctx.state.delete(DIRTY, kg, key)?;
+        if !ctx.state.get(ACCS, kg, key, &mut self.acc)? {
+            return Err(corrupt("dirty mark without accumulator"));
+        }
+        self.output.emit(kg, key, None, &self.acc, &mut self.json, out)
+    }
+}
+
+impl Operator for Aggregate {
+    fn tables(&self) -> Vec<TableSpec> {
+        match self.window {
+            None => vec![TableSpec { name: "accumulators", kind: TableKind::Point }, TableSpec { name: "dirty", kind: TableKind::Ordered }],
+            Some(Assigner::Session { .. }) => {
+                vec![TableSpec { name: "sessions", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }]
+            }
+            Some(_) => vec![TableSpec { name: "windows", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }],
+        }
+    }
+
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        match self.window {
+            Some(assigner) => batch.iter().try_for_each(|r| self.process_windowed(assigner, r, ctx)),
+            None => batch.iter().try_for_each(|r| self.process_running(r, ctx)),
+        }
+    }
+
+    fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        match self.window {
+            Some(_) => self.fire(ctx.watermark, ctx, out),
+            None => Ok(()),
+        }
+    }
+
+    fn tick_interval(&self) -> Option<Duration> {
+        self.window.is_none().then_some(self.emit_interval)
+    }
+
+    fn on_tick(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        match self.window {
+            Some(_) => Ok(()),
+            None => self.emit_dirty(ctx, out),
+        }
+    }
+
+    fn on_end_of_input(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        match self.window {
+            // The final watermark fired everything already; this only guards
+            // against a runtime that ends without it.
+            Some(_) => self.fire(MAX_WATERMARK, ctx, out),
+            None => self.emit_dirty(ctx, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+//! Window assignment and firing rules, as pure functions of time.
+//!
+//! A window is the half-open interval `[start, end)` of event time in ms.
+//! Arithmetic saturates at the ends of the i64 range instead of wrapping, so
+//! absurd timestamps give clamped windows rather than nonsense.
+
+use std::ops::Range;
+
+use crate::types::Millis;
+
+/// `[start, end)` in event-time ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Window {
+    pub start: Millis,
+    pub end: Millis,
+}
+
+impl Window {
+    pub fn new(start: Millis, end: Millis) -> Self {
+        Window { start, end }
+    }
+}
+
+/// The largest multiple of `step` that is <= `ts` (correct for negative ts).
+fn floor_to(ts: Millis, step: Millis) -> Millis {
+    ts.div_euclid(step).saturating_mul(step)
+}
+
+/// The tumbling window of `size` holding `ts`: `[floor(ts/size)*size, +size)`.
+pub fn tumbling(ts: Millis, size: Millis) -> Window {
+    let start = floor_to(ts, size);
+    Window::new(start, start.saturating_add(size))
+}
+
+/// Every sliding window `[s, s+size)` with `s` a multiple of `slide` that
+/// holds `ts`, appended to `out` (cleared first) in ascending start order.
+/// Empty when `slide > size` leaves `ts` in a gap between windows.
+pub fn sliding(ts: Millis, size: Millis, slide: Millis, out: &mut Vec<Window>) {
+    out.clear();
+    let mut start = floor_to(ts, slide);
+    while start.saturating_add(size) > ts {
+        out.push(Window::new(start, start.saturating_add(size)));
+        match start.checked_sub(slide) {
+            Some(s) => start = s,
+            None => break,
+        }
+    }
+    out.reverse();
+}
+
+/// The session window a single record opens: `[ts, ts+gap)`.
+pub fn session(ts: Millis, gap: Millis) -> Window {
+    Window::new(ts, ts.saturating_add(gap))
+}
+
+/// The watermark at which a window ending at `end` fires.
+pub fn fire_time(end: Millis, allowed_lateness: Millis) -> Millis {
+    end.saturating_sub(1).saturating_add(allowed_lateness)
+}
+
+/// True if a window ending at `end` has fired by `watermark` (a record for
+/// it now is late).
+pub fn has_fired(end: Millis, allowed_lateness: Millis, watermark: Millis) -> bool {
+    fire_time(end, allowed_lateness) <= watermark
+}
+
+/// Merge `new` into a key's sessions (sorted by start, pairwise disjoint and
+/// not touching). Returns the index range of the sessions that overlap or
+/// touch `new` (empty: none) and the union of them with `new`.
+pub fn merge_session(sessions: &[Window], new: Window) -> (Range<usize>, Window) {
+    let first = sessions.partition_point(|s| s.end < new.start);
+    let mut merged = new;
+    let mut last = first;
+    while let Some(s) = sessions.get(last).filter(|s| s.start <= new.end) {
+        merged.start = merged.start.min(s.start);
+        merged.end = merged.end.max(s.end);
+        last += 1;
+    }
+    (first..last, merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(start: Millis, end: Millis) -> Window {
+        Window::new(start, end)
+    }
+
+    #[test]
+    fn tumbling_floors_including_negative_times() {
+        assert_eq!(tumbling(0, 10), w(0, 10));
+        assert_eq!(tumbling(9, 10), w(0, 10));
+        assert_eq!(tumbling(10, 10), w(10, 20));
+        assert_eq!(tumbling(-1, 10), w(-10, 0));
+        assert_eq!(tumbling(-10, 10), w(-10, 0));
+        assert_eq!(tumbling(-11, 10), w(-20, -10));
+        // Extremes clamp instead of overflowing.
+        assert_eq!(tumbling(Millis::MAX, 10).end, Millis::MAX);
+        assert_eq!(tumbling(Millis::MIN, 10).start, Millis::MIN);
+    }
+
+    #[test]
+    fn sliding_lists_every_window_holding_ts() {
+        let mut out = Vec::new();
+        sliding(12, 10, 5, &mut out);
+        assert_eq!(out, vec![w(5, 15), w(10, 20)]);
+        sliding(10, 10, 5, &mut out);
+        assert_eq!(out, vec![w(5, 15), w(10, 20)]);
+        sliding(-1, 10, 5, &mut out);
+        assert_eq!(out, vec![w(-10, 0), w(-5, 5)]);
+        sliding(7, 30, 10, &mut out);
+        assert_eq!(out, vec![w(-20, 10), w(-10, 20), w(0, 30)]);
+        // size not a multiple of slide.
+        sliding(0, 25, 10, &mut out);
+        assert_eq!(out, vec![w(-20, 5), w(-10, 15), w(0, 25)]);
+        // A gap between hopping windows holds no window.
+        sliding(7, 5, 10, &mut out);
+        assert!(out.is_empty());
+        sliding(Millis::MIN, 10, 5, &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn fire_time_and_lateness() {
+        assert_eq!(fire_time(10, 0), 9);
+        assert_eq!(fire_time(10, 5), 14);
+        assert!(!has_fired(10, 0, 8));
+        assert!(has_fired(10, 0, 9));
+        assert!(!has_fired(10, 5, 13));
+        assert!(has_fired(10, 5, 14));
+        assert_eq!(fire_time(Millis::MAX, 100), Millis::MAX);
+    }
+
+    #[test]
+    fn sessions_merge_when_overlapping_or_touching() {
+        let s = [w(0, 10), w(20, 30), w(50, 60)];
+        // Inside one session.
+        assert_eq!(merge_session(&s, w(2, 8)), (0..1, w(0, 10)));
+        // Touching on either side counts.
+        assert_eq!(merge_session(&s, w(10, 15)), (0..1, w(0, 15)));
+        assert_eq!(merge_session(&s, w(15, 20)), (1..2, w(15, 30)));
+        // Bridging two sessions merges all three.
+        assert_eq!(merge_session(&s, w(5, 25)), (0..2, w(0, 30)));
+        assert_eq!(merge_session(&s, w(-5, 100)), (0..3, w(-5, 100)));
+        // In a gap: a new session at its sorted position.
+        assert_eq!(merge_session(&s, w(35, 45)), (2..2, w(35, 45)));
+        assert_eq!(merge_session(&s, w(70, 80)), (3..3, w(70, 80)));
+        assert_eq!(merge_session(&[], w(1, 2)), (0..0, w(1, 2)));
+        assert_eq!(session(-5, 10), w(-5, 5));
+    }
+}

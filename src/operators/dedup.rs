@@ -1,0 +1,376 @@
+//! Keyed deduplication: the first record of each key passes unchanged, later
+//! ones are suppressed.
+//!
+//! Without a TTL a key is remembered forever (`seen`: key → empty). With a
+//! TTL, a key that passed at time t suppresses records of that key with time
+//! < t + ttl; the first record at or after t + ttl passes again and restarts
+//! the TTL. Time is the record's event time in event-time pipelines, else the
+//! wall clock (`ctx.now`).
+//!
+//! State with a TTL:
+//! - `seen` (point): encoded key → expiry (i64 big-endian).
+//! - `timers` (ordered): expiry (sign-flipped big-endian) ++ encoded key → empty.
+//!   One timer per key: re-arming deletes the previous one.
+//!
+//! Expired keys leave state when their timer fires: on the watermark in
+//! event time (once no record with time < expiry can arrive, that is when
+//! the watermark reaches expiry - 1), on the tick in processing time (once
+//! `now` reaches expiry).
+//! A late record (event time <= watermark) whose key was already cleaned up
+//! passes again: dedup never drops records for being late.
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use super::{Context, OpError, OpResult, Operator};
+use crate::config::DedupSpec;
+use crate::state::{TableId, TableKind, TableSpec};
+use crate::types::{encode_key, KeyGroup, Millis, Record};
+
+const SEEN: TableId = 0;
+const TIMERS: TableId = 1;
+
+pub struct Dedup {
+    key_indices: Vec<usize>,
+    /// TTL in ms; None keeps keys forever.
+    ttl: Option<Millis>,
+    event_time: bool,
+    // Scratch buffers, reused across records.
+    key: Vec<u8>,
+    value: Vec<u8>,
+    timer: Vec<u8>,
+    due: KeyList,
+}
+
+impl Dedup {
+    pub fn new(spec: &DedupSpec, input_fields: &[String], event_time: bool) -> Result<Dedup, String> {
+        let key_indices = resolve_fields(&spec.key, input_fields)?;
+        let ttl = spec.ttl.map(duration_ms);
+        Ok(Dedup { key_indices, ttl, event_time, key: Vec::new(), value: Vec::new(), timer: Vec::new(), due: KeyList::default() })
+    }
+
+    /// Delete every key whose expiry is <= `bound`, in all owned key groups.
+    fn expire(&mut self, bound: Millis, ctx: &mut Context<'_>) -> OpResult {
+        let Some(_) = self.ttl else { return Ok(()) };
+        self.due.clear();
+        for kg in ctx.state.key_groups() {
+            let due = &mut self.due;
+            ctx.state.scan_range(TIMERS, kg, &[], None, &mut |k, _| {
+                if k.len() < 8 || decode_time(k) > bound {
+                    return ControlFlow::Break(());
+                }
+                due.push(kg, k);
+                ControlFlow::Continue(())
+            })?;
+        }
+        for i in 0..self.due.len() {
+            let (kg, timer) = self.due.get(i);
+            ctx.state.delete(TIMERS, kg, timer)?;
+            let (expiry, key) = timer.split_at(8);
+            // The key may have been re-armed since; only its own timer removes it.
+            if ctx.state.get(SEEN, kg, key, &mut self.value)? && self.value[..] == decode_time(expiry).to_be_bytes() {
+                ctx.state.delete(SEEN, kg, key)?;
+            }
+        }
+        self.due.clear();
+        Ok(())
+    }
+}
+
+impl Operator for Dedup {
+    fn tables(&self) -> Vec<TableSpec> {
+        let mut t = vec![TableSpec { name: "seen", kind: TableKind::Point }];
+        if self.ttl.is_some() {
+            t.push(TableSpec { name: "timers", kind: TableKind::Ordered });
+        }
+        t
+    }
+
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        for record in batch {
+            encode_key(&record.fields, &self.key_indices, &mut self.key);
+            let kg = record.key_group;
+            let Some(ttl) = self.ttl else {
+                if !ctx.state.contains(SEEN, kg, &self.key)? {
+                    ctx.state.put(SEEN, kg, &self.key, &[])?;
+                    out.push(record);
+                }
+                continue;
+            };
+            let now = if self.event_time {
+                record.event_time.ok_or_else(|| OpError::Data("dedup: record without event time in an event-time pipeline".into()))?
+            } else {
+                ctx.now
+            };
+            if ctx.state.get(SEEN, kg, &self.key, &mut self.value)? {
+                let old = read_i64(&self.value).ok_or_else(|| OpError::Data("dedup: corrupt `seen` entry".into()))?;
+                if now < old {
+                    continue;
+                }
+                timer_key(old, &self.key, &mut self.timer);
+                ctx.state.delete(TIMERS, kg, &self.timer)?;
+            }
+            let expiry = now.saturating_add(ttl);
+            ctx.state.put(SEEN, kg, &self.key, &expiry.to_be_bytes())?;
+            timer_key(expiry, &self.key, &mut self.timer);
+            ctx.state.put(TIMERS, kg, &self.timer, &[])?;
+            out.push(record);
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        if self.event_time {
+            // Watermark W: no more records with time <= W, so a key expiring
+            // at W + 1 can no longer suppress anything.
+            self.expire(ctx.watermark.saturating_add(1), ctx)?;
+        }
+        Ok(())
+    }
+
+    fn tick_interval(&self) -> Option<Duration> {
+        match self.ttl {
+            Some(ttl) if !self.event_time => Some(Duration::from_millis(ttl.clamp(1, 1000) as u64)),
+            _ => None,
+        }
+    }
+
+    fn on_tick(&mut self, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        if !self.event_time {
+            self.expire(ctx.now, ctx)?;
+        }
+        Ok(())
+    }
+}
+
+// Helpers below are shared with `aggregate`.
+
+/// Resolve field names to indices in the input schema.
+pub(crate) fn resolve_fields(names: &[String], input_fields: &[String]) -> Result<Vec<usize>, String> {
+    names
+        .iter()
+        .map(|n| {
+            input_fields.iter().position(|f| f == n).ok_or_else(|| format!("unknown field `{n}` (input has: {})", input_fields.join(", ")))
+        })
+        .collect()
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn duration_ms(d: Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
+/// Sign-flipped big-endian time: byte order equals numeric order.
+pub(crate) fn encode_time(t: Millis) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// Inverse of `encode_time`; `b` must hold at least 8 bytes (else MAX).
+pub(crate) fn decode_time(b: &[u8]) -> Millis {
+    match b.get(..8).and_then(|s| <[u8; 8]>::try_from(s).ok()) {
+        Some(a) => (u64::from_be_bytes(a) ^ (1 << 63)) as Millis,
+        None => Millis::MAX,
+    }
+}
+
+/// A list of (key group, byte string) kept in one flat buffer, so collecting
+/// due timers allocates nothing once the buffers have grown.
+#[derive(Default)]
+pub(crate) struct KeyList {
+    bytes: Vec<u8>,
+    entries: Vec<(KeyGroup, usize, usize)>,
+}
+
+impl KeyList {
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.entries.clear();
+    }
+
+    pub(crate) fn push(&mut self, kg: KeyGroup, key: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.entries.push((kg, start, self.bytes.len()));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> (KeyGroup, &[u8]) {
+        let (kg, start, end) = self.entries[i];
+        (kg, &self.bytes[start..end])
+    }
+
+    /// Sort entries with `cmp` over (key group, bytes).
+    pub(crate) fn sort_by(&mut self, mut cmp: impl FnMut((KeyGroup, &[u8]), (KeyGroup, &[u8])) -> std::cmp::Ordering) {
+        let bytes = &self.bytes;
+        self.entries.sort_unstable_by(|a, b| cmp((a.0, &bytes[a.1..a.2]), (b.0, &bytes[b.1..b.2])));
+    }
+}
+
+fn read_i64(b: &[u8]) -> Option<i64> {
+    Some(i64::from_be_bytes(b.try_into().ok()?))
+}
+
+fn timer_key(t: Millis, key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&encode_time(t));
+    out.extend_from_slice(key);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::operators::{OperatorMetrics, SubtaskInfo};
+    use crate::state::memory::MemoryState;
+    use crate::state::KeyedState;
+    use crate::types::{key_group_of, Value};
+
+    const MAX_PAR: u16 = 16;
+
+    struct Harness {
+        op: Dedup,
+        info: SubtaskInfo,
+        state: MemoryState,
+        metrics: Arc<OperatorMetrics>,
+        watermark: Millis,
+        now: Millis,
+    }
+
+    impl Harness {
+        fn new(ttl: Option<Duration>, event_time: bool) -> Self {
+            let spec = DedupSpec { key: vec!["id".into()], ttl };
+            let op = Dedup::new(&spec, &["v".into(), "id".into()], event_time).unwrap();
+            let state = MemoryState::new(&op.tables(), 0..MAX_PAR);
+            let info = SubtaskInfo { operator: "dedup".into(), index: 0, parallelism: 1, max_parallelism: MAX_PAR };
+            Harness { op, info, state, metrics: Arc::default(), watermark: Millis::MIN, now: 0 }
+        }
+
+        fn run(&mut self, f: impl FnOnce(&mut Dedup, &mut Context<'_>, &mut Vec<Record>) -> OpResult) -> Vec<Record> {
+            let mut ctx =
+                Context { info: &self.info, state: &mut self.state, metrics: &self.metrics, watermark: self.watermark, now: self.now };
+            let mut out = Vec::new();
+            f(&mut self.op, &mut ctx, &mut out).unwrap();
+            out
+        }
+
+        /// Feed (id, event time) records; return the `v` of those that passed.
+        fn feed(&mut self, input: &[(&str, Millis)]) -> Vec<i64> {
+            let batch = input.iter().enumerate().map(|(i, &(id, t))| rec(i as i64, id, t)).collect();
+            self.run(|op, ctx, out| op.process(batch, ctx, out)).iter().map(|r| r.fields[0].as_f64().unwrap() as i64).collect()
+        }
+
+        fn watermark(&mut self, w: Millis) {
+            self.watermark = w;
+            self.run(|op, ctx, out| op.on_watermark(ctx, out));
+        }
+
+        fn tick(&mut self, now: Millis) {
+            self.now = now;
+            self.run(|op, ctx, out| op.on_tick(ctx, out));
+        }
+    }
+
+    fn rec(v: i64, id: &str, t: Millis) -> Record {
+        let fields = vec![Value::Int(v), Value::Str(id.into())];
+        let mut key = Vec::new();
+        encode_key(&fields, &[1], &mut key);
+        let mut r = Record::new(fields, format!("{{\"v\":{v},\"id\":\"{id}\"}}").into(), Some(t));
+        r.key_group = key_group_of(&key, MAX_PAR);
+        r
+    }
+
+    #[test]
+    fn keeps_first_record_per_key_forever_without_ttl() {
+        let mut h = Harness::new(None, true);
+        assert_eq!(h.op.tables().len(), 1);
+        assert_eq!(h.feed(&[("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)]), vec![0, 1, 3]);
+        // The original record is passed through unchanged.
+        let batch = vec![rec(9, "z", 7)];
+        let out = h.run(|op, ctx, out| op.process(batch.clone(), ctx, out));
+        assert_eq!(out, batch);
+        h.watermark(Millis::MAX);
+        assert_eq!(h.feed(&[("a", 1_000_000)]), Vec::<i64>::new());
+        assert_eq!(h.state.len(SEEN), 4);
+        assert_eq!(h.op.tick_interval(), None);
+    }
+
+    #[test]
+    fn event_time_ttl_passes_again_and_state_shrinks() {
+        let mut h = Harness::new(Some(Duration::from_millis(10)), true);
+        assert_eq!(h.op.tick_interval(), None, "event time cleans up on watermarks");
+        // a@100 arms expiry 110; a@109 suppressed; a@110 passes and re-arms 120.
+        assert_eq!(h.feed(&[("a", 100), ("b", 101), ("a", 109), ("a", 110), ("a", 119), ("b", 111)]), vec![0, 1, 3, 5]);
+        assert_eq!(h.state.len(SEEN), 2);
+        assert_eq!(h.state.len(TIMERS), 2, "one timer per key: re-arming replaces the old one");
+        // a expires at 120, b at 121: watermark 119 means no record <= 119 comes.
+        h.watermark(118);
+        assert_eq!(h.state.len(SEEN), 2, "a@119 could still arrive");
+        h.watermark(119);
+        assert_eq!(h.state.len(SEEN), 1);
+        assert_eq!(h.state.len(TIMERS), 1);
+        h.watermark(Millis::MAX);
+        assert_eq!(h.state.len(SEEN), 0);
+        assert_eq!(h.state.len(TIMERS), 0);
+    }
+
+    #[test]
+    fn event_time_out_of_order_within_ttl_is_suppressed() {
+        let mut h = Harness::new(Some(Duration::from_millis(10)), true);
+        assert_eq!(h.feed(&[("a", 100), ("a", 95), ("a", -5)]), vec![0]);
+    }
+
+    #[test]
+    fn processing_time_ttl_uses_now_and_ticks() {
+        let mut h = Harness::new(Some(Duration::from_secs(5)), false);
+        assert_eq!(h.op.tick_interval(), Some(Duration::from_secs(1)));
+        h.now = 1_000;
+        // Event times are ignored in processing time.
+        assert_eq!(h.feed(&[("a", 0), ("a", 99_999)]), vec![0]);
+        h.now = 5_999;
+        assert_eq!(h.feed(&[("a", 0), ("b", 0)]), vec![1]);
+        h.tick(5_999);
+        assert_eq!(h.state.len(SEEN), 2);
+        h.tick(6_000);
+        assert_eq!(h.state.len(SEEN), 1, "a expired at 6000");
+        h.now = 6_500;
+        assert_eq!(h.feed(&[("a", 0), ("a", 0)]), vec![0]);
+        h.tick(20_000);
+        assert_eq!(h.state.len(SEEN), 0);
+        assert_eq!(h.state.len(TIMERS), 0);
+    }
+
+    #[test]
+    fn stale_timer_does_not_remove_a_rearmed_key() {
+        let mut h = Harness::new(Some(Duration::from_millis(10)), true);
+        h.feed(&[("a", 0)]);
+        // Simulate a leftover timer for an older expiry of the same key.
+        let kg = rec(0, "a", 0).key_group;
+        let mut key = Vec::new();
+        encode_key(&[Value::Str("a".into())], &[0], &mut key);
+        let mut t = Vec::new();
+        timer_key(5, &key, &mut t);
+        h.state.put(TIMERS, kg, &t, &[]).unwrap();
+        h.watermark(8);
+        assert_eq!(h.state.len(SEEN), 1);
+        assert_eq!(h.feed(&[("a", 9)]), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn unknown_key_field_is_an_error() {
+        let spec = DedupSpec { key: vec!["nope".into()], ttl: None };
+        assert!(Dedup::new(&spec, &["id".into()], false).is_err());
+    }
+
+    #[test]
+    fn time_encoding_orders_negative_times() {
+        let times = [Millis::MIN, -1_000, -1, 0, 1, 1_000, Millis::MAX];
+        for w in times.windows(2) {
+            assert!(encode_time(w[0]) < encode_time(w[1]));
+            assert_eq!(decode_time(&encode_time(w[0])), w[0]);
+        }
+    }
+}
