@@ -25,16 +25,11 @@ fn rel(p: &std::path::Path) -> String {
 }
 
 fn items<'a>(doc: &'a Value, list: &str) -> Vec<&'a Value> {
-    doc.get(list)
-        .and_then(Value::as_sequence)
-        .map(|s| s.iter().collect())
-        .unwrap_or_default()
+    doc.get(list).and_then(Value::as_sequence).map(|s| s.iter().collect()).unwrap_or_default()
 }
 
 fn is_unbounded(doc: &Value) -> bool {
-    items(doc, "sources")
-        .iter()
-        .any(|s| s["type"] == "datagen" && s.get("rows").is_none())
+    items(doc, "sources").iter().any(|s| s["type"] == "datagen" && s.get("rows").is_none())
 }
 
 #[test]
@@ -50,8 +45,7 @@ fn every_example_validates() {
 fn every_example_runs_and_writes_output() {
     for path in examples() {
         let name = rel(&path);
-        let doc: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap())
-            .expect("example is YAML");
+        let doc: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).expect("example is YAML");
         let dir = tmp();
         let mut cmd = weir_run(&name, 2);
         // Redirect every file sink and dead-letter file into the temp dir.
@@ -70,20 +64,12 @@ fn every_example_runs_and_writes_output() {
         }
         for (i, s) in items(&doc, "sources").iter().enumerate() {
             if s.get("dead_letter").is_some() {
-                cmd = cmd.set(
-                    &format!("sources.{i}.dead_letter"),
-                    dir.path().join(format!("dead{i}.jsonl")),
-                );
+                cmd = cmd.set(&format!("sources.{i}.dead_letter"), dir.path().join(format!("dead{i}.jsonl")));
             }
         }
         let o = if is_unbounded(&doc) {
             let run = cmd.spawn();
-            wait_for_output(
-                &run,
-                sink_dirs
-                    .first()
-                    .expect("an unbounded example writes files"),
-            );
+            wait_for_output(&run, sink_dirs.first().expect("an unbounded example writes files"));
             run.terminate();
             run.wait_for(Duration::from_secs(10))
         } else {
@@ -91,11 +77,7 @@ fn every_example_runs_and_writes_output() {
         };
         o.expect_code(0);
         for d in &sink_dirs {
-            assert!(
-                !sink_lines(d).is_empty(),
-                "{name}: sink {} is empty",
-                d.display()
-            );
+            assert!(!sink_lines(d).is_empty(), "{name}: sink {} is empty", d.display());
         }
         if stdout_sinks > 0 {
             assert!(!o.stdout.trim().is_empty(), "{name}: nothing on stdout");

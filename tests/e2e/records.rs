@@ -10,8 +10,7 @@ pub type Obj = IndexMap<String, Value>;
 
 #[track_caller]
 pub fn parse(line: &str) -> Obj {
-    serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("output line is not a JSON object ({e}): {line}"))
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("output line is not a JSON object ({e}): {line}"))
 }
 
 /// A canonical text for an output record: fields in their order, each value

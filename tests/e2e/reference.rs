@@ -23,14 +23,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return None;
     }
-    let (y, mo, d, h, mi, sec) = (
-        num(0..4)?,
-        num(5..7)?,
-        num(8..10)?,
-        num(11..13)?,
-        num(14..16)?,
-        num(17..19)?,
-    );
+    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
     let mut i = 19;
     let mut ms = 0;
     if b.get(i) == Some(&b'.') {
@@ -40,9 +33,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
             i += 1;
         }
         let frac = &s[start..i];
-        ms = format!("{:0<3}", &frac[..frac.len().min(3)])
-            .parse::<i64>()
-            .ok()?;
+        ms = format!("{:0<3}", &frac[..frac.len().min(3)]).parse::<i64>().ok()?;
     }
     let offset_min = match &s[i..] {
         "Z" | "z" => 0,
@@ -88,19 +79,13 @@ pub fn classify(line: &[u8], keys: &[&str], ts_field: Option<&str>) -> Option<bo
 
 /// The key of a record: the JSON text of each key field (missing = null).
 fn key_of(o: &Obj, key: &[&str]) -> Vec<String> {
-    key.iter()
-        .map(|k| o.get(*k).unwrap_or(&Value::Null).to_string())
-        .collect()
+    key.iter().map(|k| o.get(*k).unwrap_or(&Value::Null).to_string()).collect()
 }
 
 /// dedup: the first line per key passes unchanged.
 pub fn dedup(lines: &[String], key: &[&str]) -> Vec<String> {
     let mut seen = HashSet::new();
-    lines
-        .iter()
-        .filter(|l| seen.insert(key_of(&parse(l), key)))
-        .cloned()
-        .collect()
+    lines.iter().filter(|l| seen.insert(key_of(&parse(l), key))).cloned().collect()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -123,13 +108,7 @@ pub enum Func {
 pub type Agg = (Func, Option<&'static str>, &'static str);
 
 /// Windowed (or, with `window: None`, running and final) aggregate of `lines`.
-pub fn aggregate(
-    lines: &[String],
-    key: &[&str],
-    ts_field: &str,
-    window: Option<Window>,
-    aggs: &[Agg],
-) -> Vec<Obj> {
+pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<Window>, aggs: &[Agg]) -> Vec<Obj> {
     // (key values, window) -> records, keys kept as parsed values for output.
     let mut groups: BTreeMap<(Vec<String>, i64, i64), (Vec<Value>, Vec<Obj>)> = BTreeMap::new();
     let records: Vec<Obj> = lines.iter().map(|l| parse(l)).collect();
@@ -138,17 +117,10 @@ pub fn aggregate(
         by_key.entry(key_of(&r, key)).or_default().push(r);
     }
     for (k, mut rs) in by_key {
-        let key_values: Vec<Value> = key
-            .iter()
-            .map(|f| rs[0].get(*f).cloned().unwrap_or(Value::Null))
-            .collect();
+        let key_values: Vec<Value> = key.iter().map(|f| rs[0].get(*f).cloned().unwrap_or(Value::Null)).collect();
         let ts = |o: &Obj| event_time(o, ts_field).expect("reference input has event times");
         let mut put = |s: i64, e: i64, r: &Obj| {
-            groups
-                .entry((k.clone(), s, e))
-                .or_insert_with(|| (key_values.clone(), Vec::new()))
-                .1
-                .push(r.clone());
+            groups.entry((k.clone(), s, e)).or_insert_with(|| (key_values.clone(), Vec::new())).1.push(r.clone());
         };
         match window {
             None => rs.iter().for_each(|r| put(0, 0, r)),
@@ -176,10 +148,7 @@ pub fn aggregate(
                 for r in &rs {
                     if let Some(last) = session.last() {
                         let d = ts(r) - ts(last);
-                        assert_ne!(
-                            d, gap,
-                            "test data: records exactly `gap` apart make session merging ambiguous"
-                        );
+                        assert_ne!(d, gap, "test data: records exactly `gap` apart make session merging ambiguous");
                         if d > gap {
                             flush(&mut session);
                         }
@@ -233,20 +202,12 @@ fn apply(func: Func, field: Option<&str>, rs: &[Obj]) -> Value {
     let f = |n: &Number| n.as_f64().unwrap();
     match func {
         Func::Count => unreachable!(),
-        Func::Sum if all_ints => values
-            .iter()
-            .map(|n| n.as_i64().unwrap())
-            .sum::<i64>()
-            .into(),
+        Func::Sum if all_ints => values.iter().map(|n| n.as_i64().unwrap()).sum::<i64>().into(),
         Func::Sum => float(values.iter().map(|n| f(n)).sum()),
         Func::Avg => float(values.iter().map(|n| f(n)).sum::<f64>() / values.len() as f64),
         // Min/max keep the input's type: return the winning input number itself.
-        Func::Min => {
-            Value::Number((*values.iter().min_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone())
-        }
-        Func::Max => {
-            Value::Number((*values.iter().max_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone())
-        }
+        Func::Min => Value::Number((*values.iter().min_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone()),
+        Func::Max => Value::Number((*values.iter().max_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone()),
     }
 }
 
@@ -261,39 +222,19 @@ mod tests {
     #[test]
     fn rfc3339_parses_utc_and_offsets() {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:01.5Z"), Some(1500));
-        assert_eq!(
-            parse_rfc3339("2023-11-14T22:13:20.974Z"),
-            Some(1_700_000_000_974)
-        );
-        assert_eq!(
-            parse_rfc3339("2023-11-15T00:13:20.974+02:00"),
-            Some(1_700_000_000_974)
-        );
-        assert_eq!(
-            parse_rfc3339("2023-11-14T16:43:20.968-05:30"),
-            Some(1_700_000_000_968)
-        );
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20.974Z"), Some(1_700_000_000_974));
+        assert_eq!(parse_rfc3339("2023-11-15T00:13:20.974+02:00"), Some(1_700_000_000_974));
+        assert_eq!(parse_rfc3339("2023-11-14T16:43:20.968-05:30"), Some(1_700_000_000_968));
         assert_eq!(parse_rfc3339("yesterday"), None);
     }
 
     #[test]
     fn windows_assign_as_specified() {
-        let lines: Vec<String> = [(1, 5), (1, 10_500), (1, 12_000), (2, 19_999)]
-            .iter()
-            .map(|(u, t)| format!(r#"{{"u":{u},"ts":{t}}}"#))
-            .collect();
+        let lines: Vec<String> =
+            [(1, 5), (1, 10_500), (1, 12_000), (2, 19_999)].iter().map(|(u, t)| format!(r#"{{"u":{u},"ts":{t}}}"#)).collect();
         let count = [(Func::Count, None, "n")];
-        let tumbling = aggregate(
-            &lines,
-            &["u"],
-            "ts",
-            Some(Window::Tumbling { size: 10_000 }),
-            &count,
-        );
-        let text: Vec<String> = tumbling
-            .iter()
-            .map(super::super::records::canonical)
-            .collect();
+        let tumbling = aggregate(&lines, &["u"], "ts", Some(Window::Tumbling { size: 10_000 }), &count);
+        let text: Vec<String> = tumbling.iter().map(super::super::records::canonical).collect();
         assert_eq!(
             text,
             [
@@ -302,28 +243,10 @@ mod tests {
                 "{u=2i, window_start=10000i, window_end=20000i, n=1i}",
             ]
         );
-        let sliding = aggregate(
-            &lines,
-            &["u"],
-            "ts",
-            Some(Window::Sliding {
-                size: 10_000,
-                slide: 5_000,
-            }),
-            &count,
-        );
+        let sliding = aggregate(&lines, &["u"], "ts", Some(Window::Sliding { size: 10_000, slide: 5_000 }), &count);
         assert_eq!(sliding.len(), 6, "{sliding:?}");
-        let session = aggregate(
-            &lines,
-            &["u"],
-            "ts",
-            Some(Window::Session { gap: 2_000 }),
-            &count,
-        );
-        let text: Vec<String> = session
-            .iter()
-            .map(super::super::records::canonical)
-            .collect();
+        let session = aggregate(&lines, &["u"], "ts", Some(Window::Session { gap: 2_000 }), &count);
+        let text: Vec<String> = session.iter().map(super::super::records::canonical).collect();
         assert_eq!(
             text,
             [

@@ -21,14 +21,8 @@ pub struct Weir {
 
 pub fn weir<S: AsRef<str>>(args: &[S]) -> Weir {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.current_dir(repo())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut w = Weir {
-        cmd,
-        line: vec!["weir".into()],
-    };
+    cmd.current_dir(repo()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut w = Weir { cmd, line: vec!["weir".into()] };
     for a in args {
         w = w.arg(a.as_ref());
     }
@@ -37,13 +31,7 @@ pub fn weir<S: AsRef<str>>(args: &[S]) -> Weir {
 
 /// `weir run PIPELINE -p N --no-progress`.
 pub fn weir_run(pipeline: &str, parallelism: u32) -> Weir {
-    weir(&[
-        "run",
-        pipeline,
-        "--no-progress",
-        "-p",
-        &parallelism.to_string(),
-    ])
+    weir(&["run", pipeline, "--no-progress", "-p", &parallelism.to_string()])
 }
 
 impl Weir {
@@ -55,8 +43,7 @@ impl Weir {
 
     /// `--set KEY=VALUE`.
     pub fn set(self, key: &str, value: impl AsRef<Path>) -> Self {
-        self.arg("--set")
-            .arg(format!("{key}={}", value.as_ref().display()))
+        self.arg("--set").arg(format!("{key}={}", value.as_ref().display()))
     }
 
     pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
@@ -73,12 +60,7 @@ impl Weir {
         let mut child = self.cmd.spawn().expect("spawning weir");
         let out = drain(child.stdout.take().unwrap());
         let err = drain(child.stderr.take().unwrap());
-        Running {
-            child,
-            out: Some(out),
-            err: Some(err),
-            line: self.line.join(" "),
-        }
+        Running { child, out: Some(out), err: Some(err), line: self.line.join(" ") }
     }
 
     /// Run to completion (or kill after RUN_TIMEOUT and fail).
@@ -124,10 +106,7 @@ impl Running {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 let err = self.err.take().unwrap().join().unwrap_or_default();
-                panic!(
-                    "`{}` did not finish within {limit:?}; stderr:\n{err}",
-                    self.line
-                );
+                panic!("`{}` did not finish within {limit:?}; stderr:\n{err}", self.line);
             }
             std::thread::sleep(Duration::from_millis(5));
         };
@@ -142,11 +121,7 @@ impl Running {
 
     /// Send SIGTERM (through `kill`, so the tests need no libc).
     pub fn terminate(&self) {
-        let st = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("running kill");
+        let st = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().expect("running kill");
         assert!(st.success(), "kill -TERM failed");
     }
 }
@@ -190,21 +165,13 @@ impl Outcome {
 
     #[track_caller]
     pub fn expect_stderr_contains(&self, needle: &str) {
-        assert!(
-            self.stderr.contains(needle),
-            "`{}`: stderr lacks {needle:?}; stderr:\n{}",
-            self.line,
-            self.stderr
-        );
+        assert!(self.stderr.contains(needle), "`{}`: stderr lacks {needle:?}; stderr:\n{}", self.line, self.stderr);
     }
 }
 
 /// A temporary directory that is removed when the test ends.
 pub fn tmp() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("weir-e2e-")
-        .tempdir()
-        .expect("creating a temp dir")
+    tempfile::Builder::new().prefix("weir-e2e-").tempdir().expect("creating a temp dir")
 }
 
 /// The visible part files of a sink directory (hidden in-progress files are
@@ -226,23 +193,14 @@ pub fn hidden_files(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    entries
-        .map(|e| {
-            e.expect("reading sink dir")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|n| n.starts_with('.'))
-        .collect()
+    entries.map(|e| e.expect("reading sink dir").file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with('.')).collect()
 }
 
 /// Every line of every visible part file of a sink, in file order.
 pub fn sink_lines(dir: &Path) -> Vec<String> {
     let mut lines = Vec::new();
     for f in part_files(dir) {
-        let text =
-            std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
         lines.extend(text.lines().map(String::from));
     }
     lines
@@ -250,8 +208,7 @@ pub fn sink_lines(dir: &Path) -> Vec<String> {
 
 /// The lines of a repository file, as text.
 pub fn input_lines(rel: &str) -> Vec<String> {
-    let text =
-        std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
+    let text = std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
     text.lines().map(String::from).collect()
 }
 
