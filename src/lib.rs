@@ -4,6 +4,7 @@
 //! (operators × parallelism, edges, chains) → `runtime` (tokio tasks,
 //! channels, watermarks) → `operators` → `state`. The `cli` sits at the edge.
 
+pub mod cli;
 pub mod config;
 pub mod operators;
 pub mod state;

@@ -105,20 +105,6 @@ pub struct AggregateSpec {
     pub dead_letter: Option<PathBuf>,
 }
 
-impl AggregateSpec {
-    /// The output schema: key fields in order, then `window_start` and
-    /// `window_end` if windowed, then the `as` aliases in order.
-    pub fn output_fields(&self) -> Vec<String> {
-        let mut fields = self.key.clone();
-        if self.window.is_some() {
-            fields.push("window_start".to_string());
-            fields.push("window_end".to_string());
-        }
-        fields.extend(self.aggregates.iter().map(|a| a.alias.clone()));
-        fields
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowSpec {
     Tumbling { size: Duration },
