@@ -46,3 +46,28 @@ fn assert_no_gaps(seqs: &mut [u64], p: u64) {
         assert!(mine == want, "subtask {r}/{p}: rows lost or repeated in the drain (got {} rows, last {:?})", mine.len(), mine.last());
     }
 }
+
+#[test]
+fn windows_fire_on_the_watermark_before_the_input_ends() {
+    // 1 row per ms of event time: every fired 1 s window holds 1000 rows over
+    // all devices. A stop does not fire open windows, so every window in the
+    // output must be complete.
+    for p in [1, 2] {
+        let dir = tmp();
+        let out = dir.path().join("out");
+        let run = weir_run("pipelines/live_windows.yaml", p).set("sinks.out.path", &out).set("sinks.out.max_file_bytes", "1").spawn();
+        let fired = wait_until(Duration::from_secs(20), || sink_lines(&out).len() >= 10);
+        assert!(fired, "-p {p}: no window results published while running");
+        run.terminate();
+        run.wait_for(Duration::from_secs(10)).expect_code(0);
+        let mut per_window: std::collections::BTreeMap<i64, i64> = Default::default();
+        for l in sink_lines(&out) {
+            let o = super::records::parse(&l);
+            assert_eq!(o.keys().collect::<Vec<_>>(), ["device", "window_start", "window_end", "n", "total"], "{l}");
+            *per_window.entry(o["window_start"].as_i64().unwrap()).or_default() += o["n"].as_i64().unwrap();
+        }
+        for (start, n) in per_window {
+            assert_eq!(n, 1000, "-p {p}: window at {start} has {n} rows over all devices");
+        }
+    }
+}
