@@ -6,6 +6,7 @@
 mod bad_input;
 mod cli;
 mod examples;
+mod file_sink;
 mod golden;
 mod records;
 mod reference;
