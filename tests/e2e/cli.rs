@@ -1,0 +1,107 @@
+//! The command line contract: exit codes, `--set`, `${ENV}`, `-p`.
+
+use super::records::parse;
+use super::util::{sink_lines, tmp, weir, weir_run};
+
+#[test]
+fn missing_pipeline_file_exits_2() {
+    let o = weir(&["run", "pipelines/does-not-exist.yaml", "--no-progress"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("does-not-exist.yaml");
+    weir(&["validate", "pipelines/does-not-exist.yaml"]).run().expect_code(2);
+}
+
+#[test]
+fn bad_flag_exits_2() {
+    weir(&["run", "pipelines/dedup.yaml", "--no-such-flag"]).run().expect_code(2);
+    weir(&["no-such-command"]).run().expect_code(2);
+    weir(&["run", "pipelines/dedup.yaml", "-p", "not-a-number"]).run().expect_code(2);
+}
+
+#[test]
+fn bad_override_exits_2_and_names_it() {
+    let o = weir(&["run", "pipelines/dedup.yaml", "--no-progress", "--set", "no_such_key.deeper=1"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("no_such_key");
+    let o = weir(&["validate", "pipelines/dedup.yaml", "--set", "operators.unique.ttl=soon"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("--set operators.unique.ttl=soon");
+}
+
+#[test]
+fn validate_prints_nothing_alarming_for_a_valid_pipeline() {
+    let o = weir(&["validate", "pipelines/tumbling.yaml"]).run();
+    o.expect_code(0);
+    assert!(o.stdout.contains("valid"), "{}", o.stdout);
+}
+
+#[test]
+fn set_overrides_reach_the_running_pipeline() {
+    // Window size by name path, sink path by index: windows are 20 s long.
+    let dir = tmp();
+    let out = dir.path().join("out");
+    weir_run("pipelines/tumbling.yaml", 1).set("operators.per_user.window.size", "20s").set("sinks.0.path", &out).ok();
+    let lines = sink_lines(&out);
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let o = parse(l);
+        let (s, e) = (o["window_start"].as_i64().unwrap(), o["window_end"].as_i64().unwrap());
+        assert_eq!((e - s, s % 20_000), (20_000, 0), "{l}");
+    }
+}
+
+#[test]
+fn parallelism_flag_and_set_agree() {
+    let dir = tmp();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    weir_run("pipelines/dedup.yaml", 3).set("sinks.out.path", &a).ok();
+    weir(&["run", "pipelines/dedup.yaml", "--no-progress", "--set", "parallelism=3"]).set("sinks.out.path", &b).ok();
+    // Three sink subtasks each publish their own part file.
+    for d in [&a, &b] {
+        let names: Vec<String> = super::util::part_files(d).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        for s in 0..3 {
+            assert!(names.iter().any(|n| n.starts_with(&format!("part-{s:04}-"))), "{}: {names:?}", d.display());
+        }
+        assert!(names.iter().all(|n| n.ends_with(".jsonl")), "{names:?}");
+    }
+}
+
+#[test]
+fn env_variables_are_expanded_with_defaults() {
+    let dir = tmp();
+    let out = dir.path().join("env-out");
+    let pipeline = dir.path().join("env.yaml");
+    std::fs::write(
+        &pipeline,
+        "name: env\n\
+         sources:\n\
+         \x20 - {name: orders, type: file, path: \"${WEIR_E2E_INPUT}\"}\n\
+         operators:\n\
+         \x20 - {name: unique, type: dedup, input: orders, key: [\"${WEIR_E2E_KEY:order_id}\"]}\n\
+         sinks:\n\
+         \x20 - {name: out, type: file, input: unique, path: \"${WEIR_E2E_OUT}\"}\n",
+    )
+    .unwrap();
+    let input = super::util::repo().join("testdata/inputs/orders_parts/orders-0.jsonl");
+    let p = pipeline.display().to_string();
+    weir(&["run", &p, "--no-progress"]).env("WEIR_E2E_INPUT", &input).env("WEIR_E2E_OUT", &out).env_remove("WEIR_E2E_KEY").ok();
+    let want = super::reference::dedup(&super::util::input_lines("testdata/inputs/orders_parts/orders-0.jsonl"), &["order_id"]);
+    super::records::assert_same_multiset("env pipeline", sink_lines(&out), want);
+
+    // An unset variable without a default is a located config error.
+    let o = weir(&["validate", &p]).env("WEIR_E2E_OUT", &out).env_remove("WEIR_E2E_INPUT").run();
+    o.expect_code(2);
+    o.expect_stderr_contains("WEIR_E2E_INPUT");
+    o.expect_stderr_contains(&format!("{p}:3:"));
+}
+
+#[test]
+fn runtime_failure_exits_1_and_names_the_operator() {
+    // The sink directory cannot be created: a regular file is in the way.
+    let dir = tmp();
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    let o = weir_run("pipelines/dedup.yaml", 1).set("sinks.out.path", blocker.join("out")).run();
+    o.expect_code(1);
+    o.expect_stderr_contains("`out`");
+}

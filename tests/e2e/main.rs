@@ -1,0 +1,15 @@
+//! End-to-end tests: run the real `weir` binary on the pipelines in
+//! `pipelines/` and the inputs in `testdata/`, compare with a reference.
+//!
+//!     cargo test --release --test e2e
+
+mod bad_input;
+mod cli;
+mod examples;
+mod file_sink;
+mod golden;
+mod records;
+mod reference;
+mod signals;
+mod util;
+mod validate;

@@ -1,0 +1,259 @@
+//! A small, deliberately naive reference implementation of weir's semantics
+//! (batch, in memory), written from the contract and not from weir's code.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::{Number, Value};
+
+use super::records::{parse, Obj};
+
+/// Event time of a record: epoch ms or an RFC 3339 string.
+pub fn event_time(o: &Obj, field: &str) -> Option<i64> {
+    match o.get(field)? {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f.floor() as i64)),
+        Value::String(s) => parse_rfc3339(s),
+        _ => None,
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fff]` followed by `Z` or `±HH:MM`, to epoch ms.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut i = 19;
+    let mut ms = 0;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let frac = &s[start..i];
+        ms = format!("{:0<3}", &frac[..frac.len().min(3)]).parse::<i64>().ok()?;
+    }
+    let offset_min = match &s[i..] {
+        "Z" | "z" => 0,
+        rest if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) => {
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (rest[1..3].parse::<i64>().ok()? * 60 + rest[4..6].parse::<i64>().ok()?)
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(y, mo, d);
+    Some(((days * 24 + h) * 60 + mi - offset_min) * 60_000 + sec * 1000 + ms)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Whether weir must accept a line of a source keyed by `keys` with event
+/// time `ts_field`: a JSON object, key fields present and scalar, event time
+/// valid. Blank lines are neither good nor bad (None).
+pub fn classify(line: &[u8], keys: &[&str], ts_field: Option<&str>) -> Option<bool> {
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Some(false);
+    };
+    if text.trim().is_empty() {
+        return None;
+    }
+    let Ok(o) = serde_json::from_str::<Obj>(text) else {
+        return Some(false);
+    };
+    let scalar = |v: &Value| !matches!(v, Value::Array(_) | Value::Object(_));
+    let keys_ok = keys.iter().all(|k| o.get(*k).is_some_and(scalar));
+    let ts_ok = ts_field.is_none_or(|f| event_time(&o, f).is_some());
+    Some(keys_ok && ts_ok)
+}
+
+/// The key of a record: the JSON text of each key field (missing = null).
+fn key_of(o: &Obj, key: &[&str]) -> Vec<String> {
+    key.iter().map(|k| o.get(*k).unwrap_or(&Value::Null).to_string()).collect()
+}
+
+/// dedup: the first line per key passes unchanged.
+pub fn dedup(lines: &[String], key: &[&str]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    lines.iter().filter(|l| seen.insert(key_of(&parse(l), key))).cloned().collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Window {
+    Tumbling { size: i64 },
+    Sliding { size: i64, slide: i64 },
+    Session { gap: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Func {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+/// One aggregate: function, input field (None: count records), output name.
+pub type Agg = (Func, Option<&'static str>, &'static str);
+
+/// Windowed (or, with `window: None`, running and final) aggregate of `lines`.
+pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<Window>, aggs: &[Agg]) -> Vec<Obj> {
+    // (key values, window) -> records, keys kept as parsed values for output.
+    let mut groups: BTreeMap<(Vec<String>, i64, i64), (Vec<Value>, Vec<Obj>)> = BTreeMap::new();
+    let records: Vec<Obj> = lines.iter().map(|l| parse(l)).collect();
+    let mut by_key: BTreeMap<Vec<String>, Vec<Obj>> = BTreeMap::new();
+    for r in records {
+        by_key.entry(key_of(&r, key)).or_default().push(r);
+    }
+    for (k, mut rs) in by_key {
+        let key_values: Vec<Value> = key.iter().map(|f| rs[0].get(*f).cloned().unwrap_or(Value::Null)).collect();
+        let ts = |o: &Obj| event_time(o, ts_field).expect("reference input has event times");
+        let mut put = |s: i64, e: i64, r: &Obj| {
+            groups.entry((k.clone(), s, e)).or_insert_with(|| (key_values.clone(), Vec::new())).1.push(r.clone());
+        };
+        match window {
+            None => rs.iter().for_each(|r| put(0, 0, r)),
+            Some(Window::Tumbling { size }) => rs.iter().for_each(|r| {
+                let s = ts(r).div_euclid(size) * size;
+                put(s, s + size, r)
+            }),
+            Some(Window::Sliding { size, slide }) => rs.iter().for_each(|r| {
+                let t = ts(r);
+                let mut s = t.div_euclid(slide) * slide;
+                while s > t - size {
+                    put(s, s + size, r);
+                    s -= slide;
+                }
+            }),
+            Some(Window::Session { gap }) => {
+                rs.sort_by_key(|r| ts(r));
+                let mut session: Vec<&Obj> = Vec::new();
+                let mut flush = |session: &mut Vec<&Obj>| {
+                    if let (Some(first), Some(last)) = (session.first(), session.last()) {
+                        let (s, e) = (ts(first), ts(last) + gap);
+                        session.drain(..).for_each(|r| put(s, e, r));
+                    }
+                };
+                for r in &rs {
+                    if let Some(last) = session.last() {
+                        let d = ts(r) - ts(last);
+                        assert_ne!(d, gap, "test data: records exactly `gap` apart make session merging ambiguous");
+                        if d > gap {
+                            flush(&mut session);
+                        }
+                    }
+                    session.push(r);
+                }
+                flush(&mut session);
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((_, s, e), (key_values, rs))| {
+            let mut out = Obj::new();
+            for (f, v) in key.iter().zip(key_values) {
+                out.insert(f.to_string(), v);
+            }
+            if window.is_some() {
+                out.insert("window_start".into(), s.into());
+                out.insert("window_end".into(), e.into());
+            }
+            for (func, field, alias) in aggs {
+                out.insert(alias.to_string(), apply(*func, *field, &rs));
+            }
+            out
+        })
+        .collect()
+}
+
+/// One aggregate function over a group; nulls and missing fields are skipped.
+fn apply(func: Func, field: Option<&str>, rs: &[Obj]) -> Value {
+    let Some(field) = field else {
+        assert_eq!(func, Func::Count, "only count may omit `field`");
+        return rs.len().into();
+    };
+    let values: Vec<&Number> = rs
+        .iter()
+        .filter_map(|r| match r.get(field) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => Some(n),
+            Some(other) => panic!("reference input: `{field}` is not a number: {other}"),
+        })
+        .collect();
+    if func == Func::Count {
+        return values.len().into();
+    }
+    if values.is_empty() {
+        return Value::Null;
+    }
+    let all_ints = values.iter().all(|n| n.is_i64());
+    let f = |n: &Number| n.as_f64().unwrap();
+    match func {
+        Func::Count => unreachable!(),
+        Func::Sum if all_ints => values.iter().map(|n| n.as_i64().unwrap()).sum::<i64>().into(),
+        Func::Sum => float(values.iter().map(|n| f(n)).sum()),
+        Func::Avg => float(values.iter().map(|n| f(n)).sum::<f64>() / values.len() as f64),
+        // Min/max keep the input's type: return the winning input number itself.
+        Func::Min => Value::Number((*values.iter().min_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone()),
+        Func::Max => Value::Number((*values.iter().max_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone()),
+    }
+}
+
+fn float(x: f64) -> Value {
+    Value::Number(Number::from_f64(x).expect("finite"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_parses_utc_and_offsets() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20.974Z"), Some(1_700_000_000_974));
+        assert_eq!(parse_rfc3339("2023-11-15T00:13:20.974+02:00"), Some(1_700_000_000_974));
+        assert_eq!(parse_rfc3339("2023-11-14T16:43:20.968-05:30"), Some(1_700_000_000_968));
+        assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn windows_assign_as_specified() {
+        let lines: Vec<String> =
+            [(1, 5), (1, 10_500), (1, 12_000), (2, 19_999)].iter().map(|(u, t)| format!(r#"{{"u":{u},"ts":{t}}}"#)).collect();
+        let count = [(Func::Count, None, "n")];
+        let tumbling = aggregate(&lines, &["u"], "ts", Some(Window::Tumbling { size: 10_000 }), &count);
+        let text: Vec<String> = tumbling.iter().map(super::super::records::canonical).collect();
+        assert_eq!(
+            text,
+            [
+                "{u=1i, window_start=0i, window_end=10000i, n=1i}",
+                "{u=1i, window_start=10000i, window_end=20000i, n=2i}",
+                "{u=2i, window_start=10000i, window_end=20000i, n=1i}",
+            ]
+        );
+        let sliding = aggregate(&lines, &["u"], "ts", Some(Window::Sliding { size: 10_000, slide: 5_000 }), &count);
+        assert_eq!(sliding.len(), 6, "{sliding:?}");
+        let session = aggregate(&lines, &["u"], "ts", Some(Window::Session { gap: 2_000 }), &count);
+        let text: Vec<String> = session.iter().map(super::super::records::canonical).collect();
+        assert_eq!(
+            text,
+            [
+                "{u=1i, window_start=5i, window_end=2005i, n=1i}",
+                "{u=1i, window_start=10500i, window_end=14000i, n=2i}",
+                "{u=2i, window_start=19999i, window_end=21999i, n=1i}",
+            ]
+        );
+    }
+}

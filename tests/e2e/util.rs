@@ -1,0 +1,225 @@
+//! Running the real `weir` binary and reading what it wrote.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A hang fails the test instead of blocking CI.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `weir ARGS...` with cwd = repository root, so pipeline paths resolve.
+pub struct Weir {
+    cmd: Command,
+    line: Vec<String>,
+}
+
+pub fn weir<S: AsRef<str>>(args: &[S]) -> Weir {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.current_dir(repo()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut w = Weir { cmd, line: vec!["weir".into()] };
+    for a in args {
+        w = w.arg(a.as_ref());
+    }
+    w
+}
+
+/// `weir run PIPELINE -p N --no-progress`.
+pub fn weir_run(pipeline: &str, parallelism: u32) -> Weir {
+    weir(&["run", pipeline, "--no-progress", "-p", &parallelism.to_string()])
+}
+
+impl Weir {
+    pub fn arg(mut self, a: impl AsRef<str>) -> Self {
+        self.cmd.arg(a.as_ref());
+        self.line.push(a.as_ref().to_string());
+        self
+    }
+
+    /// `--set KEY=VALUE`.
+    pub fn set(self, key: &str, value: impl AsRef<Path>) -> Self {
+        self.arg("--set").arg(format!("{key}={}", value.as_ref().display()))
+    }
+
+    pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+
+    pub fn env_remove(mut self, k: &str) -> Self {
+        self.cmd.env_remove(k);
+        self
+    }
+
+    pub fn spawn(mut self) -> Running {
+        let mut child = self.cmd.spawn().expect("spawning weir");
+        let out = drain(child.stdout.take().unwrap());
+        let err = drain(child.stderr.take().unwrap());
+        Running { child, out: Some(out), err: Some(err), line: self.line.join(" ") }
+    }
+
+    /// Run to completion (or kill after RUN_TIMEOUT and fail).
+    pub fn run(self) -> Outcome {
+        self.spawn().wait_for(RUN_TIMEOUT)
+    }
+
+    /// Run and insist on exit 0.
+    #[track_caller]
+    pub fn ok(self) -> Outcome {
+        let o = self.run();
+        o.expect_code(0);
+        o
+    }
+}
+
+/// Read a pipe on a thread so a chatty child never blocks on a full pipe.
+fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+pub struct Running {
+    pub child: Child,
+    out: Option<JoinHandle<String>>,
+    err: Option<JoinHandle<String>>,
+    line: String,
+}
+
+impl Running {
+    /// Wait up to `limit`; a child still running then is killed and the test fails.
+    #[track_caller]
+    pub fn wait_for(mut self, limit: Duration) -> Outcome {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("waiting for weir") {
+                break s;
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let err = self.err.take().unwrap().join().unwrap_or_default();
+                panic!("`{}` did not finish within {limit:?}; stderr:\n{err}", self.line);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Outcome {
+            status,
+            elapsed: start.elapsed(),
+            stdout: self.out.take().unwrap().join().unwrap_or_default(),
+            stderr: self.err.take().unwrap().join().unwrap_or_default(),
+            line: self.line.clone(),
+        }
+    }
+
+    /// Send SIGTERM (through `kill`, so the tests need no libc).
+    pub fn terminate(&self) {
+        let st = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().expect("running kill");
+        assert!(st.success(), "kill -TERM failed");
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // A panicking test must not leave a weir process behind.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub elapsed: Duration,
+    pub stdout: String,
+    pub stderr: String,
+    pub line: String,
+}
+
+impl Outcome {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "`{}` exited with {:?}, want {code}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.line,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+    }
+
+    #[track_caller]
+    pub fn expect_stderr_contains(&self, needle: &str) {
+        assert!(self.stderr.contains(needle), "`{}`: stderr lacks {needle:?}; stderr:\n{}", self.line, self.stderr);
+    }
+}
+
+/// A temporary directory that is removed when the test ends.
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("weir-e2e-").tempdir().expect("creating a temp dir")
+}
+
+/// The visible part files of a sink directory (hidden in-progress files are
+/// not output), in name order.
+pub fn part_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .map(|e| e.expect("reading sink dir").path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Names in `dir` that start with '.' (files still being written).
+pub fn hidden_files(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries.map(|e| e.expect("reading sink dir").file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with('.')).collect()
+}
+
+/// Every line of every visible part file of a sink, in file order.
+pub fn sink_lines(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for f in part_files(dir) {
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
+        lines.extend(text.lines().map(String::from));
+    }
+    lines
+}
+
+/// The lines of a repository file, as text.
+pub fn input_lines(rel: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
+    text.lines().map(String::from).collect()
+}
+
+/// Poll `cond` every few ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
