@@ -115,6 +115,13 @@ impl Record {
     }
 }
 
+/// Parse an RFC 3339 timestamp (any UTC offset) into epoch milliseconds.
+pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, String> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("`{s}` is not an RFC 3339 timestamp: {e}"))?;
+    Ok((t.unix_timestamp_nanos() / 1_000_000) as Millis)
+}
+
 /// Encode the key made of `indices` of `fields` into `out` (cleared first).
 pub fn encode_key(fields: &[Value], indices: &[usize], out: &mut Vec<u8>) {
     out.clear();
@@ -254,6 +261,14 @@ mod tests {
         assert!(!decode_key_into(&[4, 0, 0, 0, 9, b'a'], &mut out));
         assert!(!decode_key_into(&[9], &mut out));
         assert!(decode_key_into(&[], &mut out));
+    }
+
+    #[test]
+    fn rfc3339_with_offsets() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Ok(1500));
+        assert_eq!(parse_rfc3339_ms("1970-01-01T05:30:00+05:30"), Ok(0));
+        assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), Ok(-1000));
+        assert!(parse_rfc3339_ms("yesterday").is_err());
     }
 
     #[test]

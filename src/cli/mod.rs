@@ -76,7 +76,7 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
 pub fn init_logging(cli: &Cli) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("weir={}", cli.log_level)));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false).try_init();
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_yaml::Value;
 
@@ -265,13 +265,10 @@ fn on_error_spec(
 }
 
 fn start_time_of(cx: &mut Cx, at: &[Seg], raw: Option<&Value>) -> Millis {
-    const EXPECTED: &str = "expected an RFC 3339 UTC time such as `2024-01-01T00:00:00Z` or integer epoch milliseconds";
+    const EXPECTED: &str = "expected an RFC 3339 time such as `2024-01-01T00:00:00Z` or integer epoch milliseconds";
     let parsed = match raw {
         None => return DEFAULT_START_TIME,
-        Some(Value::String(s)) => humantime::parse_rfc3339(s)
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .and_then(|d| Millis::try_from(d.as_millis()).ok()),
+        Some(Value::String(s)) => crate::types::parse_rfc3339_ms(s).ok(),
         Some(Value::Number(n)) => n.as_i64(),
         Some(_) => None,
     };

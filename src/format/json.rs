@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::types::{Millis, Record, Value};
+use crate::types::{parse_rfc3339_ms, Millis, Record, Value};
 
 /// What the pipeline needs of one projected field.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,14 +72,6 @@ pub fn parse_event_time(v: &Value) -> Result<Millis, String> {
         Value::Float(f) if f.is_finite() => Ok(f.floor() as Millis),
         Value::Str(s) => parse_rfc3339_ms(s),
         other => Err(format!("expected epoch milliseconds or an RFC 3339 timestamp, found {other}")),
-    }
-}
-
-pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, String> {
-    let t = humantime::parse_rfc3339_weak(s).map_err(|e| format!("`{s}` is not an RFC 3339 timestamp: {e}"))?;
-    match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => Ok(d.as_millis() as Millis),
-        Err(e) => Ok(-(e.duration().as_millis() as Millis)),
     }
 }
 
