@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 pub mod cli;
+pub mod codec;
 pub mod config;
 pub mod format;
 pub mod operators;

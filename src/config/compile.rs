@@ -55,6 +55,9 @@ pub(crate) fn compile(
         );
     }
     let (parallelism, max_parallelism) = parallelism(&mut cx, raw);
+    let state = specs::state(&mut cx, raw);
+    let checkpoint = raw.checkpoint.as_ref().and_then(|c| specs::checkpoint(&mut cx, c));
+    let bundle_size = specs::bundle_size(&mut cx, raw, parallelism);
     let items = items(parsed);
     check_names(&mut cx, &items);
     let inputs = resolve_inputs(&mut cx, &items);
@@ -87,6 +90,9 @@ pub(crate) fn compile(
         parallelism,
         max_parallelism,
         nodes,
+        state,
+        checkpoint,
+        bundle_size,
     })
 }
 

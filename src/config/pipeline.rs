@@ -18,6 +18,40 @@ pub struct Pipeline {
     pub max_parallelism: u16,
     /// Sources, operators and sinks in topological order (inputs first).
     pub nodes: Vec<Node>,
+    pub state: StateSpec,
+    /// None: checkpointing is off.
+    pub checkpoint: Option<CheckpointSpec>,
+    /// Subtasks per bundle: subtask i belongs to bundle i / bundle_size.
+    pub bundle_size: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateSpec {
+    /// Holds `checkpoints/`, `savepoints/` and the control socket.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointSpec {
+    pub interval: Duration,
+    pub alignment: Alignment,
+    pub timeout: Duration,
+    pub min_pause: Duration,
+    pub retain: std::num::NonZeroUsize,
+    pub tolerable_failures: u32,
+}
+
+/// How a task lines up barriers from its inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alignment {
+    /// Exactly-once: block inputs that delivered the barrier until all did.
+    Aligned,
+    /// Exactly-once: barriers overtake queued data, which is persisted.
+    Unaligned,
+    /// Aligned, switching to unaligned when alignment takes longer.
+    AlignedTimeout(Duration),
+    /// No blocking: records after a barrier may be in the snapshot too.
+    AtLeastOnce,
 }
 
 #[derive(Debug, Clone)]
@@ -158,6 +192,11 @@ impl AggregateSpec {
 }
 
 impl Pipeline {
+    /// Number of bundles (the last may be smaller).
+    pub fn bundles(&self) -> u16 {
+        self.parallelism.div_ceil(self.bundle_size)
+    }
+
     /// Nodes that read from `id`, in order.
     pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         self.nodes

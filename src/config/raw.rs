@@ -15,6 +15,12 @@ pub struct RawPipeline {
     #[serde(default)]
     pub max_parallelism: Option<u32>,
     #[serde(default)]
+    pub state: Option<RawState>,
+    #[serde(default)]
+    pub checkpoint: Option<RawCheckpoint>,
+    #[serde(default)]
+    pub bundles: Option<RawBundles>,
+    #[serde(default)]
     pub sources: Vec<RawSource>,
     #[serde(default)]
     pub operators: Vec<RawOperator>,
@@ -233,4 +239,64 @@ impl RawSink {
             | RawSink::Blackhole { input, .. } => input,
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    #[serde(default)]
+    pub backend: Option<RawBackend>,
+    /// Checkpoints, savepoints and local state (default `state/<name>`).
+    #[serde(default)]
+    pub dir: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawBackend {
+    Memory,
+}
+
+/// Present = checkpointing on.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheckpoint {
+    #[serde(default)]
+    pub interval: Option<String>,
+    #[serde(default)]
+    pub mode: Option<RawCheckpointMode>,
+    #[serde(default)]
+    pub alignment: Option<RawAlignment>,
+    /// Aligned first; unaligned once alignment takes longer than this.
+    #[serde(default)]
+    pub aligned_timeout: Option<String>,
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub min_pause: Option<String>,
+    #[serde(default)]
+    pub retain: Option<u32>,
+    #[serde(default)]
+    pub tolerable_failures: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawCheckpointMode {
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawAlignment {
+    Aligned,
+    Unaligned,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBundles {
+    /// Subtasks per bundle (default 1).
+    pub size: u32,
 }

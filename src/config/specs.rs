@@ -24,6 +24,10 @@ const DEFAULT_START_TIME: Millis = 1_704_067_200_000; // 2024-01-01T00:00:00Z
 const DEFAULT_INTERVAL: Millis = 1;
 const DEFAULT_EMIT_INTERVAL: Duration = Duration::from_secs(1);
 const DEFAULT_MAX_FILE_BYTES: u64 = 128 * 1024 * 1024;
+const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_RETAIN: u32 = 3;
+const DEFAULT_TOLERABLE_FAILURES: u32 = 3;
 
 /// Where errors go while compiling.
 pub(crate) struct Cx<'a> {
@@ -94,6 +98,70 @@ impl Cx<'_> {
             );
         }
     }
+}
+
+pub(crate) fn state(_cx: &mut Cx, raw: &RawPipeline) -> StateSpec {
+    let dir = raw.state.as_ref().and_then(|s| s.dir.clone());
+    StateSpec { dir: PathBuf::from(dir.unwrap_or_else(|| format!("state/{}", raw.name))) }
+}
+
+pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointSpec> {
+    let at = [Seg::Key("checkpoint".into())];
+    let mut d = |key: &str, v: &Option<String>, default: Duration| match v {
+        Some(t) => cx.positive(&at, key, t),
+        None => Some(default),
+    };
+    let interval = d("interval", &raw.interval, DEFAULT_CHECKPOINT_INTERVAL);
+    let timeout = d("timeout", &raw.timeout, DEFAULT_CHECKPOINT_TIMEOUT);
+    let aligned_timeout = raw.aligned_timeout.as_ref().and_then(|t| cx.positive(&at, "aligned_timeout", t));
+    let min_pause = match &raw.min_pause {
+        Some(t) => cx.duration(&child(&at, "min_pause"), t),
+        None => Some(Duration::ZERO),
+    };
+    let retain = match std::num::NonZeroUsize::new(raw.retain.unwrap_or(DEFAULT_RETAIN) as usize) {
+        Some(r) => Some(r),
+        None => {
+            cx.err(&child(&at, "retain"), "`retain` must be at least 1: the newest checkpoint is always kept");
+            None
+        }
+    };
+    let alignment = match (raw.mode.unwrap_or(RawCheckpointMode::ExactlyOnce), raw.alignment, aligned_timeout) {
+        (RawCheckpointMode::AtLeastOnce, None, None) => Alignment::AtLeastOnce,
+        (RawCheckpointMode::AtLeastOnce, _, _) => {
+            let key = if raw.alignment.is_some() { "alignment" } else { "aligned_timeout" };
+            cx.err(&child(&at, key), format!("`{key}` applies to `mode: exactly_once` only; `at_least_once` never aligns"));
+            return None;
+        }
+        (_, Some(RawAlignment::Unaligned), Some(_)) => {
+            cx.err(
+                &child(&at, "aligned_timeout"),
+                "`aligned_timeout` needs `alignment: aligned` (it switches an aligned checkpoint to unaligned)",
+            );
+            return None;
+        }
+        (_, Some(RawAlignment::Unaligned), None) => Alignment::Unaligned,
+        (_, _, Some(t)) => Alignment::AlignedTimeout(t),
+        (_, _, None) => Alignment::Aligned,
+    };
+    Some(CheckpointSpec {
+        interval: interval?,
+        alignment,
+        timeout: timeout?,
+        min_pause: min_pause?,
+        retain: retain?,
+        tolerable_failures: raw.tolerable_failures.unwrap_or(DEFAULT_TOLERABLE_FAILURES),
+    })
+}
+
+pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u16 {
+    let Some(b) = &raw.bundles else { return 1 };
+    let at = [Seg::Key("bundles".into()), Seg::Key("size".into())];
+    if b.size == 0 {
+        cx.err(&at, "`bundles.size` must be at least 1");
+        return 1;
+    }
+    // A bundle larger than the parallelism is one bundle of everything.
+    b.size.min(parallelism.max(1) as u32) as u16
 }
 
 pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {

@@ -7,6 +7,7 @@
 //! operator owns its encoding, the backend never interprets it.
 
 pub mod memory;
+pub mod snapshot;
 
 use std::ops::{ControlFlow, Range};
 
