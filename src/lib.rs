@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod faults;
 pub mod format;
 pub mod operators;
 pub mod plan;

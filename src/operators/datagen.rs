@@ -106,6 +106,19 @@ impl Source for Datagen {
     fn extent(&self) -> Option<Extent> {
         self.spec.rows.map(|rows| Extent::Rows(rows.saturating_sub(self.next).div_ceil(self.step)))
     }
+
+    fn position(&self) -> Vec<u8> {
+        self.next.to_be_bytes().to_vec()
+    }
+
+    fn restore(&mut self, position: &[u8]) -> Result<(), String> {
+        let next = u64::from_be_bytes(position.try_into().map_err(|_| "datagen position is not 8 bytes".to_string())?);
+        if next % self.step != self.next % self.step {
+            return Err(format!("datagen position {next} belongs to another subtask"));
+        }
+        self.next = next;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +157,22 @@ mod tests {
         let one = rows(1);
         assert_eq!(one.len(), 100);
         assert_eq!(rows(3), one);
+    }
+
+    #[test]
+    fn resumes_from_its_position() {
+        let mut g = Datagen::new(spec(10), &[], None, 1, 2).unwrap();
+        let mut out = Vec::new();
+        g.poll(2, &mut out, &OperatorMetrics::default()).unwrap();
+        let pos = g.position();
+        let mut h = Datagen::new(spec(10), &[], None, 1, 2).unwrap();
+        h.restore(&pos).unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        while g.poll(3, &mut a, &OperatorMetrics::default()).unwrap() != SourcePoll::Finished {}
+        while h.poll(3, &mut b, &OperatorMetrics::default()).unwrap() != SourcePoll::Finished {}
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 3);
+        assert!(Datagen::new(spec(10), &[], None, 0, 2).unwrap().restore(&pos).is_err());
     }
 
     #[test]

@@ -155,6 +155,43 @@ impl Source for FileSource {
     fn extent(&self) -> Option<Extent> {
         Some(Extent::Bytes(self.splits.iter().map(|s| s.end - s.start).sum()))
     }
+
+    /// (index of the split being read, byte offset of its next line).
+    fn position(&self) -> Vec<u8> {
+        let (split, offset) = match &self.current {
+            Some(cur) => (self.next_split - 1, cur.offset),
+            None if self.next_split < self.splits.len() => (self.next_split, self.splits[self.next_split].start),
+            None => (self.splits.len(), 0),
+        };
+        let mut p = (split as u64).to_be_bytes().to_vec();
+        p.extend_from_slice(&offset.to_be_bytes());
+        p
+    }
+
+    fn restore(&mut self, position: &[u8]) -> Result<(), String> {
+        let bad = || format!("file source position of {} bytes is not 16", position.len());
+        let split = u64::from_be_bytes(position.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+        let offset = u64::from_be_bytes(position.get(8..16).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        if split > self.splits.len() {
+            return Err(format!("position names split {split}, but this subtask has {}", self.splits.len()));
+        }
+        self.current = None;
+        self.next_split = split;
+        if split < self.splits.len() {
+            let s = &self.splits[split];
+            if offset < s.start {
+                return Err(format!("offset {offset} is before split {}..{} of {}", s.start, s.end, s.path.display()));
+            }
+            // The offset is the start of a line: open there, skipping nothing.
+            let ctx = |e| OpError::io(format!("source `{}`: reading {}", self.name, s.path.display()), e).to_string();
+            let file = File::open(&s.path).map_err(ctx)?;
+            let mut reader = BufReader::with_capacity(1 << 20, file);
+            reader.seek(SeekFrom::Start(offset)).map_err(ctx)?;
+            self.current = Some(OpenSplit { reader, offset, end: s.end });
+            self.next_split = split + 1;
+        }
+        Ok(())
+    }
 }
 
 /// The 1-based line number of the line starting at `offset` (counted only
@@ -212,6 +249,30 @@ mod tests {
         want.sort();
         for p in [1, 2, 3, 5] {
             assert_eq!(read_all(&path, p), want, "parallelism {p}");
+        }
+    }
+
+    #[test]
+    fn resumes_exactly_where_the_position_was_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        let text: String = (0..5000).map(|i| format!("{{\"k\":{i}}}\n")).collect();
+        std::fs::write(&path, &text).unwrap();
+        let files = [(path.clone(), text.len() as u64)];
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let m = OperatorMetrics::default();
+        for cut in [0, 1, 777, 4999, 5000] {
+            let mut a = FileSource::new("t", splits_for(&files, 1, 0), parser(), OnError::Fail, None);
+            let mut first = Vec::new();
+            if cut > 0 {
+                a.poll(cut, &mut first, &m).unwrap();
+            }
+            let mut b = FileSource::new("t", splits_for(&files, 1, 0), parser(), OnError::Fail, None);
+            b.restore(&a.position()).unwrap();
+            let mut rest = Vec::new();
+            while b.poll(100, &mut rest, &m).unwrap() != SourcePoll::Finished {}
+            assert_eq!(first.len() + rest.len(), 5000, "cut {cut}");
+            assert_eq!(rest.first().map(|r| r.raw.to_string()), text.lines().nth(cut).map(String::from));
         }
     }
 

@@ -114,8 +114,28 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Checkpoint `id`'s barrier reached this operator, just before its
+    /// state is snapshotted: make pending side effects durable and record in
+    /// state what must be committed once `id` completes (two-phase commit).
+    fn on_checkpoint(&mut self, _id: u64, _ctx: &mut Context<'_>) -> OpResult {
+        Ok(())
+    }
+
+    /// Checkpoint `id` is complete (its `_metadata` exists): commit what was
+    /// staged for checkpoints up to `id`.
+    fn on_checkpoint_complete(&mut self, _id: u64, _ctx: &mut Context<'_>) -> OpResult {
+        Ok(())
+    }
+
+    /// State was just restored from checkpoint `id`: finish the commits it
+    /// staged and clean up what a crash left behind.
+    fn on_restore(&mut self, _id: u64, _ctx: &mut Context<'_>) -> OpResult {
+        Ok(())
+    }
+
     /// The subtask is shutting down (end of input or stop): release and
-    /// flush external resources. Sinks make their output durable here.
+    /// flush external resources. Without checkpoints, sinks publish their
+    /// output here; with checkpoints, only completed checkpoints publish.
     fn close(&mut self, _ctx: &mut Context<'_>) -> OpResult {
         Ok(())
     }

@@ -30,4 +30,10 @@ pub trait Source: Send {
 
     /// The total amount of input of this subtask, if bounded.
     fn extent(&self) -> Option<Extent>;
+
+    /// Where reading would resume: recorded in every checkpoint.
+    fn position(&self) -> Vec<u8>;
+
+    /// Resume from a position taken by `position` (same subtask layout).
+    fn restore(&mut self, position: &[u8]) -> Result<(), String>;
 }
