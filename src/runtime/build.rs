@@ -223,7 +223,7 @@ fn chain_op(
             Box::new(Aggregate::new(spec, input_schema, dead_letter).map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
-            Box::new(FileSink::new(dir, *max_file_bytes, subtask).map_err(|e| err(e.to_string()))?)
+            Box::new(FileSink::new(dir, *max_file_bytes, subtask, plan.pipeline.checkpoint.is_some()).map_err(|e| err(e.to_string()))?)
         }
         NodeKind::Sink(SinkSpec::Stdout) => Box::<StdoutSink>::default(),
         NodeKind::Sink(SinkSpec::Blackhole) => Box::new(Blackhole),
