@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, ConfigErrors};
 use crate::plan::Plan;
+use crate::runtime::restore::{self, RestoreFrom};
 use crate::runtime::{Engine, Outcome};
 
 /// weir: run stateful stream pipelines from a YAML file.
@@ -57,6 +58,16 @@ pub struct RunArgs {
     /// Don't show a progress bar (it is also off when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Resume from a checkpoint: `latest` (the newest complete one in the
+    /// state directory, if any) or the path of a checkpoint directory or its
+    /// `_metadata` file.
+    #[arg(long, value_name = "latest|PATH")]
+    pub restore: Option<String>,
+
+    /// Use the state directory even if another pipeline wrote it.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// An error the user must fix in their input (exit 2), as opposed to a
@@ -102,11 +113,23 @@ fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
 fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let extra: Vec<String> = args.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
     let pipeline = load(&args.pipeline, &extra)?;
+    crate::faults::init_from_env().map_err(UsageError)?;
+    let restore = args.restore.as_deref().map(|r| match r {
+        "latest" => RestoreFrom::Latest,
+        path => RestoreFrom::Path(path.into()),
+    });
+    let start = match (&pipeline.checkpoint, &restore) {
+        (Some(_), _) => Some(restore::prepare(&pipeline, restore.as_ref(), args.force).map_err(|e| UsageError(e.to_string()))?),
+        (None, Some(_)) => {
+            return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())
+        }
+        (None, None) => None,
+    };
     let plan = Plan::new(pipeline);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let name = plan.pipeline.name.clone();
     let outcome = rt.block_on(async move {
-        let engine = Engine::build(&plan).context("building the pipeline")?;
+        let engine = Engine::build(&plan, start).context("building the pipeline")?;
         let metrics = engine.metrics();
         let show = !args.no_progress && std::io::stderr().is_terminal();
         let progress = progress::Progress::start(show, engine.extent(), metrics.clone());

@@ -24,7 +24,7 @@ pub enum Vote {
 }
 
 impl Vote {
-    fn id(&self) -> CheckpointId {
+    pub fn id(&self) -> CheckpointId {
         match self {
             Vote::Prepared { id, .. } | Vote::Abort { id, .. } => *id,
         }
@@ -44,6 +44,9 @@ pub enum AbortReason {
         reason: String,
     },
     Timeout,
+    /// The coordinator aborted the checkpoint (another bundle failed, or
+    /// writing `_metadata` did).
+    Coordinator(String),
     /// A vote for a newer checkpoint arrived first: `id` can never complete.
     Superseded {
         by: CheckpointId,
@@ -59,6 +62,7 @@ impl fmt::Display for AbortReason {
         match self {
             AbortReason::Voter { voter, reason } => write!(f, "{voter} aborted: {reason}"),
             AbortReason::Timeout => write!(f, "timed out before every subtask prepared"),
+            AbortReason::Coordinator(why) => write!(f, "aborted by the coordinator: {why}"),
             AbortReason::Superseded { by } => write!(f, "superseded by checkpoint {by}"),
             AbortReason::DuplicateFile { name } => write!(f, "two subtasks wrote the same state file {name:?}"),
         }

@@ -6,15 +6,21 @@ use std::sync::Arc;
 
 use std::num::NonZeroUsize;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::chain::{Chain, ChainOp};
 use super::channel::{self, Receiver};
 use super::input::Inputs;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
-use super::task::{OperatorTask, SourceTask, SourceTiming};
-use crate::config::{NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
+use super::barrier::{AlignmentMode, BarrierTracker};
+use super::restore::RestoredState;
+use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming};
+use super::task_checkpoint::{Control, Event, TaskCheckpointing};
+use crate::checkpoint::layout::Layout;
+use crate::checkpoint::manifest::TaskId;
+use crate::checkpoint::BundleId;
+use crate::config::{Alignment, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
 use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
@@ -50,9 +56,26 @@ pub struct Built {
     pub metrics: Vec<NodeMetrics>,
     /// Total bounded input, if every source is bounded and of one unit.
     pub extent: Option<Extent>,
+    /// Trigger channels of the source tasks (checkpointing only).
+    pub controls: Vec<mpsc::UnboundedSender<Control>>,
+    /// The tasks of each bundle.
+    pub bundles: Vec<Vec<TaskId>>,
 }
 
-pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildError> {
+/// The channels between tasks and the checkpoint driver.
+pub struct CheckpointWiring {
+    pub layout: Layout,
+    pub events: mpsc::UnboundedSender<Event>,
+    pub completed: watch::Receiver<u64>,
+    pub done: watch::Receiver<bool>,
+}
+
+pub fn build(
+    plan: &Plan,
+    stop: &watch::Receiver<bool>,
+    wiring: Option<&CheckpointWiring>,
+    mut restored: Option<&mut RestoredState>,
+) -> Result<Built, BuildError> {
     let p = plan.pipeline.parallelism;
     let metrics: Vec<NodeMetrics> = plan
         .pipeline
@@ -95,6 +118,15 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
 
     let mut tasks = Vec::new();
     let mut extents = Vec::new();
+    let mut controls = Vec::new();
+    let bundle_size = plan.pipeline.bundle_size;
+    let mut bundles: Vec<Vec<TaskId>> = vec![Vec::new(); plan.pipeline.bundles() as usize];
+    let alignment = plan.pipeline.checkpoint.as_ref().map(|c| match c.alignment {
+        Alignment::Aligned => AlignmentMode::Aligned,
+        Alignment::Unaligned => AlignmentMode::Unaligned,
+        Alignment::AlignedTimeout(t) => AlignmentMode::AlignedTimeout(t),
+        Alignment::AtLeastOnce => AlignmentMode::AtLeastOnce,
+    });
     for (c, chain) in plan.chains.iter().enumerate().rev() {
         for i in (0..p).rev() {
             let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
@@ -105,6 +137,22 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
                 .map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters))
                 .collect::<Result<Vec<_>, _>>()?;
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
+            let task_id = TaskId { chain: c as u32, subtask: i };
+            let bundle = (i / bundle_size) as BundleId;
+            bundles[bundle as usize].push(task_id);
+            let ck = wiring.map(|w| TaskCheckpointing {
+                task: task_id,
+                bundle,
+                layout: w.layout.clone(),
+                events: w.events.clone(),
+                completed: w.completed.clone(),
+                done: w.done.clone(),
+                notified: 0,
+            });
+            let task_restored = restored.as_deref_mut().map(|r| Restored {
+                id: r.id,
+                snapshot: r.tasks.remove(&task_id).unwrap_or_default(),
+            });
             let task = match &plan.pipeline.nodes[head].kind {
                 NodeKind::Source(spec) => {
                     let source = source(plan, head, spec, i, &mut dead_letters)?;
@@ -121,18 +169,30 @@ pub fn build(plan: &Plan, stop: &watch::Receiver<bool>) -> Result<Built, BuildEr
                         chain: Chain::new(ops),
                         output,
                         stop: stop.clone(),
+                        checkpointing: ck.map(|ck| {
+                            let (tx, control) = mpsc::unbounded_channel();
+                            controls.push(tx);
+                            SourceCheckpointing { ck, control }
+                        }),
+                        restored: task_restored,
                     })
                 }
-                _ => Task::Operator(OperatorTask {
-                    inputs: Inputs::new(std::mem::take(&mut receivers[c][i as usize])),
-                    chain: Chain::new(ops),
-                    output,
-                }),
+                _ => {
+                    let inputs = Inputs::new(std::mem::take(&mut receivers[c][i as usize]));
+                    let checkpointing = ck.map(|ck| OperatorCheckpointing {
+                        ck,
+                        barriers: BarrierTracker::new(alignment.expect("checkpointing has an alignment"), inputs.len()),
+                    });
+                    Task::Operator(OperatorTask { inputs, chain: Chain::new(ops), output, checkpointing, restored: task_restored })
+                }
             };
             tasks.push((task_name, task));
         }
     }
-    Ok(Built { tasks, metrics, extent: total_extent(&extents) })
+    for b in &mut bundles {
+        b.sort();
+    }
+    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles })
 }
 
 fn total_extent(extents: &[Option<Extent>]) -> Option<Extent> {

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::codec::Dec;
 use crate::operators::{Context, OpError, Operator, OperatorMetrics, SubtaskInfo};
-use crate::state::KeyedState;
+use crate::state::{snapshot, KeyedState, TableSpec};
 use crate::types::{Millis, Record, MIN_WATERMARK};
 
 /// A task failed: which operator, which subtask, and why.
@@ -28,6 +29,7 @@ impl TaskError {
 
 pub struct ChainOp {
     pub op: Box<dyn Operator>,
+    pub tables: Vec<TableSpec>,
     pub state: Box<dyn KeyedState>,
     pub info: SubtaskInfo,
     pub metrics: Arc<OperatorMetrics>,
@@ -38,7 +40,8 @@ pub struct ChainOp {
 impl ChainOp {
     pub fn new(op: Box<dyn Operator>, state: Box<dyn KeyedState>, info: SubtaskInfo, metrics: Arc<OperatorMetrics>) -> Self {
         let next_tick = op.tick_interval().map(|d| Instant::now() + d);
-        ChainOp { op, state, info, metrics, next_tick }
+        let tables = op.tables();
+        ChainOp { op, tables, state, info, metrics, next_tick }
     }
 }
 
@@ -111,6 +114,56 @@ impl Chain {
 
     pub fn end_of_input(&mut self) -> Result<Vec<Record>, TaskError> {
         self.call_all(Hook::EndOfInput, |_| true)
+    }
+
+    /// The watermark the operators have seen.
+    pub fn watermark(&self) -> Millis {
+        self.watermark
+    }
+
+    /// The synchronous part of checkpoint `id`: let each operator stage its
+    /// side effects, then copy its keyed state into bytes (written later,
+    /// off the task, while records keep flowing).
+    pub fn snapshot(&mut self, id: u64) -> Result<Vec<(String, Vec<u8>)>, TaskError> {
+        let now = now_ms();
+        let mut states = Vec::with_capacity(self.ops.len());
+        for op in &mut self.ops {
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            op.op.on_checkpoint(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
+            let mut bytes = Vec::new();
+            snapshot::write(op.state.as_ref(), &op.tables, &mut bytes).map_err(|e| TaskError::new(&op.info, e.into()))?;
+            states.push((op.info.operator.clone(), bytes));
+        }
+        Ok(states)
+    }
+
+    /// Load the operators' state from a checkpoint taken at `id` (matched by
+    /// operator name; an operator without an entry starts empty), then let
+    /// them finish what that checkpoint staged.
+    pub fn restore(&mut self, id: u64, watermark: Millis, states: &[(String, Vec<u8>)]) -> Result<(), TaskError> {
+        self.watermark = self.watermark.max(watermark);
+        for op in &mut self.ops {
+            for (_, bytes) in states.iter().filter(|(name, _)| *name == op.info.operator) {
+                snapshot::read(&mut Dec::new(bytes), &op.tables, op.state.as_mut())
+                    .map_err(|e| TaskError::new(&op.info, OpError::Data(format!("restoring state: {e}"))))?;
+            }
+        }
+        let now = now_ms();
+        for op in &mut self.ops {
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            op.op.on_restore(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
+        }
+        Ok(())
+    }
+
+    /// Checkpoint `id` is complete: operators commit what they staged.
+    pub fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        let now = now_ms();
+        for op in &mut self.ops {
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            op.op.on_checkpoint_complete(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
+        }
+        Ok(())
     }
 
     /// Close every operator (flush sinks), first to last.

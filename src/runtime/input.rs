@@ -11,6 +11,8 @@ use super::message::Message;
 pub struct Inputs {
     rxs: Vec<Receiver>,
     open: Vec<bool>,
+    /// Blocked inputs are not read (barrier alignment).
+    blocked: Vec<bool>,
     next: usize,
 }
 
@@ -24,7 +26,16 @@ pub enum InputEvent {
 impl Inputs {
     pub fn new(rxs: Vec<Receiver>) -> Self {
         let open = vec![true; rxs.len()];
-        Inputs { rxs, open, next: 0 }
+        let blocked = vec![false; rxs.len()];
+        Inputs { rxs, open, blocked, next: 0 }
+    }
+
+    pub fn block(&mut self, input: usize) {
+        self.blocked[input] = true;
+    }
+
+    pub fn unblock_all(&mut self) {
+        self.blocked.iter_mut().for_each(|b| *b = false);
     }
 
     pub fn len(&self) -> usize {
@@ -35,8 +46,8 @@ impl Inputs {
         self.rxs.is_empty()
     }
 
-    /// The next message from any open input, round-robin; None once every
-    /// input is closed.
+    /// The next message from any open, unblocked input, round-robin; None
+    /// once every input is closed.
     pub async fn recv(&mut self) -> Option<InputEvent> {
         poll_fn(|cx| {
             let n = self.rxs.len();
@@ -45,7 +56,7 @@ impl Inputs {
             }
             for k in 0..n {
                 let i = (self.next + k) % n;
-                if !self.open[i] {
+                if !self.open[i] || self.blocked[i] {
                     continue;
                 }
                 match self.rxs[i].poll_recv(cx) {

@@ -11,6 +11,9 @@ pub enum Message {
     Watermark(Millis),
     /// The sender has no data for a while: don't hold the watermark back.
     Idle,
-    /// Bounded input is exhausted; nothing follows on this channel.
+    /// Checkpoint `n`: everything before it on this channel belongs to n.
+    Barrier(u64),
+    /// Bounded input is exhausted: no records follow (barriers still may,
+    /// until the final checkpoint is taken and the channel closes).
     EndOfInput,
 }

@@ -9,23 +9,28 @@ pub mod barrier;
 pub mod build;
 pub mod coordinator;
 pub mod chain;
+pub mod checkpointing;
 pub mod channel;
 pub mod input;
 pub mod message;
 pub mod metrics;
 pub mod output;
+pub mod restore;
+pub mod snapshot;
 pub mod task;
+pub mod task_checkpoint;
 pub mod watermark;
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 pub use build::BuildError;
 pub use chain::TaskError;
 pub use metrics::{NodeMetrics, Totals};
 
+use crate::checkpoint;
 use crate::operators::source::Extent;
 use crate::plan::Plan;
 use build::Task;
@@ -35,6 +40,8 @@ use task::TaskEnd;
 pub enum RuntimeError {
     #[error(transparent)]
     Task(#[from] TaskError),
+    #[error(transparent)]
+    Checkpoint(#[from] checkpointing::DriverError),
     #[error("task {task} panicked: {message}")]
     Panicked { task: String, message: String },
 }
@@ -51,6 +58,7 @@ pub enum Outcome {
 /// A pipeline ready to run.
 pub struct Engine {
     tasks: Vec<(String, Task)>,
+    driver: Option<checkpointing::Driver>,
     metrics: Vec<NodeMetrics>,
     extent: Option<Extent>,
     stop_tx: watch::Sender<bool>,
@@ -67,10 +75,35 @@ impl StopHandle {
 }
 
 impl Engine {
-    pub fn build(plan: &Plan) -> Result<Engine, BuildError> {
+    /// Build the tasks of `plan`; with checkpointing on, `start` says where
+    /// state comes from and where checkpoint ids continue.
+    pub fn build(plan: &Plan, start: Option<restore::StartPoint>) -> Result<Engine, BuildError> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let built = build::build(plan, &stop_rx)?;
-        Ok(Engine { tasks: built.tasks, metrics: built.metrics, extent: built.extent, stop_tx })
+        let Some(spec) = plan.pipeline.checkpoint.clone() else {
+            let built = build::build(plan, &stop_rx, None, None)?;
+            return Ok(Engine { tasks: built.tasks, driver: None, metrics: built.metrics, extent: built.extent, stop_tx });
+        };
+        let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new() });
+        let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (completed_tx, completed_rx) = watch::channel(start.restored.as_ref().map_or(0, |r| r.id));
+        let (done_tx, done_rx) = watch::channel(false);
+        let wiring = build::CheckpointWiring { layout: layout.clone(), events: events_tx, completed: completed_rx, done: done_rx };
+        let built = build::build(plan, &stop_rx, Some(&wiring), start.restored.as_mut())?;
+        let setup = checkpointing::DriverSetup {
+            spec,
+            layout,
+            pipeline: plan.pipeline.name.clone(),
+            parallelism: plan.pipeline.parallelism,
+            max_parallelism: plan.pipeline.max_parallelism,
+            operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
+            sources: built.controls.len(),
+            bundles: built.bundles,
+            first_id: start.first_id,
+            retained: start.retained,
+        };
+        let driver = checkpointing::Driver::new(setup, events_rx, built.controls, completed_tx, done_tx, stop_rx);
+        Ok(Engine { tasks: built.tasks, driver: Some(driver), metrics: built.metrics, extent: built.extent, stop_tx })
     }
 
     /// Per-node counters, live while running.
@@ -92,10 +125,15 @@ impl Engine {
     pub async fn run(self) -> Result<Outcome, RuntimeError> {
         let mut set = JoinSet::new();
         let mut names = std::collections::HashMap::new();
+        let checkpointing = self.driver.is_some();
+        if let Some(driver) = self.driver {
+            let handle = set.spawn(async move { driver.run().await.map(|()| TaskEnd::Finished).map_err(RuntimeError::from) });
+            names.insert(handle.id(), "checkpoint driver".to_string());
+        }
         for (name, task) in self.tasks {
             let handle = match task {
-                Task::Source(t) => set.spawn(t.run()),
-                Task::Operator(t) => set.spawn(t.run()),
+                Task::Source(t) => set.spawn(async move { t.run().await.map_err(RuntimeError::from) }),
+                Task::Operator(t) => set.spawn(async move { t.run().await.map_err(RuntimeError::from) }),
             };
             names.insert(handle.id(), name);
         }
@@ -122,7 +160,7 @@ impl Engine {
                     stopped = true;
                     None
                 }
-                Ok((_, Err(e))) => Some(RuntimeError::Task(e)),
+                Ok((_, Err(e))) => Some(e),
                 Err(e) if e.is_cancelled() => None,
                 Err(e) => {
                     let task = names.get(&e.id()).cloned().unwrap_or_default();
@@ -135,7 +173,13 @@ impl Engine {
                     tracing::error!(error = %f, "Task failed; stopping the pipeline.");
                     first_error = Some(f);
                     let _ = self.stop_tx.send(true);
-                    deadline = Some(Instant::now() + Duration::from_secs(5));
+                    if checkpointing {
+                        // A failure is a crash: the next run restores from the
+                        // last checkpoint, so nothing is drained or committed.
+                        set.abort_all();
+                    } else {
+                        deadline = Some(Instant::now() + Duration::from_secs(5));
+                    }
                 }
             }
         }

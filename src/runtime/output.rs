@@ -47,6 +47,25 @@ impl Route {
         }
     }
 
+    /// Put `signal` at the head of every channel, ahead of queued and
+    /// buffered records; returns those records (they are still delivered,
+    /// after the signal).
+    fn overtake(&mut self, signal: &impl Fn() -> Message, overtaken: &mut Vec<Record>) -> Result<(), Disconnected> {
+        match self {
+            Route::Forward { tx, buf } => {
+                overtaken.extend(tx.send_overtaking(signal())?);
+                overtaken.extend(buf.iter().cloned());
+            }
+            Route::Hash { txs, bufs, .. } => {
+                for (tx, buf) in txs.iter().zip(bufs.iter()) {
+                    overtaken.extend(tx.send_overtaking(signal())?);
+                    overtaken.extend(buf.iter().cloned());
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn senders(&self) -> &[Sender] {
         match self {
             Route::Forward { tx, .. } => std::slice::from_ref(tx),
@@ -93,6 +112,17 @@ impl Output {
             route.flush().await?;
         }
         Ok(())
+    }
+
+    /// Send `signal` ahead of everything not yet received downstream (an
+    /// unaligned barrier); returns the records it overtook, which become the
+    /// checkpoint's channel state.
+    pub fn broadcast_overtaking(&mut self, signal: impl Fn() -> Message) -> Result<Vec<Record>, Disconnected> {
+        let mut overtaken = Vec::new();
+        for route in &mut self.routes {
+            route.overtake(&signal, &mut overtaken)?;
+        }
+        Ok(overtaken)
     }
 
     /// Flush, then send a signal on every downstream channel.

@@ -1,19 +1,25 @@
-//! The two task loops: a source task (polls a source, stamps watermarks)
-//! and an operator task (reads its input channels). Both run a chain and
-//! send what it emits downstream.
+//! The two task loops: a source task (polls a source, stamps watermarks,
+//! injects checkpoint barriers) and an operator task (reads its input
+//! channels, aligns barriers). Both run a chain and send what it emits
+//! downstream.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
+use super::barrier::{Action, BarrierTracker, DataDisposition};
 use super::chain::{Chain, TaskError};
+use super::channel::Disconnected;
 use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
+use super::snapshot::TaskSnapshot;
+use super::task_checkpoint::{Control, Event, PendingSnapshot, SnapshotStats, TaskCheckpointing};
 use super::watermark::{WatermarkChange, WatermarkTracker};
+use crate::faults;
 use crate::operators::source::{Source, SourcePoll};
-use crate::operators::{OperatorMetrics, SubtaskInfo};
+use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::types::{Millis, MAX_WATERMARK, MIN_WATERMARK};
 
 /// How a task ended.
@@ -37,6 +43,17 @@ pub struct SourceTiming {
     pub idle_timeout: Option<Duration>,
 }
 
+/// A checkpoint to restore a task from.
+pub struct Restored {
+    pub id: u64,
+    pub snapshot: TaskSnapshot,
+}
+
+pub struct SourceCheckpointing {
+    pub ck: TaskCheckpointing,
+    pub control: mpsc::UnboundedReceiver<Control>,
+}
+
 pub struct SourceTask {
     pub source: Box<dyn Source>,
     pub info: SubtaskInfo,
@@ -45,6 +62,17 @@ pub struct SourceTask {
     pub chain: Chain,
     pub output: Output,
     pub stop: watch::Receiver<bool>,
+    pub checkpointing: Option<SourceCheckpointing>,
+    pub restored: Option<Restored>,
+}
+
+/// What woke an idle or throttled source.
+enum Wake {
+    Time,
+    Stop,
+    Control(Control),
+    Completed,
+    Done,
 }
 
 impl SourceTask {
@@ -54,21 +82,42 @@ impl SourceTask {
             Some(rate) => ((rate / 20.0) as usize).clamp(1, BATCH_SIZE),
             None => BATCH_SIZE,
         };
+        let mut emitted_wm = MIN_WATERMARK;
+        if let Some(r) = self.restored.take() {
+            emitted_wm = self.restore(r).await?;
+        }
+        let mut max_ts = emitted_wm.saturating_add(self.timing.max_out_of_orderness.unwrap_or(0)).saturating_add(1);
         let started = Instant::now();
         let mut produced: u64 = 0;
-        let mut max_ts = MIN_WATERMARK;
-        let mut emitted_wm = MIN_WATERMARK;
         let mut idle_since: Option<Instant> = None;
         let mut idle_sent = false;
+        // With checkpoints a source outlives its input: it still answers
+        // triggers (its position no longer moves) until the driver is done.
+        let mut producing = true;
+        let mut finished = false;
         loop {
-            if *self.stop.borrow() {
+            if self.checkpointing.is_none() && *self.stop.borrow() {
                 return self.shut_down().await;
             }
+            if !producing || finished {
+                match self.wait(None).await {
+                    Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
+                    Wake::Completed => self.notify_completed()?,
+                    Wake::Done => return self.exit(finished).await,
+                    Wake::Stop => return self.shut_down().await,
+                    Wake::Time => {}
+                }
+                continue;
+            }
+            while let Some(c) = self.checkpointing.as_mut().and_then(|s| s.control.try_recv().ok()) {
+                self.on_control(c, emitted_wm, &mut producing).await?;
+            }
+            self.notify_completed()?;
+            if !producing {
+                continue;
+            }
             let mut batch = Vec::with_capacity(batch_size);
-            let status = self
-                .source
-                .poll(batch_size, &mut batch, &self.metrics)
-                .map_err(|e| TaskError::new(&self.info, e))?;
+            let status = self.source.poll(batch_size, &mut batch, &self.metrics).map_err(|e| TaskError::new(&self.info, e))?;
             if !batch.is_empty() {
                 idle_since = None;
                 idle_sent = false;
@@ -81,7 +130,7 @@ impl SourceTask {
                     let wm = max_ts.saturating_sub(ooo).saturating_sub(1);
                     if wm > emitted_wm {
                         emitted_wm = wm;
-                        if !self.emit_watermark(wm).await? {
+                        if self.emit_watermark(wm).await.is_err() {
                             return Ok(TaskEnd::Stopped);
                         }
                     }
@@ -91,12 +140,28 @@ impl SourceTask {
                 }
             }
             match status {
-                SourcePoll::Finished => return self.finish().await,
+                SourcePoll::Finished => {
+                    if self.end_of_input().await.is_err() {
+                        return Ok(TaskEnd::Stopped);
+                    }
+                    emitted_wm = MAX_WATERMARK;
+                    match &self.checkpointing {
+                        None => return self.exit(true).await,
+                        Some(s) => {
+                            let _ = s.ck.events.send(Event::SourceFinished);
+                            finished = true;
+                        }
+                    }
+                }
                 SourcePoll::More => {
                     if let Some(rate) = self.timing.rate_limit {
                         let due = started + Duration::from_secs_f64(produced as f64 / rate);
-                        if self.sleep_until(due).await {
-                            return self.shut_down().await;
+                        match self.wait(Some(due)).await {
+                            Wake::Stop => return self.shut_down().await,
+                            Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
+                            Wake::Completed => self.notify_completed()?,
+                            Wake::Done => return self.exit(false).await,
+                            Wake::Time => {}
                         }
                     }
                 }
@@ -108,42 +173,123 @@ impl SourceTask {
                             return Ok(TaskEnd::Stopped);
                         }
                     }
-                    if self.sleep_until(Instant::now() + Duration::from_millis(20)).await {
-                        return self.shut_down().await;
+                    match self.wait(Some(Instant::now() + Duration::from_millis(20))).await {
+                        Wake::Stop => return self.shut_down().await,
+                        Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
+                        Wake::Completed => self.notify_completed()?,
+                        Wake::Done => return self.exit(false).await,
+                        Wake::Time => {}
                     }
                 }
             }
         }
     }
 
-    /// Sleep until `t`; true if a stop was requested meanwhile.
-    async fn sleep_until(&mut self, t: Instant) -> bool {
-        tokio::select! {
-            _ = tokio::time::sleep_until(t.into()) => *self.stop.borrow(),
-            _ = self.stop.changed() => true,
+    /// Wait until `until` (None: forever) or something happens.
+    async fn wait(&mut self, until: Option<Instant>) -> Wake {
+        let sleep = async {
+            match until {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        match &mut self.checkpointing {
+            None => tokio::select! {
+                _ = sleep => Wake::Time,
+                _ = self.stop.changed() => Wake::Stop,
+            },
+            Some(s) => tokio::select! {
+                _ = sleep => Wake::Time,
+                c = s.control.recv() => c.map(Wake::Control).unwrap_or(Wake::Done),
+                _ = s.ck.completed.changed() => Wake::Completed,
+                _ = s.ck.done.wait_for(|d| *d) => Wake::Done,
+            },
         }
     }
 
-    /// Run the chain's watermark hooks and forward the watermark; false if
-    /// downstream is gone.
-    async fn emit_watermark(&mut self, wm: Millis) -> Result<bool, TaskError> {
-        let out = self.chain.advance_watermark(wm)?;
-        self.output.push(out);
-        Ok(self.output.broadcast(|| Message::Watermark(wm)).await.is_ok())
+    async fn restore(&mut self, r: Restored) -> Result<Millis, TaskError> {
+        if let Some(p) = &r.snapshot.source_position {
+            self.source.restore(p).map_err(|e| TaskError::new(&self.info, OpError::Data(format!("restoring position: {e}"))))?;
+        }
+        self.chain.restore(r.id, r.snapshot.watermark, &r.snapshot.operators)?;
+        if let Some(s) = &mut self.checkpointing {
+            s.ck.notified = r.id;
+        }
+        self.output.push(r.snapshot.output_records);
+        let wm = r.snapshot.watermark;
+        let sent = if wm > MIN_WATERMARK { self.output.broadcast(|| Message::Watermark(wm)).await } else { self.output.flush().await };
+        if sent.is_err() {
+            tracing::debug!("Downstream gone while restoring.");
+        }
+        Ok(wm)
     }
 
-    /// Bounded input exhausted: final watermark, end of input, close.
-    async fn finish(mut self) -> TaskResult {
-        if !self.emit_watermark(MAX_WATERMARK).await? {
-            return Ok(TaskEnd::Stopped);
+    /// A trigger: record the position, snapshot the chain, emit the barrier.
+    async fn on_control(&mut self, c: Control, watermark: Millis, producing: &mut bool) -> Result<(), TaskError> {
+        let Control::Trigger { id, then_stop } = c;
+        let Some(s) = &self.checkpointing else { return Ok(()) };
+        if let Some(d) = faults::get().barrier_delay {
+            tokio::time::sleep(d).await;
         }
-        let out = self.chain.end_of_input()?;
+        // Records emitted so far belong before the barrier.
+        if self.output.flush().await.is_err() {
+            return Ok(());
+        }
+        let sync = Instant::now();
+        let snapshot = TaskSnapshot {
+            watermark,
+            source_position: Some(self.source.position()),
+            operators: self.chain.snapshot(id)?,
+            ..TaskSnapshot::default()
+        };
+        let stats = SnapshotStats { sync: sync.elapsed(), ..SnapshotStats::default() };
+        s.ck.write_and_vote(id, snapshot, stats);
+        if then_stop {
+            *producing = false;
+        }
+        let _ = self.output.broadcast(|| Message::Barrier(id)).await;
+        Ok(())
+    }
+
+    fn notify_completed(&mut self) -> Result<(), TaskError> {
+        if let Some(id) = self.checkpointing.as_mut().and_then(|s| s.ck.newly_completed()) {
+            self.chain.notify_complete(id)?;
+        }
+        Ok(())
+    }
+
+    /// Run the chain's watermark hooks and forward the watermark.
+    async fn emit_watermark(&mut self, wm: Millis) -> Result<(), Disconnected> {
+        let out = match self.chain.advance_watermark(wm) {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::error!(error = %e, "Watermark handling failed.");
+                return Err(Disconnected);
+            }
+        };
         self.output.push(out);
+        self.output.broadcast(|| Message::Watermark(wm)).await
+    }
+
+    /// Bounded input exhausted: final watermark, end of input.
+    async fn end_of_input(&mut self) -> Result<(), Disconnected> {
+        self.emit_watermark(MAX_WATERMARK).await?;
+        match self.chain.end_of_input() {
+            Ok(out) => self.output.push(out),
+            Err(e) => {
+                tracing::error!(error = %e, "End of input failed.");
+                return Err(Disconnected);
+            }
+        }
+        self.output.broadcast(|| Message::EndOfInput).await
+    }
+
+    /// Leave: commit what the last completed checkpoint staged, close.
+    async fn exit(mut self, finished: bool) -> TaskResult {
+        self.notify_completed()?;
+        let _ = self.output.flush().await;
         self.chain.close()?;
-        Ok(match self.output.broadcast(|| Message::EndOfInput).await {
-            Ok(()) => TaskEnd::Finished,
-            Err(_) => TaskEnd::Stopped,
-        })
+        Ok(if finished { TaskEnd::Finished } else { TaskEnd::Stopped })
     }
 
     /// Stop without end of input: flush what was emitted, close, and let the
@@ -155,84 +301,240 @@ impl SourceTask {
     }
 }
 
+pub struct OperatorCheckpointing {
+    pub ck: TaskCheckpointing,
+    pub barriers: BarrierTracker,
+}
+
 pub struct OperatorTask {
     pub inputs: Inputs,
     pub chain: Chain,
     pub output: Output,
+    pub checkpointing: Option<OperatorCheckpointing>,
+    pub restored: Option<Restored>,
+}
+
+/// What the operator task loop woke up for.
+enum Step {
+    Input(Option<InputEvent>),
+    Tick,
+    Completed,
+    AlignmentTimeout,
 }
 
 impl OperatorTask {
     pub async fn run(mut self) -> TaskResult {
         let mut tracker = WatermarkTracker::new(self.inputs.len());
+        if let Some(r) = self.restored.take() {
+            self.restore(r).await?;
+        }
+        let mut pending: Option<PendingSnapshot> = None;
+        let mut first_barrier: Option<(u64, Instant)> = None;
+        let mut ended = false;
         loop {
             let tick = self.chain.next_tick_in();
-            let event = tokio::select! {
-                e = self.inputs.recv() => e,
-                _ = sleep_opt(tick) => {
-                    let out = self.chain.tick()?;
-                    self.output.push(out);
-                    if self.output.flush().await.is_err() {
-                        return self.shut_down().await;
+            let step = match &mut self.checkpointing {
+                None => tokio::select! {
+                    e = self.inputs.recv() => Step::Input(e),
+                    _ = sleep_opt(tick) => Step::Tick,
+                },
+                Some(c) => {
+                    let deadline = c.barriers.deadline();
+                    tokio::select! {
+                        e = self.inputs.recv() => Step::Input(e),
+                        _ = sleep_opt(tick) => Step::Tick,
+                        _ = c.ck.completed.changed() => Step::Completed,
+                        _ = sleep_until_opt(deadline) => Step::AlignmentTimeout,
                     }
-                    continue;
                 }
             };
-            let change = match event {
-                // Every input closed, not all with end of input: we are stopping.
-                None => return self.shut_down().await,
-                // A closed channel without end of input means upstream stopped;
-                // wait for the others to close too.
-                Some(InputEvent::Closed(_)) => WatermarkChange::Unchanged,
-                Some(InputEvent::Message(i, msg)) => match msg {
+            let (change, actions) = match step {
+                Step::Tick => {
+                    let out = self.chain.tick()?;
+                    self.output.push(out);
+                    (WatermarkChange::Unchanged, Vec::new())
+                }
+                Step::Completed => {
+                    self.notify_completed()?;
+                    continue;
+                }
+                Step::AlignmentTimeout => {
+                    let c = self.checkpointing.as_mut().expect("only with checkpoints");
+                    (WatermarkChange::Unchanged, c.barriers.on_timer(Instant::now()))
+                }
+                // Every input closed: upstream finished or stopped.
+                Step::Input(None) => return self.exit(ended).await,
+                Step::Input(Some(InputEvent::Closed(i))) => match &mut self.checkpointing {
+                    Some(c) => (WatermarkChange::Unchanged, c.barriers.on_closed(i).map_err(|e| self.protocol_error(e))?),
+                    None => (WatermarkChange::Unchanged, Vec::new()),
+                },
+                Step::Input(Some(InputEvent::Message(i, msg))) => match msg {
                     Message::Batch(batch) => {
+                        if let (Some(c), Some(p)) = (&self.checkpointing, pending.as_mut()) {
+                            if c.barriers.on_data(i) == DataDisposition::ProcessAndRecord {
+                                p.snapshot.input_records.extend(batch.iter().cloned());
+                            }
+                        }
                         let change = tracker.on_data(i);
                         let out = self.chain.process(0, batch)?;
                         self.output.push(out);
-                        change
+                        (change, Vec::new())
                     }
-                    Message::Watermark(wm) => tracker.on_watermark(i, wm),
-                    Message::Idle => tracker.on_idle(i),
-                    Message::EndOfInput => tracker.on_finished(i),
+                    Message::Watermark(wm) => (tracker.on_watermark(i, wm), Vec::new()),
+                    Message::Idle => (tracker.on_idle(i), Vec::new()),
+                    Message::EndOfInput => (tracker.on_finished(i), Vec::new()),
+                    Message::Barrier(id) => match &mut self.checkpointing {
+                        Some(c) => {
+                            let now = Instant::now();
+                            if first_barrier.is_none_or(|(b, _)| b != id) {
+                                first_barrier = Some((id, now));
+                            }
+                            (WatermarkChange::Unchanged, c.barriers.on_barrier(i, id, now).map_err(|e| self.protocol_error(e))?)
+                        }
+                        // A barrier without checkpointing can't happen; pass it on.
+                        None => {
+                            let _ = self.output.broadcast(|| Message::Barrier(id)).await;
+                            (WatermarkChange::Unchanged, Vec::new())
+                        }
+                    },
                 },
             };
             let sent = match change {
-                WatermarkChange::Unchanged => self.output.flush().await,
-                WatermarkChange::Advanced(wm) => {
+                WatermarkChange::Advanced(wm) if wm > self.chain.watermark() => {
                     let out = self.chain.advance_watermark(wm)?;
                     self.output.push(out);
                     self.output.broadcast(|| Message::Watermark(wm)).await
                 }
                 WatermarkChange::BecameIdle => self.output.broadcast(|| Message::Idle).await,
+                _ => self.output.flush().await,
             };
             if sent.is_err() {
-                return self.shut_down().await;
+                return self.exit(false).await;
             }
-            if tracker.all_finished() {
-                return self.finish().await;
+            for action in actions {
+                match self.act(action, &mut pending, first_barrier).await {
+                    Ok(()) => {}
+                    Err(TaskStop::Failed(e)) => return Err(e),
+                    Err(TaskStop::Disconnected) => return self.exit(false).await,
+                }
+            }
+            if tracker.all_finished() && !ended {
+                ended = true;
+                let out = self.chain.end_of_input()?;
+                self.output.push(out);
+                if self.output.broadcast(|| Message::EndOfInput).await.is_err() {
+                    return self.exit(true).await;
+                }
+                if self.checkpointing.is_none() {
+                    return self.exit(true).await;
+                }
             }
         }
     }
 
-    async fn finish(mut self) -> TaskResult {
-        let out = self.chain.end_of_input()?;
-        self.output.push(out);
-        self.chain.close()?;
-        Ok(match self.output.broadcast(|| Message::EndOfInput).await {
-            Ok(()) => TaskEnd::Finished,
-            Err(_) => TaskEnd::Stopped,
-        })
+    /// Carry out one decision of the barrier tracker.
+    async fn act(
+        &mut self,
+        action: Action,
+        pending: &mut Option<PendingSnapshot>,
+        first_barrier: Option<(u64, Instant)>,
+    ) -> Result<(), TaskStop> {
+        let c = self.checkpointing.as_mut().expect("barrier actions only with checkpoints");
+        match action {
+            Action::Block(i) => self.inputs.block(i),
+            Action::UnblockAll => self.inputs.unblock_all(),
+            Action::Snapshot { id, unaligned } => {
+                if let Some(op) = self.chain.ops.first() {
+                    if let Some(d) = faults::get().stall_for(&op.info.operator, op.info.index) {
+                        tracing::warn!(operator = %op.info.operator, subtask = op.info.index, ?d, "Injected stall.");
+                        tokio::time::sleep(d).await;
+                    }
+                }
+                if !unaligned {
+                    // Aligned: what was emitted before goes out before the barrier.
+                    self.output.flush().await.map_err(|_| TaskStop::Disconnected)?;
+                }
+                let sync = Instant::now();
+                let operators = self.chain.snapshot(id).map_err(TaskStop::Failed)?;
+                let snapshot = TaskSnapshot { watermark: self.chain.watermark(), operators, ..TaskSnapshot::default() };
+                let first = first_barrier.map(|(_, t)| t).unwrap_or(sync);
+                *pending = Some(PendingSnapshot::take(id, unaligned, snapshot, sync, first));
+            }
+            Action::ForwardBarrier(id) => match pending.as_mut() {
+                Some(p) if p.id == id && p.unaligned => {
+                    let overtaken = self.output.broadcast_overtaking(|| Message::Barrier(id)).map_err(|_| TaskStop::Disconnected)?;
+                    p.snapshot.output_records = overtaken;
+                }
+                _ => self.output.broadcast(|| Message::Barrier(id)).await.map_err(|_| TaskStop::Disconnected)?,
+            },
+            Action::Complete(id) => {
+                if let Some(p) = pending.take().filter(|p| p.id == id) {
+                    c.ck.write_and_vote(id, p.snapshot, p.stats);
+                }
+            }
+            Action::AbortStale(id) => {
+                *pending = None;
+                c.ck.abort(id, "a newer barrier arrived before this checkpoint's alignment finished".into());
+            }
+        }
+        Ok(())
     }
 
-    async fn shut_down(mut self) -> TaskResult {
+    async fn restore(&mut self, r: Restored) -> Result<(), TaskError> {
+        self.chain.restore(r.id, r.snapshot.watermark, &r.snapshot.operators)?;
+        if let Some(c) = &mut self.checkpointing {
+            c.ck.notified = r.id;
+        }
+        // Output the barrier overtook was emitted before the checkpoint;
+        // input recorded after the snapshot is processed again.
+        self.output.push(r.snapshot.output_records);
+        let out = self.chain.process(0, r.snapshot.input_records)?;
+        self.output.push(out);
         let _ = self.output.flush().await;
-        self.chain.close()?;
-        Ok(TaskEnd::Stopped)
+        Ok(())
     }
+
+    fn notify_completed(&mut self) -> Result<(), TaskError> {
+        if let Some(id) = self.checkpointing.as_mut().and_then(|c| c.ck.newly_completed()) {
+            self.chain.notify_complete(id)?;
+        }
+        Ok(())
+    }
+
+    fn protocol_error(&self, e: impl std::fmt::Display) -> TaskError {
+        let info = &self.chain.ops[0].info;
+        TaskError::new(info, OpError::Data(format!("checkpoint protocol: {e}")))
+    }
+
+    /// Leave: with checkpoints, wait until no checkpoint needs this task any
+    /// more and commit what the last completed one staged; then close.
+    async fn exit(mut self, finished: bool) -> TaskResult {
+        let _ = self.output.flush().await;
+        if let Some(c) = &mut self.checkpointing {
+            c.ck.wait_done().await;
+        }
+        self.notify_completed()?;
+        self.chain.close()?;
+        Ok(if finished { TaskEnd::Finished } else { TaskEnd::Stopped })
+    }
+}
+
+/// Why carrying out a barrier action ended the task.
+enum TaskStop {
+    Disconnected,
+    Failed(TaskError),
 }
 
 async fn sleep_opt(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
     }
 }

@@ -1,0 +1,291 @@
+//! The checkpoint driver: the I/O around the pure coordinator and bundle
+//! arbiters. It triggers checkpoints at the sources, collects the votes of
+//! every task into its bundle's arbiter, writes each bundle's MANIFEST when
+//! the arbiter commits, writes `_metadata` last (the commit point), tells
+//! the tasks the checkpoint is complete, and deletes what `retain` drops.
+//!
+//! On stop (signal) or at the end of bounded input it takes a final
+//! checkpoint, retrying until one completes, then tells every task it is
+//! done.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::arbiter::{ArbiterDecision, BundleArbiter};
+use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
+use super::task_checkpoint::{Control, Event, SnapshotStats};
+use crate::checkpoint::layout::Layout;
+use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
+use crate::checkpoint::{store, BundleId, CheckpointId};
+use crate::config::CheckpointSpec;
+use crate::faults;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("checkpoint {id} failed ({reason}), {failures} consecutive failures: more than `tolerable_failures` allows")]
+    TooManyFailures { id: CheckpointId, reason: String, failures: u32 },
+    #[error("checkpoint storage: {0}")]
+    Store(#[from] store::StoreError),
+}
+
+/// What the driver needs to know about the pipeline.
+pub struct DriverSetup {
+    pub spec: CheckpointSpec,
+    pub layout: Layout,
+    pub pipeline: String,
+    pub parallelism: u16,
+    pub max_parallelism: u16,
+    pub operators: Vec<String>,
+    /// Members of each bundle.
+    pub bundles: Vec<Vec<TaskId>>,
+    pub sources: usize,
+    pub first_id: CheckpointId,
+    /// Completed checkpoints already on disk, oldest first.
+    pub retained: Vec<CheckpointId>,
+}
+
+pub struct Driver {
+    setup: DriverSetup,
+    coordinator: Coordinator,
+    arbiters: Vec<BundleArbiter>,
+    events: mpsc::UnboundedReceiver<Event>,
+    controls: Vec<mpsc::UnboundedSender<Control>>,
+    completed: watch::Sender<CheckpointId>,
+    done: watch::Sender<bool>,
+    stop: watch::Receiver<bool>,
+    finished_sources: usize,
+    /// Stop requested or input exhausted: the next checkpoint is the last.
+    final_wanted: bool,
+    /// The final checkpoint is requested from the coordinator (again after an abort).
+    final_queued: bool,
+    /// The checkpoint triggered after the stop: its completion ends the run.
+    final_id: Option<CheckpointId>,
+    stats: Stats,
+}
+
+/// What the tasks reported for the running checkpoint.
+#[derive(Default)]
+struct Stats {
+    id: CheckpointId,
+    sync: Duration,
+    alignment: Duration,
+    bytes: u64,
+}
+
+impl Driver {
+    pub fn new(
+        setup: DriverSetup,
+        events: mpsc::UnboundedReceiver<Event>,
+        controls: Vec<mpsc::UnboundedSender<Control>>,
+        completed: watch::Sender<CheckpointId>,
+        done: watch::Sender<bool>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        let config = CoordinatorConfig {
+            interval: setup.spec.interval,
+            timeout: setup.spec.timeout,
+            min_pause: setup.spec.min_pause,
+            tolerable_failures: setup.spec.tolerable_failures,
+            bundles: setup.bundles.len() as u32,
+            retain: setup.spec.retain,
+        };
+        let coordinator = Coordinator::new(config, setup.first_id, setup.retained.clone(), Instant::now());
+        let arbiters = setup.bundles.iter().enumerate().map(|(b, m)| BundleArbiter::new(b as BundleId, m.iter().copied())).collect();
+        Driver {
+            setup,
+            coordinator,
+            arbiters,
+            events,
+            controls,
+            completed,
+            done,
+            stop,
+            finished_sources: 0,
+            final_wanted: false,
+            final_queued: false,
+            final_id: None,
+            stats: Stats::default(),
+        }
+    }
+
+    pub async fn run(mut self) -> Result<(), DriverError> {
+        let result = self.drive().await;
+        // Whatever happened, no further checkpoint will be taken.
+        let _ = self.done.send(true);
+        result
+    }
+
+    async fn drive(&mut self) -> Result<(), DriverError> {
+        loop {
+            if self.final_wanted && !self.final_queued && self.coordinator.running().is_none() {
+                self.coordinator.trigger_now(Kind::Checkpoint);
+                self.final_queued = true;
+            }
+            let wake = self.coordinator.deadline().unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                event = self.events.recv() => match event {
+                    Some(Event::Vote { bundle, vote, stats }) => {
+                        if vote.id() == self.stats.id {
+                            self.add_stats(&stats);
+                        }
+                        let decisions = match self.arbiters.get_mut(bundle as usize).map(|a| a.on_vote(vote)) {
+                            Some(Ok(d)) => d,
+                            Some(Err(e)) => {
+                                tracing::error!(error = %e, "Vote refused.");
+                                continue;
+                            }
+                            None => continue,
+                        };
+                        for d in decisions {
+                            match self.decide(bundle, d).await? {
+                                Some(id) if Some(id) == self.final_id => {
+                                    tracing::info!(checkpoint = id, "Final checkpoint complete.");
+                                    return Ok(());
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    Some(Event::SourceFinished) => {
+                        self.finished_sources += 1;
+                        if self.finished_sources == self.setup.sources {
+                            tracing::info!("Input exhausted; taking the final checkpoint.");
+                            self.final_wanted = true;
+                        }
+                    }
+                    None => return Ok(()),
+                },
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    let now = Instant::now();
+                    if let Some(outcome) = self.coordinator.on_timeout(now) {
+                        self.aborted(outcome)?;
+                    }
+                    if let Some(t) = self.coordinator.on_tick(now) {
+                        self.trigger(t);
+                    }
+                }
+                _ = self.stop.changed(), if !self.final_wanted => {
+                    tracing::info!("Stop requested; taking a final checkpoint.");
+                    self.final_wanted = true;
+                }
+            }
+        }
+    }
+
+    fn trigger(&mut self, t: Trigger) {
+        for b in 0..self.setup.bundles.len() {
+            let dir = self.setup.layout.bundle_dir(t.id, b as BundleId);
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                tracing::warn!(checkpoint = t.id, error = %e, dir = %dir.display(), "Cannot create the checkpoint directory.");
+            }
+        }
+        self.stats = Stats { id: t.id, ..Stats::default() };
+        if self.final_wanted {
+            self.final_id = Some(t.id);
+        }
+        tracing::debug!(checkpoint = t.id, "Checkpoint triggered.");
+        for c in &self.controls {
+            let _ = c.send(Control::Trigger { id: t.id, then_stop: self.final_wanted });
+        }
+    }
+
+    fn add_stats(&mut self, s: &SnapshotStats) {
+        self.stats.sync = self.stats.sync.max(s.sync);
+        self.stats.alignment = self.stats.alignment.max(s.alignment);
+        self.stats.bytes += s.bytes;
+    }
+
+    /// Act on an arbiter decision; returns the id of a checkpoint that just completed.
+    async fn decide(&mut self, bundle: BundleId, d: ArbiterDecision) -> Result<Option<CheckpointId>, DriverError> {
+        match d {
+            ArbiterDecision::Commit { id, voters, files } => {
+                let path = self.setup.layout.manifest(id, bundle);
+                let doc = BundleManifest::new(id, bundle, voters, files).to_bytes();
+                if let Err(e) = write_atomic(path, doc).await {
+                    let outcome = self.coordinator.on_bundle_aborted(id, bundle, &e.to_string(), Instant::now());
+                    if let Ok(Some(o)) = outcome {
+                        self.aborted(o)?;
+                    }
+                    return Ok(None);
+                }
+                faults::get().crash_point("after_manifest");
+                match self.coordinator.on_bundle_committed(id, bundle) {
+                    Ok(Some(w)) => self.write_metadata(w.id, w.kind).await,
+                    _ => Ok(None),
+                }
+            }
+            ArbiterDecision::Abort { id, reason } => {
+                if let Ok(Some(o)) = self.coordinator.on_bundle_aborted(id, bundle, &reason.to_string(), Instant::now()) {
+                    self.aborted(o)?;
+                }
+                Ok(None)
+            }
+            ArbiterDecision::Pending { .. } | ArbiterDecision::Ignored { .. } => Ok(None),
+        }
+    }
+
+    /// Write `_metadata` (the commit point), then announce completion.
+    async fn write_metadata(&mut self, id: CheckpointId, kind: Kind) -> Result<Option<CheckpointId>, DriverError> {
+        let md = Metadata {
+            version: FORMAT_VERSION,
+            pipeline: self.setup.pipeline.clone(),
+            checkpoint_id: id,
+            kind,
+            created_ms: crate::runtime::chain::now_ms(),
+            parallelism: self.setup.parallelism,
+            max_parallelism: self.setup.max_parallelism,
+            bundles: (0..self.setup.bundles.len() as BundleId).collect(),
+            operators: self.setup.operators.clone(),
+            crc32c: 0,
+        };
+        if let Err(e) = write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await {
+            if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
+                self.aborted(o)?;
+            }
+            return Ok(None);
+        }
+        faults::get().crash_point("after_metadata");
+        let Some(done) = self.coordinator.on_metadata_written(id, Instant::now()) else { return Ok(None) };
+        let s = &self.stats;
+        tracing::info!(
+            checkpoint = id,
+            duration_ms = done.duration.as_millis() as u64,
+            sync_ms = s.sync.as_millis() as u64,
+            alignment_ms = s.alignment.as_millis() as u64,
+            bytes = s.bytes,
+            bundles = self.setup.bundles.len(),
+            "Checkpoint complete."
+        );
+        let _ = self.completed.send(id);
+        for old in done.delete {
+            if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
+                tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
+            }
+        }
+        Ok(Some(id))
+    }
+
+    fn aborted(&mut self, outcome: AbortOutcome) -> Result<(), DriverError> {
+        let (id, reason) = match &outcome {
+            AbortOutcome::Aborted { id, reason, .. } | AbortOutcome::Fail { id, reason, .. } => (*id, reason.clone()),
+        };
+        tracing::warn!(checkpoint = id, %reason, "Checkpoint aborted.");
+        // A final checkpoint that failed is asked for again.
+        self.final_queued = false;
+        for a in &mut self.arbiters {
+            a.on_abort(id, super::arbiter::AbortReason::Coordinator(reason.clone()));
+        }
+        if let Err(e) = store::remove_checkpoint(&self.setup.layout, id) {
+            tracing::warn!(checkpoint = id, error = %e, "Cannot remove an aborted checkpoint.");
+        }
+        match outcome {
+            AbortOutcome::Fail { id, reason, failures } => Err(DriverError::TooManyFailures { id, reason, failures }),
+            AbortOutcome::Aborted { .. } => Ok(()),
+        }
+    }
+}
+
+async fn write_atomic(path: std::path::PathBuf, bytes: Vec<u8>) -> Result<(), store::StoreError> {
+    tokio::task::spawn_blocking(move || store::write_atomic(&path, &bytes)).await.expect("write task does not panic")
+}

@@ -1,0 +1,113 @@
+//! A task's side of checkpointing: the channels to the checkpoint driver,
+//! and the asynchronous part of a snapshot (encode, write, fsync, vote).
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::arbiter::Vote;
+use super::snapshot::{self, TaskSnapshot};
+use crate::checkpoint::layout::Layout;
+use crate::checkpoint::manifest::TaskId;
+use crate::checkpoint::{store, BundleId, CheckpointId};
+use crate::faults;
+
+/// How long a snapshot took, for the checkpoint log line and metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnapshotStats {
+    /// The synchronous part, while the task does not process records.
+    pub sync: Duration,
+    /// From the first barrier to the snapshot (aligned checkpoints).
+    pub alignment: Duration,
+    pub bytes: u64,
+}
+
+/// From tasks to the checkpoint driver.
+#[derive(Debug)]
+pub enum Event {
+    Vote { bundle: BundleId, vote: Vote, stats: SnapshotStats },
+    /// A source subtask reached the end of its bounded input.
+    SourceFinished,
+}
+
+/// From the driver to source tasks.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    /// Record the position, emit Barrier(id). With `then_stop`, produce no
+    /// more records afterwards (a final checkpoint on stop).
+    Trigger { id: CheckpointId, then_stop: bool },
+}
+
+/// Everything a task needs to take part in checkpoints.
+pub struct TaskCheckpointing {
+    pub task: TaskId,
+    pub bundle: BundleId,
+    pub layout: Layout,
+    pub events: mpsc::UnboundedSender<Event>,
+    /// The newest completed checkpoint (0: none yet).
+    pub completed: watch::Receiver<CheckpointId>,
+    /// Set when no further checkpoint will be taken: the task may exit.
+    pub done: watch::Receiver<bool>,
+    /// The newest completion the chain was told about.
+    pub notified: CheckpointId,
+}
+
+impl TaskCheckpointing {
+    /// The asynchronous part: write the snapshot file, then vote. Runs on
+    /// the blocking pool so the task goes on processing records.
+    pub fn write_and_vote(&self, id: CheckpointId, snap: TaskSnapshot, mut stats: SnapshotStats) {
+        let dir = self.layout.bundle_dir(id, self.bundle);
+        let (task, bundle, events) = (self.task, self.bundle, self.events.clone());
+        tokio::task::spawn_blocking(move || {
+            let bytes = snap.encode();
+            stats.bytes = bytes.len() as u64;
+            let name = snapshot::file_name(task);
+            let vote = if faults::get().fail_state_write() {
+                Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
+            } else {
+                match store::write_state_file(&dir, &name, &bytes) {
+                    Ok(entry) => Vote::Prepared { id, voter: task, files: vec![entry] },
+                    Err(e) => Vote::Abort { id, voter: task, reason: e.to_string() },
+                }
+            };
+            if matches!(vote, Vote::Prepared { .. }) {
+                faults::get().crash_point("after_prepare");
+            }
+            let _ = events.send(Event::Vote { bundle, vote, stats });
+        });
+    }
+
+    pub fn abort(&self, id: CheckpointId, reason: String) {
+        let vote = Vote::Abort { id, voter: self.task, reason };
+        let _ = self.events.send(Event::Vote { bundle: self.bundle, vote, stats: SnapshotStats::default() });
+    }
+
+    /// A completion the chain has not been told about yet.
+    pub fn newly_completed(&mut self) -> Option<CheckpointId> {
+        let c = *self.completed.borrow_and_update();
+        (c > self.notified).then(|| {
+            self.notified = c;
+            c
+        })
+    }
+
+    pub async fn wait_done(&mut self) {
+        let _ = self.done.wait_for(|d| *d).await;
+    }
+}
+
+/// A snapshot whose synchronous part is taken, waiting for the last barrier
+/// (unaligned) before it is written.
+pub struct PendingSnapshot {
+    pub id: CheckpointId,
+    pub unaligned: bool,
+    pub snapshot: TaskSnapshot,
+    pub stats: SnapshotStats,
+}
+
+impl PendingSnapshot {
+    pub fn take(id: CheckpointId, unaligned: bool, snapshot: TaskSnapshot, sync_started: Instant, first_barrier: Instant) -> Self {
+        let stats = SnapshotStats { sync: sync_started.elapsed(), alignment: sync_started.duration_since(first_barrier), bytes: 0 };
+        PendingSnapshot { id, unaligned, snapshot, stats }
+    }
+}
