@@ -168,7 +168,7 @@ pub enum AggFunc {
 pub enum SinkSpec {
     File { dir: PathBuf, max_file_bytes: u64 },
     Stdout,
-    Blackhole,
+    Blackhole { rate_limit: Option<f64> },
 }
 
 /// Output field of a windowed aggregate: the window's start (epoch ms).

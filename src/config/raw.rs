@@ -193,6 +193,10 @@ pub enum RawSink {
     Blackhole {
         name: String,
         input: String,
+        /// Accept at most this many records per second (to simulate a slow
+        /// sink and its backpressure in tests and demos).
+        #[serde(default)]
+        rate_limit: Option<f64>,
     },
 }
 

@@ -649,7 +649,7 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
             }
         }
         RawSink::Stdout { .. } => SinkSpec::Stdout,
-        RawSink::Blackhole { .. } => SinkSpec::Blackhole,
+        RawSink::Blackhole { rate_limit, .. } => SinkSpec::Blackhole { rate_limit: cx.rate_limit(at, *rate_limit) },
     }
 }
 

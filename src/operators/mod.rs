@@ -114,6 +114,12 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// How long the task should wait before giving this operator more input
+    /// (a rate-limited sink); None to go on at once.
+    fn throttle(&self) -> Option<Duration> {
+        None
+    }
+
     /// Checkpoint `id`'s barrier reached this operator, just before its
     /// state is snapshotted: make pending side effects durable and record in
     /// state what must be committed once `id` completes (two-phase commit).

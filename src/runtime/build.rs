@@ -172,7 +172,7 @@ pub fn build(
                         checkpointing: ck.map(|ck| {
                             let (tx, control) = mpsc::unbounded_channel();
                             controls.push(tx);
-                            SourceCheckpointing { ck, control }
+                            SourceCheckpointing { ck, control, unaligned: alignment == Some(AlignmentMode::Unaligned) }
                         }),
                         restored: task_restored,
                     })
@@ -272,6 +272,7 @@ fn chain_op(
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let input_schema = node.input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);
+    let p = plan.pipeline.parallelism;
     let op: Box<dyn Operator> = match &node.kind {
         NodeKind::Source(_) => unreachable!("sources are task heads"),
         NodeKind::Dedup(spec) => Box::new(Dedup::new(spec, input_schema, plan.pipeline.has_event_time()).map_err(err)?),
@@ -286,9 +287,8 @@ fn chain_op(
             Box::new(FileSink::new(dir, *max_file_bytes, subtask, plan.pipeline.checkpoint.is_some()).map_err(|e| err(e.to_string()))?)
         }
         NodeKind::Sink(SinkSpec::Stdout) => Box::<StdoutSink>::default(),
-        NodeKind::Sink(SinkSpec::Blackhole) => Box::new(Blackhole),
+        NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
-    let p = plan.pipeline.parallelism;
     let state = Box::new(MemoryState::new(&op.tables(), key_group_range(subtask, p, plan.pipeline.max_parallelism)));
     let m: Arc<OperatorMetrics> = metrics[id].subtasks[subtask as usize].clone();
     Ok(ChainOp::new(op, state, info(plan, id, subtask), m))

@@ -106,6 +106,11 @@ impl Chain {
         self.call_all(Hook::Tick, |i| due[i])
     }
 
+    /// The longest pause any operator asks for before more input.
+    pub fn throttle(&self) -> Option<Duration> {
+        self.ops.iter().filter_map(|op| op.op.throttle()).max()
+    }
+
     /// How long until the next operator wants a tick.
     pub fn next_tick_in(&self) -> Option<Duration> {
         let now = Instant::now();

@@ -52,6 +52,8 @@ pub struct Restored {
 pub struct SourceCheckpointing {
     pub ck: TaskCheckpointing,
     pub control: mpsc::UnboundedReceiver<Control>,
+    /// Unaligned checkpoints: the barrier overtakes the source's queued output.
+    pub unaligned: bool,
 }
 
 pub struct SourceTask {
@@ -228,26 +230,38 @@ impl SourceTask {
     async fn on_control(&mut self, c: Control, watermark: Millis, producing: &mut bool) -> Result<(), TaskError> {
         let Control::Trigger { id, then_stop } = c;
         let Some(s) = &self.checkpointing else { return Ok(()) };
+        let unaligned = s.unaligned;
         if let Some(d) = faults::get().barrier_delay {
             tokio::time::sleep(d).await;
         }
-        // Records emitted so far belong before the barrier.
-        if self.output.flush().await.is_err() {
+        // Aligned: records emitted so far go out before the barrier.
+        if !unaligned && self.output.flush().await.is_err() {
             return Ok(());
         }
         let sync = Instant::now();
-        let snapshot = TaskSnapshot {
+        let mut snapshot = TaskSnapshot {
             watermark,
             source_position: Some(self.source.position()),
             operators: self.chain.snapshot(id)?,
             ..TaskSnapshot::default()
         };
+        let sent = if unaligned {
+            // The barrier jumps the queue; what it overtook is channel state.
+            self.output.broadcast_overtaking(|| Message::Barrier(id)).map(|overtaken| snapshot.output_records = overtaken)
+        } else {
+            Ok(())
+        };
         let stats = SnapshotStats { sync: sync.elapsed(), ..SnapshotStats::default() };
+        let s = self.checkpointing.as_ref().expect("checked above");
         s.ck.write_and_vote(id, snapshot, stats);
         if then_stop {
             *producing = false;
         }
-        let _ = self.output.broadcast(|| Message::Barrier(id)).await;
+        if !unaligned {
+            let _ = self.output.broadcast(|| Message::Barrier(id)).await;
+        } else if sent.is_ok() {
+            let _ = self.output.flush().await;
+        }
         Ok(())
     }
 
@@ -378,6 +392,10 @@ impl OperatorTask {
                         let change = tracker.on_data(i);
                         let out = self.chain.process(0, batch)?;
                         self.output.push(out);
+                        if let Some(pause) = self.chain.throttle() {
+                            // A slow operator: hold the input back (backpressure).
+                            tokio::time::sleep(pause).await;
+                        }
                         (change, Vec::new())
                     }
                     Message::Watermark(wm) => (tracker.on_watermark(i, wm), Vec::new()),
