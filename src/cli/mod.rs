@@ -1,5 +1,6 @@
 //! The command line: the only place with anyhow, indicatif and exit codes.
 
+mod inspect;
 mod progress;
 
 use std::io::IsTerminal;
@@ -33,6 +34,13 @@ pub enum Command {
     Run(RunArgs),
     /// Check a pipeline file and report every problem with file:line:col.
     Validate(PipelineArgs),
+    /// Show a checkpoint (directory or `_metadata`) or every checkpoint of a
+    /// state directory: bundles, subtasks, files, sizes, and whether it
+    /// validates (exit 2 if not).
+    Inspect {
+        /// A checkpoint directory, its `_metadata` file, or a state directory.
+        path: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +102,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(args) => validate(args),
         Command::Run(args) => run_pipeline(args),
+        Command::Inspect { path } => {
+            let (report, valid) = inspect::inspect(&path).map_err(UsageError)?;
+            print!("{report}");
+            Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
     }
 }
 

@@ -1,0 +1,100 @@
+//! `weir inspect PATH`: what a checkpoint holds and whether it validates.
+//! PATH is a checkpoint directory, its `_metadata` file, or a state
+//! directory (then every checkpoint in it is listed).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::layout::{Layout, MANIFEST_FILE, METADATA_FILE};
+use crate::checkpoint::manifest::{BundleManifest, Document, Metadata};
+use crate::checkpoint::{store, validate};
+
+/// The report, and whether everything shown validates.
+pub fn inspect(path: &Path) -> Result<(String, bool), String> {
+    let dir = if path.file_name().is_some_and(|n| n == METADATA_FILE) { path.parent().unwrap_or(path) } else { path };
+    if !dir.exists() {
+        return Err(format!("{}: no such file or directory", path.display()));
+    }
+    let layout = Layout::new(dir);
+    if layout.checkpoints_dir().is_dir() {
+        return Ok(state_dir(&layout));
+    }
+    Ok(checkpoint(dir))
+}
+
+/// One line per checkpoint of a state directory.
+fn state_dir(layout: &Layout) -> (String, bool) {
+    let mut out = String::new();
+    let ids = store::list_checkpoint_ids(layout).unwrap_or_default();
+    let _ = writeln!(out, "{:<12} {:<10} {:<24} {:>7} {:>12}  VALID", "CHECKPOINT", "KIND", "CREATED (UTC)", "BUNDLES", "BYTES");
+    let mut all_valid = true;
+    for id in ids {
+        let dir = layout.checkpoint_dir(id);
+        let (kind, created, bundles, bytes, valid) = match validate::validate_dir(&dir) {
+            Ok(v) => {
+                let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();
+                (format!("{:?}", v.metadata.kind).to_lowercase(), time(v.metadata.created_ms), v.manifests.len(), bytes, "yes".into())
+            }
+            Err(e) => {
+                all_valid = false;
+                ("?".into(), "?".into(), 0, 0, format!("no: {e}"))
+            }
+        };
+        let _ = writeln!(out, "{id:<12} {kind:<10} {created:<24} {bundles:>7} {bytes:>12}  {valid}");
+    }
+    (out, all_valid)
+}
+
+/// The full picture of one checkpoint, as far as its documents can be read.
+fn checkpoint(dir: &Path) -> (String, bool) {
+    let mut out = String::new();
+    let verdict = validate::validate_dir(dir);
+    let _ = writeln!(out, "checkpoint  {}", dir.display());
+    match read::<Metadata>(&dir.join(METADATA_FILE)) {
+        Ok(md) => {
+            let _ = writeln!(out, "id          {}", md.checkpoint_id);
+            let _ = writeln!(out, "kind        {:?}", md.kind);
+            let _ = writeln!(out, "pipeline    {}", md.pipeline);
+            let _ = writeln!(out, "created     {}", time(md.created_ms));
+            let _ = writeln!(out, "parallelism {} (max {} key groups)", md.parallelism, md.max_parallelism);
+            let _ = writeln!(out, "operators   {}", md.operators.join(", "));
+            let _ = writeln!(out, "bundles     {}", md.bundles.len());
+            for b in &md.bundles {
+                let bdir = dir.join(crate::checkpoint::layout::bundle_dir_name(*b));
+                let _ = writeln!(out, "\nbundle {b}");
+                match read::<BundleManifest>(&bdir.join(MANIFEST_FILE)) {
+                    Ok(m) => {
+                        let voters: Vec<String> = m.voters.iter().map(|v| format!("{}/{}", v.chain, v.subtask)).collect();
+                        let _ = writeln!(out, "  subtasks (chain/subtask): {}", voters.join(" "));
+                        let _ = writeln!(out, "  {:<40} {:>12} {:>10}", "FILE", "BYTES", "CRC32C");
+                        for f in &m.files {
+                            let _ = writeln!(out, "  {:<40} {:>12} {:>#10x}", f.name, f.size, f.crc32c);
+                        }
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "  MANIFEST unreadable: {e}");
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "_metadata unreadable: {e}");
+        }
+    }
+    let valid = verdict.is_ok();
+    let _ = match verdict {
+        Ok(_) => writeln!(out, "\nvalid       yes"),
+        Err(e) => writeln!(out, "\nvalid       no: {e}"),
+    };
+    (out, valid)
+}
+
+fn read<T: Document>(path: &PathBuf) -> Result<T, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    T::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
