@@ -62,6 +62,10 @@ fn every_example_runs_and_writes_output() {
                 _ => {}
             }
         }
+        // Checkpoints go to the temp dir too (a fresh state directory).
+        if doc.get("state").is_some() {
+            cmd = cmd.set("state.dir", dir.path().join("state"));
+        }
         for (i, s) in items(&doc, "sources").iter().enumerate() {
             if s.get("dead_letter").is_some() {
                 cmd = cmd.set(&format!("sources.{i}.dead_letter"), dir.path().join(format!("dead{i}.jsonl")));
