@@ -40,3 +40,42 @@ for job in count tumbling dedup; do
 done
 echo
 echo "Input: $rows rows, $((bytes / rows)) bytes/row, $(nproc) cores, $(uname -m)."
+
+# What checkpoints cost: keyed count with 1 s aligned checkpoints vs none,
+# alternated in the same session so machine noise hits both alike.
+export BENCH_STATE=$PWD/target/bench/state
+echo
+echo "| keyed count, p=1 | run | records/s |"
+echo "|---|---|---|"
+best_plain=0; best_ckpt=0
+for i in 1 2 3; do
+  for job in count count_checkpointed; do
+    rm -rf "$BENCH_STATE"
+    out=$($weir run --no-progress --log-level warn -p 1 "scripts/bench/$job.yaml" 2>&1)
+    rate=$(sed -n 's/^Finished in [0-9.]*s, \([0-9]*\) records\/s.*/\1/p' <<<"$out")
+    [ -n "$rate" ] || { echo "run failed: $job" >&2; echo "$out" >&2; exit 1; }
+    echo "| $job | $i | $rate |"
+    if [ "$job" = count ]; then [ "$rate" -gt "$best_plain" ] && best_plain=$rate
+    else [ "$rate" -gt "$best_ckpt" ] && best_ckpt=$rate; fi
+  done
+done
+echo
+echo "Best of 3: with checkpoints / without = $(python3 -c "print(f'{$best_ckpt/$best_plain:.3f}')")"
+
+# Checkpoint duration under backpressure: aligned vs unaligned.
+echo
+echo "| backpressure (slow sink) | checkpoints | median duration ms | max duration ms |"
+echo "|---|---|---|---|"
+for a in aligned unaligned; do
+  rm -rf "$BENCH_STATE"
+  log=$(mktemp)
+  ALIGNMENT=$a $weir run --no-progress --log-level info scripts/bench/backpressure.yaml 2>"$log" &
+  pid=$!
+  sleep 8
+  kill -TERM $pid; wait $pid || true
+  durations=$(sed -n 's/.*Checkpoint complete.*duration_ms=\([0-9]*\).*/\1/p' "$log" | sort -n)
+  n=$(wc -l <<<"$durations")
+  median=$(sed -n "$(( (n + 1) / 2 ))p" <<<"$durations")
+  echo "| $a | $n | $median | $(tail -1 <<<"$durations") |"
+  rm -f "$log"
+done
