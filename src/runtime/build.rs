@@ -103,14 +103,15 @@ pub fn build(
                 }
             }
             Edge::Hash { key } => {
-                for i in 0..p as usize {
+                // Every upstream subtask gets a channel to every downstream one.
+                for upstream in routes[up].iter_mut() {
                     let mut txs = Vec::new();
-                    for j in 0..p as usize {
+                    for downstream in receivers[c].iter_mut() {
                         let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
                         txs.push(tx);
-                        receivers[c][j].push(rx);
+                        downstream.push(rx);
                     }
-                    routes[up][i].push(Route::hash(txs, key.clone(), plan.pipeline.max_parallelism));
+                    upstream.push(Route::hash(txs, key.clone(), plan.pipeline.max_parallelism));
                 }
             }
         }
