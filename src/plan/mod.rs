@@ -154,3 +154,53 @@ fn chains(p: &Pipeline, edges: &[Option<Edge>]) -> Vec<Vec<NodeId>> {
     }
     chains
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+
+    fn plan(yaml: &str) -> Plan {
+        Plan::new(load_str(yaml, "t.yaml", &[]).expect("valid pipeline"))
+    }
+
+    const PIPELINE: &str = r#"
+name: p
+parallelism: 2
+sources:
+  - {name: src, type: datagen, rows: 10, fields: {id: {kind: sequence}, user: {kind: key, cardinality: 3}, amount: {kind: int, min: 0, max: 9}}}
+operators:
+  - {name: unique, type: dedup, input: src, key: [id]}
+  - {name: again, type: dedup, input: unique, key: [id]}
+  - {name: per_user, type: aggregate, input: again, key: [user], aggregates: [{fn: sum, field: amount, as: total}]}
+sinks:
+  - {name: out, type: blackhole, input: per_user}
+"#;
+
+    #[test]
+    fn hash_edges_only_where_the_key_changes_and_forward_edges_chain() {
+        let p = plan(PIPELINE);
+        let names: Vec<&str> = p.pipeline.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["src", "unique", "again", "per_user", "out"]);
+        assert_eq!(p.edges[1], Some(Edge::Hash { key: vec![0] }), "source → dedup repartitions by id");
+        assert_eq!(p.edges[2], Some(Edge::Forward), "same key: already partitioned");
+        assert!(matches!(p.edges[3], Some(Edge::Hash { .. })), "new key: repartition");
+        assert_eq!(p.edges[4], Some(Edge::Forward));
+        assert_eq!(p.chains, vec![vec![0], vec![1, 2], vec![3, 4]]);
+    }
+
+    #[test]
+    fn sources_project_the_fields_used_downstream() {
+        let p = plan(PIPELINE);
+        let fields: Vec<(&str, FieldNeed)> = p.projections[0].iter().map(|(f, n)| (f.as_str(), *n)).collect();
+        assert_eq!(
+            fields,
+            [
+                ("id", FieldNeed { required: true, numeric: false }),
+                ("user", FieldNeed { required: true, numeric: false }),
+                ("amount", FieldNeed { required: false, numeric: true }),
+            ]
+        );
+        assert_eq!(p.schemas[3], ["user", "total"], "an aggregate emits its own schema");
+    }
+}
