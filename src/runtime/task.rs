@@ -203,7 +203,7 @@ impl SourceTask {
             Some(s) => tokio::select! {
                 _ = sleep => Wake::Time,
                 c = s.control.recv() => c.map(Wake::Control).unwrap_or(Wake::Done),
-                _ = s.ck.completed.changed() => Wake::Completed,
+                _ = s.ck.completed_changed() => Wake::Completed,
                 _ = s.ck.done.wait_for(|d| *d) => Wake::Done,
             },
         }
@@ -357,7 +357,7 @@ impl OperatorTask {
                     tokio::select! {
                         e = self.inputs.recv() => Step::Input(e),
                         _ = sleep_opt(tick) => Step::Tick,
-                        _ = c.ck.completed.changed() => Step::Completed,
+                        _ = c.ck.completed_changed() => Step::Completed,
                         _ = sleep_until_opt(deadline) => Step::AlignmentTimeout,
                     }
                 }
