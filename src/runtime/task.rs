@@ -15,7 +15,7 @@ use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
 use super::snapshot::TaskSnapshot;
-use super::task_checkpoint::{Control, Event, PendingSnapshot, SnapshotStats, TaskCheckpointing};
+use super::task_checkpoint::{completed_changed, Control, Event, PendingSnapshot, SnapshotStats, TaskCheckpointing};
 use super::watermark::{WatermarkChange, WatermarkTracker};
 use crate::faults;
 use crate::operators::source::{Source, SourcePoll};
@@ -203,7 +203,7 @@ impl SourceTask {
             Some(s) => tokio::select! {
                 _ = sleep => Wake::Time,
                 c = s.control.recv() => c.map(Wake::Control).unwrap_or(Wake::Done),
-                _ = s.ck.completed_changed() => Wake::Completed,
+                _ = completed_changed(&mut s.ck.completed) => Wake::Completed,
                 _ = s.ck.done.wait_for(|d| *d) => Wake::Done,
             },
         }
@@ -357,7 +357,7 @@ impl OperatorTask {
                     tokio::select! {
                         e = self.inputs.recv() => Step::Input(e),
                         _ = sleep_opt(tick) => Step::Tick,
-                        _ = c.ck.completed_changed() => Step::Completed,
+                        _ = completed_changed(&mut c.ck.completed) => Step::Completed,
                         _ = sleep_until_opt(deadline) => Step::AlignmentTimeout,
                     }
                 }

@@ -91,16 +91,16 @@ impl TaskCheckpointing {
         })
     }
 
-    /// A new checkpoint completed. Never returns once the driver is gone
-    /// (it ended: `done` is set and says what to do next).
-    pub async fn completed_changed(&mut self) {
-        if self.completed.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-
     pub async fn wait_done(&mut self) {
         let _ = self.done.wait_for(|d| *d).await;
+    }
+}
+
+/// A new checkpoint completed. Never returns once the driver is gone (it
+/// ended: `done` is set and says what to do next).
+pub async fn completed_changed(completed: &mut watch::Receiver<CheckpointId>) {
+    if completed.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
