@@ -107,6 +107,20 @@ impl StateFileWriter {
     }
 }
 
+/// Write one whole state file into an existing directory, never creating
+/// it: a task finishing late must not bring back the directory of a
+/// checkpoint that was aborted and removed meanwhile.
+pub fn write_state_file_in_existing_dir(dir: &Path, name: &str, bytes: &[u8]) -> Result<FileEntry, StoreError> {
+    if !layout::is_safe_relative(name) || name.contains('/') {
+        return Err(StoreError::UnsafeName { path: dir.to_path_buf(), name: name.into() });
+    }
+    let path = dir.join(name);
+    let file = File::create(&path).map_err(StoreError::io("create", &path))?;
+    let mut w = StateFileWriter { file, path, entry: FileEntry { name: name.into(), size: 0, crc32c: 0 } };
+    w.write(bytes)?;
+    w.finish()
+}
+
 /// Write one whole state file; see [`StateFileWriter`].
 pub fn write_state_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<FileEntry, StoreError> {
     let mut w = StateFileWriter::create(dir, name)?;

@@ -39,7 +39,6 @@ pub struct DriverSetup {
     pub operators: Vec<String>,
     /// Members of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
-    pub sources: usize,
     pub first_id: CheckpointId,
     /// Completed checkpoints already on disk, oldest first.
     pub retained: Vec<CheckpointId>,
@@ -54,7 +53,11 @@ pub struct Driver {
     completed: watch::Sender<CheckpointId>,
     done: watch::Sender<bool>,
     stop: watch::Receiver<bool>,
-    finished_sources: usize,
+    /// Tasks that processed the end of their input.
+    finished_tasks: usize,
+    /// Aborted checkpoints whose directory could not be removed yet (a task
+    /// was still writing into it).
+    unremoved: Vec<CheckpointId>,
     /// Stop requested or input exhausted: the next checkpoint is the last.
     final_wanted: bool,
     /// The final checkpoint is requested from the coordinator (again after an abort).
@@ -101,7 +104,8 @@ impl Driver {
             completed,
             done,
             stop,
-            finished_sources: 0,
+            finished_tasks: 0,
+            unremoved: Vec::new(),
             final_wanted: false,
             final_queued: false,
             final_id: None,
@@ -111,6 +115,10 @@ impl Driver {
 
     pub async fn run(mut self) -> Result<(), DriverError> {
         let result = self.drive().await;
+        self.remove_unremoved();
+        for id in &self.unremoved {
+            tracing::warn!(checkpoint = id, "Could not remove an aborted checkpoint; the next start removes it.");
+        }
         // Whatever happened, no further checkpoint will be taken.
         let _ = self.done.send(true);
         result
@@ -137,6 +145,7 @@ impl Driver {
                             }
                             None => continue,
                         };
+                        self.remove_unremoved();
                         for d in decisions {
                             match self.decide(bundle, d).await? {
                                 Some(id) if Some(id) == self.final_id => {
@@ -147,9 +156,13 @@ impl Driver {
                             }
                         }
                     }
-                    Some(Event::SourceFinished) => {
-                        self.finished_sources += 1;
-                        if self.finished_sources == self.setup.sources {
+                    Some(Event::Finished) => {
+                        // The final checkpoint waits until every task has
+                        // processed all its input: nothing is in flight, so
+                        // even an unaligned barrier overtakes nothing.
+                        self.finished_tasks += 1;
+                        let tasks: usize = self.setup.bundles.iter().map(Vec::len).sum();
+                        if self.finished_tasks == tasks {
                             tracing::info!("Input exhausted; taking the final checkpoint.");
                             self.final_wanted = true;
                         }
@@ -226,6 +239,19 @@ impl Driver {
     }
 
     /// Write `_metadata` (the commit point), then announce completion.
+    /// Remove the directories of aborted checkpoints; one a late task still
+    /// writes into is tried again on the next event.
+    fn remove_unremoved(&mut self) {
+        let layout = &self.setup.layout;
+        self.unremoved.retain(|&id| match store::remove_checkpoint(layout, id) {
+            Ok(()) => false,
+            Err(e) => {
+                tracing::debug!(checkpoint = id, error = %e, "Aborted checkpoint not removable yet.");
+                true
+            }
+        });
+    }
+
     async fn write_metadata(&mut self, id: CheckpointId, kind: Kind) -> Result<Option<CheckpointId>, DriverError> {
         let md = Metadata {
             version: FORMAT_VERSION,
@@ -276,9 +302,8 @@ impl Driver {
         for a in &mut self.arbiters {
             a.on_abort(id, super::arbiter::AbortReason::Coordinator(reason.clone()));
         }
-        if let Err(e) = store::remove_checkpoint(&self.setup.layout, id) {
-            tracing::warn!(checkpoint = id, error = %e, "Cannot remove an aborted checkpoint.");
-        }
+        self.unremoved.push(id);
+        self.remove_unremoved();
         match outcome {
             AbortOutcome::Fail { id, reason, failures } => Err(DriverError::TooManyFailures { id, reason, failures }),
             AbortOutcome::Aborted { .. } => Ok(()),

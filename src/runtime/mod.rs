@@ -97,7 +97,6 @@ impl Engine {
             parallelism: plan.pipeline.parallelism,
             max_parallelism: plan.pipeline.max_parallelism,
             operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
-            sources: built.controls.len(),
             bundles: built.bundles,
             first_id: start.first_id,
             retained: start.retained,

@@ -150,7 +150,7 @@ impl SourceTask {
                     match &self.checkpointing {
                         None => return self.exit(true).await,
                         Some(s) => {
-                            let _ = s.ck.events.send(Event::SourceFinished);
+                            let _ = s.ck.events.send(Event::Finished);
                             finished = true;
                         }
                     }
@@ -443,8 +443,11 @@ impl OperatorTask {
                 if self.output.broadcast(|| Message::EndOfInput).await.is_err() {
                     return self.exit(true).await;
                 }
-                if self.checkpointing.is_none() {
-                    return self.exit(true).await;
+                match &self.checkpointing {
+                    None => return self.exit(true).await,
+                    Some(c) => {
+                        let _ = c.ck.events.send(Event::Finished);
+                    }
                 }
             }
         }

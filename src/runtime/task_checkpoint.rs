@@ -26,8 +26,9 @@ pub struct SnapshotStats {
 #[derive(Debug)]
 pub enum Event {
     Vote { bundle: BundleId, vote: Vote, stats: SnapshotStats },
-    /// A source subtask reached the end of its bounded input.
-    SourceFinished,
+    /// A task processed the end of its bounded input (and sent everything
+    /// it emitted downstream).
+    Finished,
 }
 
 /// From the driver to source tasks.
@@ -65,7 +66,7 @@ impl TaskCheckpointing {
             let vote = if faults::get().fail_state_write() {
                 Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
             } else {
-                match store::write_state_file(&dir, &name, &bytes) {
+                match store::write_state_file_in_existing_dir(&dir, &name, &bytes) {
                     Ok(entry) => Vote::Prepared { id, voter: task, files: vec![entry] },
                     Err(e) => Vote::Abort { id, voter: task, reason: e.to_string() },
                 }
