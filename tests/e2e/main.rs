@@ -4,7 +4,11 @@
 //!     cargo test --release --test e2e
 
 mod bad_input;
+mod checkpoint_faults;
+mod ckpt;
 mod cli;
+mod crash;
+mod damage;
 mod examples;
 mod file_sink;
 mod golden;

@@ -1,0 +1,145 @@
+//! Checkpoints under failing writes, a stalled subtask, SIGTERM and
+//! backpressure; refusals of state dirs and restores that cannot work.
+
+use std::time::Duration;
+
+use super::ckpt::{abs, assert_exactly_once, assert_no_orphans, completed, durations_ms, fast, restored_from, write_pipeline, Job};
+use super::util::{part_files, tmp, wait_until, weir, weir_run};
+
+/// A run whose snapshot writes fail 30% of the time (seeded).
+fn run_with_failing_writes(job: &Job) -> super::util::Outcome {
+    job.cmd().set("checkpoint.tolerable_failures", "1000").env("WEIR_FAULTS", "state_write_fail=0.3,seed=42").ok()
+}
+
+#[test]
+fn failing_state_writes_abort_checkpoints_and_later_ones_succeed() {
+    let job = Job::new();
+    let o = run_with_failing_writes(&job);
+    o.expect_stderr_contains("Checkpoint aborted.");
+    o.expect_stderr_contains("Checkpoint complete.");
+    job.assert_no_in_progress_files();
+    assert_exactly_once("state_write_fail=0.3", job.lines());
+}
+
+#[test]
+#[ignore = "weir bug: aborted checkpoints leave chk dirs without _metadata (late snapshot writes of other tasks)"]
+fn aborted_checkpoints_leave_no_orphan_files() {
+    let job = Job::new();
+    run_with_failing_writes(&job);
+    assert_no_orphans(&job.state);
+}
+
+#[test]
+fn a_stall_longer_than_the_timeout_aborts_that_checkpoint_only() {
+    let job = Job::new();
+    let o = job
+        .cmd()
+        .set("checkpoint.timeout", "300ms")
+        .set("checkpoint.tolerable_failures", "5")
+        .env("WEIR_FAULTS", "stall=per_user:1:1s")
+        .ok();
+    o.expect_stderr_contains("Injected stall.");
+    let aborted: Vec<&str> = o.stderr.lines().filter(|l| l.contains("Checkpoint aborted.")).collect();
+    assert!(!aborted.is_empty(), "the stalled checkpoint did not abort:\n{}", o.stderr);
+    assert!(!completed(&o.stderr).is_empty(), "no checkpoint completed after the stall:\n{}", o.stderr);
+    job.assert_no_in_progress_files();
+    assert_exactly_once("stall 1s with timeout 300ms", job.lines());
+}
+
+#[test]
+fn sigterm_takes_a_final_checkpoint_and_restore_finishes_the_job() {
+    let job = Job::new();
+    let run = job.cmd().spawn();
+    // Stop once something is published, i.e. a checkpoint has completed.
+    let published = wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty());
+    assert!(published, "no part file published within 20 s");
+    run.terminate();
+    let stopped = run.wait_for(Duration::from_secs(10));
+    stopped.expect_code(0);
+    stopped.expect_stderr_contains("Stop requested; taking a final checkpoint.");
+    job.assert_no_in_progress_files();
+    let partial = job.lines().len();
+    assert!(partial < super::ckpt::expected().len(), "the run finished before the stop; nothing to resume");
+    let last = *completed(&stopped.stderr).last().expect("a checkpoint completed before the stop");
+    let resumed = job.restore().ok();
+    assert_eq!(restored_from(&resumed.stderr), Some(last), "restore did not use the final checkpoint of the stop");
+    assert_exactly_once("SIGTERM, then --restore latest", job.lines());
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Run an unbounded datagen -> dedup -> slow blackhole for `secs`, SIGTERM,
+/// and return the checkpoint durations.
+fn backpressured_durations(alignment: &str) -> Vec<u64> {
+    let dir = tmp();
+    let yaml = format!(
+        r#"name: backpressure
+parallelism: 2
+state: {{dir: {state}}}
+checkpoint: {{interval: 200ms, alignment: {alignment}}}
+sources:
+  - name: events
+    type: datagen
+    seed: 3
+    fields:
+      id: {{kind: sequence}}
+      device: {{kind: key, cardinality: 1000, prefix: dev-}}
+operators:
+  - {{name: unique, type: dedup, input: events, key: [id], ttl: 1h}}
+sinks:
+  - {{name: slow, type: blackhole, input: unique, rate_limit: 20000}}
+"#,
+        state = dir.path().join("state").display()
+    );
+    let pipeline = write_pipeline(dir.path(), "backpressure", &yaml);
+    let run = weir_run(&pipeline, 2).spawn();
+    std::thread::sleep(Duration::from_secs(4));
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(20));
+    o.expect_code(0);
+    let d = durations_ms(&o.stderr);
+    assert!(d.len() >= 3, "{alignment}: only {} checkpoints completed in 4 s:\n{}", d.len(), o.stderr);
+    d
+}
+
+#[test]
+fn unaligned_checkpoints_are_fast_under_backpressure() {
+    let aligned = backpressured_durations("aligned");
+    let unaligned = backpressured_durations("unaligned");
+    let (a, u) = (median(aligned.clone()), median(unaligned.clone()));
+    eprintln!("checkpoint duration medians under backpressure: aligned {a} ms {aligned:?}, unaligned {u} ms {unaligned:?}");
+    assert!(u * 2 < a, "unaligned median {u} ms is not less than half the aligned median {a} ms");
+}
+
+#[test]
+fn a_state_dir_of_another_pipeline_is_refused_without_force() {
+    let job = Job::new();
+    fast(job.cmd()).ok();
+    for restore in [false, true] {
+        let mut cmd = fast(job.cmd()).set("name", "intruder");
+        if restore {
+            cmd = cmd.arg("--restore").arg("latest");
+        }
+        let o = cmd.run();
+        o.expect_code(2);
+        o.expect_stderr_contains("--force");
+    }
+    assert_eq!(std::fs::read_to_string(job.state.join("PIPELINE")).unwrap().trim(), "checkpointed", "a refusal changed PIPELINE");
+    let o = fast(job.cmd()).set("name", "intruder").arg("--force").set("sinks.out.path", job.dir.path().join("out2")).run();
+    o.expect_code(0);
+    assert_eq!(std::fs::read_to_string(job.state.join("PIPELINE")).unwrap().trim(), "intruder");
+}
+
+#[test]
+fn restore_without_checkpointing_exits_2() {
+    let dir = tmp();
+    let o = weir_run("pipelines/dedup.yaml", 1).set("sinks.out.path", dir.path().join("out")).arg("--restore").arg("latest").run();
+    o.expect_code(2);
+    o.expect_stderr_contains("checkpoint:");
+    assert!(!dir.path().join("out").exists(), "a refused run wrote output");
+    let o = weir(&["run", &abs("pipelines/dedup.yaml"), "--no-progress", "--restore", "/nonexistent/chk-0000001"]).run();
+    o.expect_code(2);
+}
