@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 rows=${BENCH_ROWS:-10000000}
 export BENCH_ROWS=$rows
 export BENCH_DATA=$PWD/target/bench/data-$rows
+command -v /usr/bin/time >/dev/null || { echo "bench.sh needs GNU time: apt-get install time" >&2; exit 1; }
 cargo build --release -q
 weir=target/release/weir
 

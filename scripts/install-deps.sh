@@ -3,8 +3,9 @@
 # Idempotent: packages already present are not touched. Needs root (or sudo).
 set -euo pipefail
 
-# C toolchain for crates that build C code.
-packages=(build-essential pkg-config)
+# A C toolchain for crates that build C code; procps for `kill`, which the
+# end-to-end tests use to send SIGTERM.
+packages=(build-essential pkg-config procps)
 
 missing=()
 for p in "${packages[@]}"; do
