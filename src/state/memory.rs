@@ -1,18 +1,93 @@
 //! The memory backend: one map per (table, key group), owned by the subtask.
 //!
-//! Point tables are hash maps; ordered tables are B-trees so timers and
-//! windows can be scanned by end time.
+//! Point tables are hash tables; ordered tables are B-trees so timers and
+//! windows can be scanned by end time. Short keys and values are stored
+//! inline in the entry, so a lookup touches one bucket, not three
+//! allocations, and an update of a short value allocates nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::{Bound, ControlFlow, Range};
+
+use hashbrown::hash_table::{Entry, HashTable};
 
 use super::{KeyedState, StateError, TableId, TableKind, TableSpec};
 use crate::types::KeyGroup;
 
-type Bytes = Box<[u8]>;
+/// Bytes stored inline; 22 keeps `Bytes` at 24 bytes, like a boxed slice plus tag.
+const INLINE: usize = 22;
+
+/// A byte string, inline when short.
+#[derive(Clone)]
+enum Bytes {
+    Inline { len: u8, data: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Bytes {
+    fn new(b: &[u8]) -> Self {
+        if b.len() <= INLINE {
+            let mut data = [0; INLINE];
+            data[..b.len()].copy_from_slice(b);
+            Bytes::Inline { len: b.len() as u8, data }
+        } else {
+            Bytes::Heap(b.into())
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline { len, data } => &data[..*len as usize],
+            Bytes::Heap(b) => b,
+        }
+    }
+
+    /// Overwrite in place when the new value fits the old storage.
+    fn set(&mut self, b: &[u8]) {
+        match self {
+            Bytes::Inline { len, data } if b.len() <= INLINE => {
+                data[..b.len()].copy_from_slice(b);
+                *len = b.len() as u8;
+            }
+            Bytes::Heap(h) if h.len() == b.len() => h.copy_from_slice(b),
+            _ => *self = Bytes::new(b),
+        }
+    }
+}
+
+// Equality, order and hash are those of the byte slice, so `[u8]` can look up.
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+impl Eq for Bytes {}
+impl PartialOrd for Bytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Bytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+impl Hash for Bytes {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state)
+    }
+}
+impl Borrow<[u8]> for Bytes {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+type KeyHasher = foldhash::fast::RandomState;
 
 enum Map {
-    Point(HashMap<Bytes, Bytes, foldhash::fast::RandomState>),
+    Point(HashTable<(Bytes, Bytes)>),
     Ordered(BTreeMap<Bytes, Bytes>),
 }
 
@@ -25,6 +100,13 @@ struct Table {
 pub struct MemoryState {
     key_groups: Range<KeyGroup>,
     tables: Vec<Table>,
+    hasher: KeyHasher,
+    /// The buffer `update` hands out.
+    scratch: Vec<u8>,
+}
+
+fn hash(hasher: &KeyHasher, key: &[u8]) -> u64 {
+    hasher.hash_one(key)
 }
 
 impl MemoryState {
@@ -36,13 +118,13 @@ impl MemoryState {
                 spec,
                 groups: (0..n)
                     .map(|_| match spec.kind {
-                        TableKind::Point => Map::Point(HashMap::default()),
+                        TableKind::Point => Map::Point(HashTable::new()),
                         TableKind::Ordered => Map::Ordered(BTreeMap::new()),
                     })
                     .collect(),
             })
             .collect();
-        MemoryState { key_groups, tables }
+        MemoryState { key_groups, tables, hasher: KeyHasher::default(), scratch: Vec::new() }
     }
 
     fn map(&self, table: TableId, kg: KeyGroup) -> Result<&Map, StateError> {
@@ -50,16 +132,24 @@ impl MemoryState {
         Ok(&self.tables[table].groups[i])
     }
 
-    fn map_mut(&mut self, table: TableId, kg: KeyGroup) -> Result<&mut Map, StateError> {
-        let i = self.index(kg)?;
-        Ok(&mut self.tables[table].groups[i])
-    }
-
     fn index(&self, kg: KeyGroup) -> Result<usize, StateError> {
         if self.key_groups.contains(&kg) {
             Ok((kg - self.key_groups.start) as usize)
         } else {
             Err(StateError::ForeignKeyGroup { kg, owned: self.key_groups.clone() })
+        }
+    }
+
+    /// The map of (table, kg), the hasher and the scratch buffer, borrowed apart.
+    fn parts(&mut self, table: TableId, kg: KeyGroup) -> Result<(&mut Map, &KeyHasher, &mut Vec<u8>), StateError> {
+        let i = self.index(kg)?;
+        Ok((&mut self.tables[table].groups[i], &self.hasher, &mut self.scratch))
+    }
+
+    fn find<'a>(&self, map: &'a Map, key: &[u8]) -> Option<&'a Bytes> {
+        match map {
+            Map::Point(m) => m.find(hash(&self.hasher, key), |(k, _)| k.as_slice() == key).map(|(_, v)| v),
+            Map::Ordered(m) => m.get(key),
         }
     }
 }
@@ -70,14 +160,11 @@ impl KeyedState for MemoryState {
     }
 
     fn get(&self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
-        let found = match self.map(table, kg)? {
-            Map::Point(m) => m.get(key),
-            Map::Ordered(m) => m.get(key),
-        };
+        let found = self.find(self.map(table, kg)?, key);
         out.clear();
         match found {
             Some(v) => {
-                out.extend_from_slice(v);
+                out.extend_from_slice(v.as_slice());
                 Ok(true)
             }
             None => Ok(false),
@@ -85,32 +172,38 @@ impl KeyedState for MemoryState {
     }
 
     fn contains(&self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
-        Ok(match self.map(table, kg)? {
-            Map::Point(m) => m.contains_key(key),
-            Map::Ordered(m) => m.contains_key(key),
-        })
+        Ok(self.find(self.map(table, kg)?, key).is_some())
     }
 
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
-        match self.map_mut(table, kg)? {
-            Map::Point(m) => {
-                if let Some(v) = m.get_mut(key) {
-                    // Reuse the key allocation on update, the common case for aggregates.
-                    *v = value.into();
-                } else {
-                    m.insert(key.into(), value.into());
+        let (map, hasher, _) = self.parts(table, kg)?;
+        match map {
+            Map::Point(m) => match m.entry(hash(hasher, key), |(k, _)| k.as_slice() == key, |(k, _)| hash(hasher, k.as_slice())) {
+                Entry::Occupied(mut e) => e.get_mut().1.set(value),
+                Entry::Vacant(e) => {
+                    e.insert((Bytes::new(key), Bytes::new(value)));
                 }
-            }
-            Map::Ordered(m) => {
-                m.insert(key.into(), value.into());
-            }
+            },
+            Map::Ordered(m) => match m.get_mut(key) {
+                Some(v) => v.set(value),
+                None => {
+                    m.insert(Bytes::new(key), Bytes::new(value));
+                }
+            },
         }
         Ok(())
     }
 
     fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
-        Ok(match self.map_mut(table, kg)? {
-            Map::Point(m) => m.remove(key).is_some(),
+        let (map, hasher, _) = self.parts(table, kg)?;
+        Ok(match map {
+            Map::Point(m) => match m.find_entry(hash(hasher, key), |(k, _)| k.as_slice() == key) {
+                Ok(e) => {
+                    e.remove();
+                    true
+                }
+                Err(_) => false,
+            },
             Map::Ordered(m) => m.remove(key).is_some(),
         })
     }
@@ -131,7 +224,7 @@ impl KeyedState for MemoryState {
             None => Bound::Unbounded,
         };
         for (k, v) in m.range::<[u8], _>((Bound::Included(from), upper)) {
-            if f(k, v).is_break() {
+            if f(k.as_slice(), v.as_slice()).is_break() {
                 break;
             }
         }
@@ -142,14 +235,14 @@ impl KeyedState for MemoryState {
         match self.map(table, kg)? {
             Map::Point(m) => {
                 for (k, v) in m {
-                    if f(k, v).is_break() {
+                    if f(k.as_slice(), v.as_slice()).is_break() {
                         break;
                     }
                 }
             }
             Map::Ordered(m) => {
                 for (k, v) in m {
-                    if f(k, v).is_break() {
+                    if f(k.as_slice(), v.as_slice()).is_break() {
                         break;
                     }
                 }
@@ -168,16 +261,74 @@ impl KeyedState for MemoryState {
             })
             .sum()
     }
+
+    fn update(
+        &mut self,
+        table: TableId,
+        kg: KeyGroup,
+        key: &[u8],
+        f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool,
+    ) -> Result<(), StateError> {
+        let (map, hasher, buf) = self.parts(table, kg)?;
+        buf.clear();
+        match map {
+            Map::Point(m) => match m.entry(hash(hasher, key), |(k, _)| k.as_slice() == key, |(k, _)| hash(hasher, k.as_slice())) {
+                Entry::Occupied(mut e) => {
+                    buf.extend_from_slice(e.get().1.as_slice());
+                    if f(buf, true) {
+                        e.get_mut().1.set(buf);
+                    }
+                }
+                Entry::Vacant(e) => {
+                    if f(buf, false) {
+                        e.insert((Bytes::new(key), Bytes::new(buf)));
+                    }
+                }
+            },
+            Map::Ordered(m) => match m.get_mut(key) {
+                Some(v) => {
+                    buf.extend_from_slice(v.as_slice());
+                    if f(buf, true) {
+                        v.set(buf);
+                    }
+                }
+                None => {
+                    if f(buf, false) {
+                        m.insert(Bytes::new(key), Bytes::new(buf));
+                    }
+                }
+            },
+        }
+        Ok(())
+    }
+
+    fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
+        let (map, hasher, _) = self.parts(table, kg)?;
+        Ok(match map {
+            Map::Point(m) => match m.entry(hash(hasher, key), |(k, _)| k.as_slice() == key, |(k, _)| hash(hasher, k.as_slice())) {
+                Entry::Occupied(_) => false,
+                Entry::Vacant(e) => {
+                    e.insert((Bytes::new(key), Bytes::new(value)));
+                    true
+                }
+            },
+            Map::Ordered(m) => {
+                if m.contains_key(key) {
+                    false
+                } else {
+                    m.insert(Bytes::new(key), Bytes::new(value));
+                    true
+                }
+            }
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const T: [TableSpec; 2] = [
-        TableSpec { name: "seen", kind: TableKind::Point },
-        TableSpec { name: "timers", kind: TableKind::Ordered },
-    ];
+    const T: [TableSpec; 2] = [TableSpec { name: "seen", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }];
 
     #[test]
     fn put_get_delete_by_key_group() {
@@ -206,5 +357,55 @@ mod tests {
         .unwrap();
         assert_eq!(seen, vec![b"b".to_vec(), b"c".to_vec()]);
         assert!(matches!(s.scan_range(0, 0, b"", None, &mut |_, _| ControlFlow::Continue(())), Err(StateError::NotOrdered { .. })));
+    }
+
+    #[test]
+    fn bytes_are_small_and_switch_storage_on_resize() {
+        assert_eq!(std::mem::size_of::<Bytes>(), 24);
+        let long = [7u8; 40];
+        let mut b = Bytes::new(b"abc");
+        assert!(matches!(b, Bytes::Inline { .. }));
+        b.set(&long);
+        assert_eq!(b.as_slice(), long);
+        b.set(b"x");
+        assert_eq!(b.as_slice(), b"x");
+        assert!(matches!(b, Bytes::Inline { .. }));
+        b.set(b"");
+        assert_eq!(b.as_slice(), b"");
+    }
+
+    #[test]
+    fn update_and_put_if_absent_on_both_kinds() {
+        let mut s = MemoryState::new(&T, 0..2);
+        let long = [9u8; 100];
+        for table in [0, 1] {
+            for key in [&b"k"[..], &long[..]] {
+                // Absent: f sees an empty buffer; returning false stores nothing.
+                s.update(table, 1, key, &mut |v, found| {
+                    assert!(!found && v.is_empty());
+                    false
+                })
+                .unwrap();
+                assert!(!s.contains(table, 1, key).unwrap());
+                for (i, value) in [&b"1"[..], &long[..], &b"22"[..]].into_iter().enumerate() {
+                    s.update(table, 1, key, &mut |v, found| {
+                        assert_eq!(found, i > 0);
+                        v.clear();
+                        v.extend_from_slice(value);
+                        true
+                    })
+                    .unwrap();
+                    let mut out = Vec::new();
+                    assert!(s.get(table, 1, key, &mut out).unwrap());
+                    assert_eq!(out, value);
+                }
+                assert!(!s.put_if_absent(table, 1, key, b"x").unwrap());
+                assert!(s.put_if_absent(table, 0, key, b"x").unwrap());
+                assert!(s.delete(table, 1, key).unwrap());
+                assert!(!s.delete(table, 1, key).unwrap());
+            }
+            assert_eq!(s.len(table), 2);
+        }
+        assert!(matches!(s.put_if_absent(0, 2, b"a", b""), Err(StateError::ForeignKeyGroup { .. })));
     }
 }
