@@ -2,15 +2,16 @@
 //!
 //! Point tables are hash tables; ordered tables are B-trees so timers and
 //! windows can be scanned by end time. Short keys and values are stored
-//! inline in the entry, so a lookup touches one bucket, not three
-//! allocations, and an update of a short value allocates nothing.
+//! inline (a point entry holds key and value in 32 bytes when they fit in
+//! 29), so a lookup touches one bucket, not three allocations, and an
+//! update of a short value allocates nothing.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::ops::{Bound, ControlFlow, Range};
 
-use hashbrown::hash_table::{Entry, HashTable};
+use hashbrown::hash_table::{Entry as Slot, HashTable};
 
 use super::{KeyedState, StateError, TableId, TableKind, TableSpec};
 use crate::types::KeyGroup;
@@ -84,10 +85,75 @@ impl Borrow<[u8]> for Bytes {
     }
 }
 
+/// Bytes of key and value stored inline in a point entry: 29 keeps `Entry`
+/// at 32 bytes, two to a cache line.
+const ENTRY_INLINE: usize = 29;
+
+/// A point-table entry: key and value side by side, inline when they fit
+/// together (most keys with an accumulator or an empty value).
+enum Entry {
+    Inline {
+        klen: u8,
+        vlen: u8,
+        data: [u8; ENTRY_INLINE],
+    },
+    /// `data` is key ++ value.
+    Heap {
+        klen: u32,
+        data: Box<[u8]>,
+    },
+}
+
+impl Entry {
+    fn new(key: &[u8], value: &[u8]) -> Self {
+        let n = key.len() + value.len();
+        if n <= ENTRY_INLINE {
+            let mut data = [0; ENTRY_INLINE];
+            data[..key.len()].copy_from_slice(key);
+            data[key.len()..n].copy_from_slice(value);
+            Entry::Inline { klen: key.len() as u8, vlen: value.len() as u8, data }
+        } else {
+            let mut data = Vec::with_capacity(n);
+            data.extend_from_slice(key);
+            data.extend_from_slice(value);
+            Entry::Heap { klen: key.len() as u32, data: data.into_boxed_slice() }
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        match self {
+            Entry::Inline { klen, data, .. } => &data[..*klen as usize],
+            Entry::Heap { klen, data } => &data[..*klen as usize],
+        }
+    }
+
+    fn value(&self) -> &[u8] {
+        match self {
+            Entry::Inline { klen, vlen, data } => &data[*klen as usize..(*klen + *vlen) as usize],
+            Entry::Heap { klen, data } => &data[*klen as usize..],
+        }
+    }
+
+    /// Replace the value, in place when it fits the current storage.
+    fn set_value(&mut self, value: &[u8]) {
+        match self {
+            Entry::Inline { klen, vlen, data } if *klen as usize + value.len() <= ENTRY_INLINE => {
+                let k = *klen as usize;
+                data[k..k + value.len()].copy_from_slice(value);
+                *vlen = value.len() as u8;
+            }
+            Entry::Heap { klen, data } if data.len() - *klen as usize == value.len() => {
+                data[*klen as usize..].copy_from_slice(value);
+            }
+            _ => *self = Entry::new(self.key(), value),
+        }
+    }
+}
+
 type KeyHasher = foldhash::fast::RandomState;
 
 enum Map {
-    Point(HashTable<(Bytes, Bytes)>),
+    Point(HashTable<Entry>),
     Ordered(BTreeMap<Bytes, Bytes>),
 }
 
@@ -146,10 +212,10 @@ impl MemoryState {
         Ok((&mut self.tables[table].groups[i], &self.hasher, &mut self.scratch))
     }
 
-    fn find<'a>(&self, map: &'a Map, key: &[u8]) -> Option<&'a Bytes> {
+    fn find<'a>(&self, map: &'a Map, key: &[u8]) -> Option<&'a [u8]> {
         match map {
-            Map::Point(m) => m.find(hash(&self.hasher, key), |(k, _)| k.as_slice() == key).map(|(_, v)| v),
-            Map::Ordered(m) => m.get(key),
+            Map::Point(m) => m.find(hash(&self.hasher, key), |e| e.key() == key).map(Entry::value),
+            Map::Ordered(m) => m.get(key).map(Bytes::as_slice),
         }
     }
 }
@@ -164,7 +230,7 @@ impl KeyedState for MemoryState {
         out.clear();
         match found {
             Some(v) => {
-                out.extend_from_slice(v.as_slice());
+                out.extend_from_slice(v);
                 Ok(true)
             }
             None => Ok(false),
@@ -178,10 +244,10 @@ impl KeyedState for MemoryState {
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         match map {
-            Map::Point(m) => match m.entry(hash(hasher, key), |(k, _)| k.as_slice() == key, |(k, _)| hash(hasher, k.as_slice())) {
-                Entry::Occupied(mut e) => e.get_mut().1.set(value),
-                Entry::Vacant(e) => {
-                    e.insert((Bytes::new(key), Bytes::new(value)));
+            Map::Point(m) => match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
+                Slot::Occupied(mut e) => e.get_mut().set_value(value),
+                Slot::Vacant(e) => {
+                    e.insert(Entry::new(key, value));
                 }
             },
             Map::Ordered(m) => match m.get_mut(key) {
@@ -197,7 +263,7 @@ impl KeyedState for MemoryState {
     fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         Ok(match map {
-            Map::Point(m) => match m.find_entry(hash(hasher, key), |(k, _)| k.as_slice() == key) {
+            Map::Point(m) => match m.find_entry(hash(hasher, key), |e| e.key() == key) {
                 Ok(e) => {
                     e.remove();
                     true
@@ -234,8 +300,8 @@ impl KeyedState for MemoryState {
     fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<(), StateError> {
         match self.map(table, kg)? {
             Map::Point(m) => {
-                for (k, v) in m {
-                    if f(k.as_slice(), v.as_slice()).is_break() {
+                for e in m {
+                    if f(e.key(), e.value()).is_break() {
                         break;
                     }
                 }
@@ -272,16 +338,16 @@ impl KeyedState for MemoryState {
         let (map, hasher, buf) = self.parts(table, kg)?;
         buf.clear();
         match map {
-            Map::Point(m) => match m.entry(hash(hasher, key), |(k, _)| k.as_slice() == key, |(k, _)| hash(hasher, k.as_slice())) {
-                Entry::Occupied(mut e) => {
-                    buf.extend_from_slice(e.get().1.as_slice());
+            Map::Point(m) => match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
+                Slot::Occupied(mut e) => {
+                    buf.extend_from_slice(e.get().value());
                     if f(buf, true) {
-                        e.get_mut().1.set(buf);
+                        e.get_mut().set_value(buf);
                     }
                 }
-                Entry::Vacant(e) => {
+                Slot::Vacant(e) => {
                     if f(buf, false) {
-                        e.insert((Bytes::new(key), Bytes::new(buf)));
+                        e.insert(Entry::new(key, buf));
                     }
                 }
             },
@@ -305,10 +371,10 @@ impl KeyedState for MemoryState {
     fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         Ok(match map {
-            Map::Point(m) => match m.entry(hash(hasher, key), |(k, _)| k.as_slice() == key, |(k, _)| hash(hasher, k.as_slice())) {
-                Entry::Occupied(_) => false,
-                Entry::Vacant(e) => {
-                    e.insert((Bytes::new(key), Bytes::new(value)));
+            Map::Point(m) => match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
+                Slot::Occupied(_) => false,
+                Slot::Vacant(e) => {
+                    e.insert(Entry::new(key, value));
                     true
                 }
             },
@@ -372,6 +438,27 @@ mod tests {
         assert!(matches!(b, Bytes::Inline { .. }));
         b.set(b"");
         assert_eq!(b.as_slice(), b"");
+    }
+
+    #[test]
+    fn entries_are_small_and_switch_storage_on_resize() {
+        assert_eq!(std::mem::size_of::<Entry>(), 32);
+        let long = [7u8; 40];
+        let mut e = Entry::new(b"key", b"v");
+        assert!(matches!(e, Entry::Inline { .. }));
+        e.set_value(&long);
+        assert!(matches!(e, Entry::Heap { .. }));
+        assert_eq!((e.key(), e.value()), (&b"key"[..], &long[..]));
+        e.set_value(&[1; 40]);
+        assert_eq!(e.value(), [1; 40]);
+        e.set_value(b"");
+        assert!(matches!(e, Entry::Inline { .. }));
+        assert_eq!((e.key(), e.value()), (&b"key"[..], &b""[..]));
+        let e = Entry::new(&long, b"x");
+        assert_eq!((e.key(), e.value()), (&long[..], &b"x"[..]));
+        let e = Entry::new(&[3; 29], b"");
+        assert!(matches!(e, Entry::Inline { .. }));
+        assert_eq!(e.key(), [3; 29]);
     }
 
     #[test]
