@@ -274,6 +274,28 @@ impl KeyedState for MemoryState {
         })
     }
 
+    fn take(&mut self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
+        let (map, hasher, _) = self.parts(table, kg)?;
+        out.clear();
+        Ok(match map {
+            Map::Point(m) => match m.find_entry(hash(hasher, key), |e| e.key() == key) {
+                Ok(e) => {
+                    out.extend_from_slice(e.get().value());
+                    e.remove();
+                    true
+                }
+                Err(_) => false,
+            },
+            Map::Ordered(m) => match m.remove(key) {
+                Some(v) => {
+                    out.extend_from_slice(v.as_slice());
+                    true
+                }
+                None => false,
+            },
+        })
+    }
+
     fn scan_range(
         &self,
         table: TableId,
@@ -487,6 +509,12 @@ mod tests {
                     assert_eq!(out, value);
                 }
                 assert!(!s.put_if_absent(table, 1, key, b"x").unwrap());
+                let mut out = Vec::new();
+                assert!(s.take(table, 1, key, &mut out).unwrap());
+                assert_eq!(out, b"22");
+                assert!(!s.take(table, 1, key, &mut out).unwrap());
+                assert!(out.is_empty());
+                assert!(s.put_if_absent(table, 1, key, b"x").unwrap());
                 assert!(s.put_if_absent(table, 0, key, b"x").unwrap());
                 assert!(s.delete(table, 1, key).unwrap());
                 assert!(!s.delete(table, 1, key).unwrap());

@@ -91,6 +91,15 @@ pub trait KeyedState: Send {
         Ok(())
     }
 
+    /// Delete `key`, copying its value into `out` (cleared first); false if
+    /// absent. One lookup instead of a `get` and a `delete`.
+    fn take(&mut self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
+        if !self.get(table, kg, key, out)? {
+            return Ok(false);
+        }
+        self.delete(table, kg, key)
+    }
+
     /// Put `key` only if absent; returns whether it was inserted.
     fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
         if self.contains(table, kg, key)? {

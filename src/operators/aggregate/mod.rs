@@ -420,10 +420,9 @@ impl Aggregate {
             self.acc.extend(self.other.drain(i * stride..(i + 1) * stride).skip(16));
             self.save_sessions(kg, ctx)?;
         } else {
-            if !ctx.state.get(WINDOWS, kg, wkey, &mut self.acc)? {
+            if !ctx.state.take(WINDOWS, kg, wkey, &mut self.acc)? {
                 return Err(corrupt("timer without window"));
             }
-            ctx.state.delete(WINDOWS, kg, wkey)?;
         }
         self.output.emit(kg, key, Some(w), &self.acc, &mut self.json, out)
     }
