@@ -32,24 +32,32 @@ impl JsonParser {
 
     /// Parse one line into a record, or say why it is bad.
     pub fn parse(&self, line: &str) -> Result<Record, String> {
-        let mut values = vec![None; self.fields.len()];
-        let mut event_time = None;
-        let mut de = serde_json::Deserializer::from_str(line);
-        let seed = RecordSeed { parser: self, values: &mut values, event_time: &mut event_time };
-        seed.deserialize(&mut de).map_err(|e| format!("invalid JSON: {e}"))?;
-        de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+        self.parse_with(line, true)
+    }
 
-        let mut fields = Vec::with_capacity(values.len());
-        for ((name, need), v) in self.fields.iter().zip(values) {
-            match v {
-                Some(v) => {
-                    if need.numeric && !matches!(v, Value::Int(_) | Value::Float(_) | Value::Null) {
-                        return Err(format!("field `{name}` must be a number, found {v}"));
-                    }
-                    fields.push(v);
+    fn parse_with(&self, line: &str, use_scanner: bool) -> Result<Record, String> {
+        let mut fields = vec![Value::Null; self.fields.len()];
+        let mut seen = Seen::new(self.fields.len());
+        let mut event_time = None;
+        // The scanner takes the common flat lines; anything else (escapes,
+        // nesting, errors) is parsed again by serde_json.
+        if !use_scanner || scan(self, line, &mut fields, &mut seen, &mut event_time).is_none() {
+            fields.fill(Value::Null);
+            seen = Seen::new(self.fields.len());
+            event_time = None;
+            let mut de = serde_json::Deserializer::from_str(line);
+            let seed = RecordSeed { parser: self, values: &mut fields, seen: &mut seen, event_time: &mut event_time };
+            seed.deserialize(&mut de).map_err(|e| format!("invalid JSON: {e}"))?;
+            de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+        }
+
+        for (i, ((name, need), v)) in self.fields.iter().zip(&fields).enumerate() {
+            if seen.get(i) {
+                if need.numeric && !matches!(v, Value::Int(_) | Value::Float(_) | Value::Null) {
+                    return Err(format!("field `{name}` must be a number, found {v}"));
                 }
-                None if need.required => return Err(format!("missing key field `{name}`")),
-                None => fields.push(Value::Null),
+            } else if need.required {
+                return Err(format!("missing key field `{name}`"));
             }
         }
         if let Some(name) = &self.event_time {
@@ -63,6 +71,171 @@ impl JsonParser {
         }
         Ok(Record::new(fields, line.into(), None))
     }
+
+    /// The projection slot of a key, and whether it is the event-time field.
+    fn lookup(&self, key: &str) -> (Option<usize>, bool) {
+        let slot = self.fields.iter().position(|(n, _)| n == key);
+        (slot, self.event_time.as_deref() == Some(key))
+    }
+
+    /// Store a scalar found under `key`.
+    fn store(&self, key: &str, v: Value, values: &mut [Value], seen: &mut Seen, event_time: &mut Option<Result<Millis, String>>) {
+        let (slot, is_time) = self.lookup(key);
+        if is_time {
+            *event_time = Some(parse_event_time(&v));
+        }
+        if let Some(i) = slot {
+            values[i] = v;
+            seen.set(i);
+        }
+    }
+}
+
+/// Which projected fields were present.
+enum Seen {
+    Bits(u64),
+    Many(Vec<bool>),
+}
+
+impl Seen {
+    fn new(n: usize) -> Self {
+        if n <= 64 {
+            Seen::Bits(0)
+        } else {
+            Seen::Many(vec![false; n])
+        }
+    }
+
+    fn set(&mut self, i: usize) {
+        match self {
+            Seen::Bits(b) => *b |= 1 << i,
+            Seen::Many(v) => v[i] = true,
+        }
+    }
+
+    fn get(&self, i: usize) -> bool {
+        match self {
+            Seen::Bits(b) => b & (1 << i) != 0,
+            Seen::Many(v) => v[i],
+        }
+    }
+}
+
+/// The fast path: a flat JSON object whose strings have no escapes and whose
+/// numbers are integers of at most 18 digits. Accepts only what serde_json
+/// accepts, with the same values; None for anything else.
+fn scan(
+    parser: &JsonParser,
+    line: &str,
+    values: &mut [Value],
+    seen: &mut Seen,
+    event_time: &mut Option<Result<Millis, String>>,
+) -> Option<()> {
+    let b = line.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (skip_ws(b, i + 1) == b.len()).then_some(());
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let end = string_end(b, i + 1)?;
+        let key = &line[i + 1..end];
+        i = skip_ws(b, end + 1);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(b, i + 1);
+        let (slot, is_time) = parser.lookup(key);
+        let wanted = slot.is_some() || is_time;
+        let (value, next) = match *b.get(i)? {
+            b'"' => {
+                let end = string_end(b, i + 1)?;
+                (wanted.then(|| Value::Str(line[i + 1..end].into())), end + 1)
+            }
+            b'-' | b'0'..=b'9' => {
+                let (v, next) = number(line, i)?;
+                (Some(v), next)
+            }
+            b't' if b[i..].starts_with(b"true") => (Some(Value::Bool(true)), i + 4),
+            b'f' if b[i..].starts_with(b"false") => (Some(Value::Bool(false)), i + 5),
+            b'n' if b[i..].starts_with(b"null") => (Some(Value::Null), i + 4),
+            _ => return None,
+        };
+        if let (true, Some(v)) = (wanted, value) {
+            parser.store(key, v, values, seen, event_time);
+        }
+        i = skip_ws(b, next);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return (skip_ws(b, i + 1) == b.len()).then_some(()),
+            _ => return None,
+        }
+    }
+}
+
+/// JSON whitespace.
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The index of the quote closing a string whose text starts at `i`; None
+/// on an escape or a control character (or no closing quote).
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    for (j, &c) in b.iter().enumerate().skip(i) {
+        match c {
+            b'"' => return Some(j),
+            b'\\' | 0..=0x1f => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The number at `i` and the index after it. Integers that surely fit an
+/// i64 are read here; other forms go through serde_json's number parser, so
+/// every number reads exactly as on the slow path.
+fn number(line: &str, i: usize) -> Option<(Value, usize)> {
+    if let Some((n, end)) = integer(line.as_bytes(), i) {
+        return Some((Value::Int(n), end));
+    }
+    let rest = &line.as_bytes()[i..];
+    let len = rest.iter().position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')).unwrap_or(rest.len());
+    let v = serde_json::from_str::<Scalar>(&line[i..i + len]).ok()?.0.ok()?;
+    Some((v, i + len))
+}
+
+/// A JSON integer at `i` that fits an i64 for sure (at most 18 digits), and
+/// the index after it. None for fractions, exponents, `-0` and invalid forms.
+fn integer(b: &[u8], i: usize) -> Option<(i64, usize)> {
+    let neg = b[i] == b'-';
+    let start = i + neg as usize;
+    let mut j = start;
+    let mut n: i64 = 0;
+    while let Some(&c @ b'0'..=b'9') = b.get(j) {
+        n = n * 10 + (c - b'0') as i64;
+        j += 1;
+        if j - start > 18 {
+            return None;
+        }
+    }
+    let digits = j - start;
+    // `0` alone is fine, a leading zero or `-0` is left to serde_json.
+    if digits == 0 || (b[start] == b'0' && (digits > 1 || neg)) {
+        return None;
+    }
+    if let Some(b'.' | b'e' | b'E') = b.get(j) {
+        return None;
+    }
+    Some((if neg { -n } else { n }, j))
 }
 
 /// Parse an event time: integer epoch milliseconds or an RFC 3339 string.
@@ -77,7 +250,8 @@ pub fn parse_event_time(v: &Value) -> Result<Millis, String> {
 
 struct RecordSeed<'a> {
     parser: &'a JsonParser,
-    values: &'a mut [Option<Value>],
+    values: &'a mut [Value],
+    seen: &'a mut Seen,
     event_time: &'a mut Option<Result<Millis, String>>,
 }
 
@@ -97,21 +271,14 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let slot = self.parser.fields.iter().position(|(n, _)| *n == key);
-            let is_time = self.parser.event_time.as_deref() == Some(&*key);
-            match (slot, is_time) {
+            match self.parser.lookup(&key) {
                 (None, false) => {
                     map.next_value::<IgnoredAny>()?;
                 }
-                (slot, _) => {
+                _ => {
                     let v = map.next_value::<Scalar>()?.0;
                     let v = v.map_err(|kind| de::Error::custom(format!("field `{key}` must be a scalar, found {kind}")))?;
-                    if is_time {
-                        *self.event_time = Some(parse_event_time(&v));
-                    }
-                    if let Some(i) = slot {
-                        self.values[i] = Some(v);
-                    }
+                    self.parser.store(&key, v, self.values, self.seen, self.event_time);
                 }
             }
         }
@@ -211,5 +378,80 @@ mod tests {
             let err = p.parse(line).unwrap_err();
             assert!(err.contains(want), "{line}: got {err}, want {want}");
         }
+    }
+
+    /// Parse with the scanner and with serde_json alone: same result, and
+    /// whether the scanner took the line.
+    fn both(p: &JsonParser, line: &str) -> (Result<Record, String>, bool) {
+        let fast = p.parse(line);
+        let slow = p.parse_with(line, false);
+        assert_eq!(fast, slow, "{line}");
+        let mut fields = vec![Value::Null; p.fields.len()];
+        let took = scan(p, line, &mut fields, &mut Seen::new(p.fields.len()), &mut None).is_some();
+        (fast, took)
+    }
+
+    #[test]
+    fn scanner_agrees_with_serde_json() {
+        let p = parser();
+        let cases = [
+            // Taken by the scanner.
+            (r#"{"user":"u1","amount":7,"ts":1000}"#, true),
+            (" {\t\"user\" :\r\n\"u1\" , \"ts\":-12 } ", true),
+            (r#"{"ts":0,"user":"ünï €😀","other":"x","b":true,"c":false,"n":null}"#, true),
+            (r#"{"user":"a","ts":1,"user":"b","amount":null}"#, true),
+            (r#"{"user":"a","ts":"1970-01-01T00:00:01Z","amount":1.5e3}"#, true),
+            (r#"{"user":"a","ts":1,"amount":-0}"#, true),
+            (r#"{"user":"a","ts":1,"amount":123456789012345678901}"#, true),
+            (r#"{"user":"a","ts":1,"amount":-9223372036854775808}"#, true),
+            (r#"{"user":"a","ts":1,"amount":9223372036854775808}"#, true),
+            (r#"{"user":1.0,"ts":1.7}"#, true),
+            (r#"{"user":"a","ts":1,"x":"\u001f"}"#, false),
+            // Left to serde_json.
+            (r#"{"user":"a\"b","ts":1}"#, false),
+            (r#"{"user":"\u00fc\n","ts":1}"#, false),
+            (r#"{"us\u0065r":"a","ts":1}"#, false),
+            (r#"{"user":"a","ts":1,"nested":{"x":[1,{"y":"}"}]}}"#, false),
+            (r#"{"user":"a","ts":1,"list":[1,2]}"#, false),
+            (r#"{"user":[1],"ts":1}"#, false),
+            // Invalid JSON: serde_json says why.
+            ("{\"user\":\"a\tb\",\"ts\":1}", false),
+            (r#"{"user":"a","ts":01}"#, false),
+            (r#"{"user":"a","ts":1.}"#, false),
+            (r#"{"user":"a","ts":-}"#, false),
+            (r#"{"user":"a","ts":1,}"#, false),
+            (r#"{"user":"a" "ts":1}"#, false),
+            (r#"{"user":"a","ts":1}}"#, false),
+            (r#"{"user":"a","ts":tru}"#, false),
+            (r#"{"user":"a","ts":1"#, false),
+            (r#"{"user":"a"#, false),
+            (r#"{"user":"a","ts":+1}"#, false),
+            ("{}", true),
+            ("", false),
+        ];
+        for (line, scanned) in cases {
+            assert_eq!(both(&p, line).1, scanned, "{line}");
+        }
+        // Numbers read exactly as serde_json reads them.
+        let (r, _) = both(&p, r#"{"user":"a","ts":1,"amount":0.1}"#);
+        assert_eq!(r.unwrap().fields[1], Value::Float(0.1));
+        let (r, _) = both(&p, r#"{"user":"a","ts":1,"amount":-9223372036854775808}"#);
+        assert_eq!(r.unwrap().fields[1], Value::Int(i64::MIN));
+        let (r, _) = both(&p, r#"{"user":"a","ts":1,"amount":18446744073709551616}"#);
+        assert_eq!(r.unwrap().fields[1], Value::Float(18446744073709551616.0));
+        let (r, _) = both(&p, r#"{"user":"ü😀","ts":1}"#);
+        assert_eq!(r.unwrap().fields[0], Value::Str("ü😀".into()));
+    }
+
+    #[test]
+    fn many_projected_fields() {
+        let names: Vec<String> = (0..70).map(|i| format!("f{i}")).collect();
+        let p = JsonParser::new(names.iter().map(|n| (n.clone(), FieldNeed { required: true, numeric: false })).collect(), None);
+        let line = format!("{{{}}}", names.iter().enumerate().map(|(i, n)| format!("\"{n}\":{i}")).collect::<Vec<_>>().join(","));
+        let (r, took) = both(&p, &line);
+        assert!(took);
+        assert_eq!(r.unwrap().fields[69], Value::Int(69));
+        let err = p.parse(r#"{"f0":1}"#).unwrap_err();
+        assert!(err.contains("missing key field `f1`"), "{err}");
     }
 }

@@ -91,8 +91,7 @@ impl Operator for Dedup {
             encode_key(&record.fields, &self.key_indices, &mut self.key);
             let kg = record.key_group;
             let Some(ttl) = self.ttl else {
-                if !ctx.state.contains(SEEN, kg, &self.key)? {
-                    ctx.state.put(SEEN, kg, &self.key, &[])?;
+                if ctx.state.put_if_absent(SEEN, kg, &self.key, &[])? {
                     out.push(record);
                 }
                 continue;

@@ -73,4 +73,40 @@ pub trait KeyedState: Send {
 
     /// Number of entries in a table over all owned key groups.
     fn len(&self, table: TableId) -> usize;
+
+    /// Read-modify-write one entry: `f` gets the current value in a buffer
+    /// (`found` false: absent, buffer empty) and returns whether to store the
+    /// buffer as the new value. One lookup instead of a `get` and a `put`.
+    fn update(
+        &mut self,
+        table: TableId,
+        kg: KeyGroup,
+        key: &[u8],
+        f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool,
+    ) -> Result<(), StateError> {
+        let mut buf = Vec::new();
+        let found = self.get(table, kg, key, &mut buf)?;
+        if f(&mut buf, found) {
+            self.put(table, kg, key, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// Delete `key`, copying its value into `out` (cleared first); false if
+    /// absent. One lookup instead of a `get` and a `delete`.
+    fn take(&mut self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
+        if !self.get(table, kg, key, out)? {
+            return Ok(false);
+        }
+        self.delete(table, kg, key)
+    }
+
+    /// Put `key` only if absent; returns whether it was inserted.
+    fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
+        if self.contains(table, kg, key)? {
+            return Ok(false);
+        }
+        self.put(table, kg, key, value)?;
+        Ok(true)
+    }
 }

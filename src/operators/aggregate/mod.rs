@@ -135,6 +135,31 @@ fn positive_ms(d: Duration, what: &str) -> Result<Millis, String> {
     }
 }
 
+/// Fold `fields` into the accumulators at `key` (created empty if absent),
+/// in one state lookup. Returns (created, false if the stored value is corrupt).
+fn add_to_accumulator(
+    accs: &Accumulators,
+    table: TableId,
+    kg: KeyGroup,
+    key: &[u8],
+    fields: &[Value],
+    ctx: &mut Context<'_>,
+) -> Result<(bool, bool), OpError> {
+    let (mut created, mut ok) = (false, true);
+    ctx.state.update(table, kg, key, &mut |acc, found| {
+        if !found {
+            accs.init(acc);
+            created = true;
+        } else if acc.len() != accs.width() {
+            ok = false;
+            return false;
+        }
+        accs.add(acc, fields);
+        true
+    })?;
+    Ok((created, ok))
+}
+
 /// `key ++ start ++ end`, the `windows` key (and the tail of the timer key).
 fn window_key(key: &[u8], w: Window, out: &mut Vec<u8>) {
     out.clear();
@@ -215,16 +240,13 @@ impl Aggregate {
     /// the window and its timer if new.
     fn add_to_window(&mut self, kg: KeyGroup, w: Window, fields: &[Value], ctx: &mut Context<'_>) -> OpResult {
         window_key(&self.key, w, &mut self.wkey);
-        if ctx.state.get(WINDOWS, kg, &self.wkey, &mut self.acc)? {
-            if self.acc.len() != self.output.accs.width() {
-                return Err(corrupt("accumulator"));
-            }
-        } else {
-            self.output.accs.init(&mut self.acc);
+        let (created, ok) = add_to_accumulator(&self.output.accs, WINDOWS, kg, &self.wkey, fields, ctx)?;
+        if !ok {
+            return Err(corrupt("accumulator"));
+        }
+        if created {
             self.put_timer(kg, w, ctx)?;
         }
-        self.output.accs.add(&mut self.acc, fields);
-        ctx.state.put(WINDOWS, kg, &self.wkey, &self.acc)?;
         Ok(())
     }
 
@@ -347,18 +369,11 @@ impl Aggregate {
     fn process_running(&mut self, record: &Record, ctx: &mut Context<'_>) -> OpResult {
         encode_key(&record.fields, &self.key_indices, &mut self.key);
         let kg = record.key_group;
-        if ctx.state.get(ACCS, kg, &self.key, &mut self.acc)? {
-            if self.acc.len() != self.output.accs.width() {
-                return Err(corrupt("accumulator"));
-            }
-        } else {
-            self.output.accs.init(&mut self.acc);
+        let (_, ok) = add_to_accumulator(&self.output.accs, ACCS, kg, &self.key, &record.fields, ctx)?;
+        if !ok {
+            return Err(corrupt("accumulator"));
         }
-        self.output.accs.add(&mut self.acc, &record.fields);
-        ctx.state.put(ACCS, kg, &self.key, &self.acc)?;
-        if !ctx.state.contains(DIRTY, kg, &self.key)? {
-            ctx.state.put(DIRTY, kg, &self.key, &[])?;
-        }
+        ctx.state.put_if_absent(DIRTY, kg, &self.key, &[])?;
         Ok(())
     }
 
@@ -405,10 +420,9 @@ impl Aggregate {
             self.acc.extend(self.other.drain(i * stride..(i + 1) * stride).skip(16));
             self.save_sessions(kg, ctx)?;
         } else {
-            if !ctx.state.get(WINDOWS, kg, wkey, &mut self.acc)? {
+            if !ctx.state.take(WINDOWS, kg, wkey, &mut self.acc)? {
                 return Err(corrupt("timer without window"));
             }
-            ctx.state.delete(WINDOWS, kg, wkey)?;
         }
         self.output.emit(kg, key, Some(w), &self.acc, &mut self.json, out)
     }
