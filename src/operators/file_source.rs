@@ -27,9 +27,14 @@ pub struct Split {
 
 /// Cut `files` into splits and deal them to `parallelism` subtasks; returns
 /// the splits of `subtask`, in file order.
-pub fn splits_for(files: &[(PathBuf, u64)], parallelism: u16, subtask: u16) -> Vec<Split> {
+///
+/// With `whole_files` every file is one split. Event-time sources use it: a
+/// file is usually ordered by time, and byte ranges of it read side by side
+/// would be far apart in event time, holding the watermark back to the
+/// slowest range while every window of the others piles up in state.
+pub fn splits_for(files: &[(PathBuf, u64)], parallelism: u16, subtask: u16, whole_files: bool) -> Vec<Split> {
     let p = parallelism as u64;
-    let per_file = if (files.len() as u64) < p { p.div_ceil(files.len().max(1) as u64) } else { 1 };
+    let per_file = if !whole_files && (files.len() as u64) < p { p.div_ceil(files.len().max(1) as u64) } else { 1 };
     let mut all = Vec::new();
     for (path, size) in files {
         let k = per_file.min(size / MIN_SPLIT_BYTES).max(1);
@@ -226,7 +231,7 @@ mod tests {
         let mut lines = Vec::new();
         for s in 0..p {
             let parser = JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
-            let mut src = FileSource::new("t", splits_for(&[(path.into(), size)], p, s), parser, OnError::Fail, None);
+            let mut src = FileSource::new("t", splits_for(&[(path.into(), size)], p, s, false), parser, OnError::Fail, None);
             let m = OperatorMetrics::default();
             let mut out = Vec::new();
             while src.poll(7, &mut out, &m).unwrap() != SourcePoll::Finished {}
@@ -262,12 +267,12 @@ mod tests {
         let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
         let m = OperatorMetrics::default();
         for cut in [0, 1, 777, 4999, 5000] {
-            let mut a = FileSource::new("t", splits_for(&files, 1, 0), parser(), OnError::Fail, None);
+            let mut a = FileSource::new("t", splits_for(&files, 1, 0, false), parser(), OnError::Fail, None);
             let mut first = Vec::new();
             if cut > 0 {
                 a.poll(cut, &mut first, &m).unwrap();
             }
-            let mut b = FileSource::new("t", splits_for(&files, 1, 0), parser(), OnError::Fail, None);
+            let mut b = FileSource::new("t", splits_for(&files, 1, 0, false), parser(), OnError::Fail, None);
             b.restore(&a.position()).unwrap();
             let mut rest = Vec::new();
             while b.poll(100, &mut rest, &m).unwrap() != SourcePoll::Finished {}
@@ -277,12 +282,21 @@ mod tests {
     }
 
     #[test]
+    fn whole_files_are_never_cut() {
+        let files = [(PathBuf::from("a"), 50 << 20), (PathBuf::from("b"), 50 << 20)];
+        // Cut: 2 files, 4 subtasks: each file in 2 ranges, one range each.
+        assert_eq!(splits_for(&files, 4, 0, false), vec![Split { path: "a".into(), start: 0, end: 25 << 20 }]);
+        assert_eq!(splits_for(&files, 4, 0, true), vec![Split { path: "a".into(), start: 0, end: 50 << 20 }]);
+        assert_eq!(splits_for(&files, 4, 3, true), vec![], "more subtasks than files: some read nothing");
+    }
+
+    #[test]
     fn fail_names_file_line_and_reason() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.jsonl");
         std::fs::write(&path, "{\"k\":1}\n\n{\"x\":2}\n").unwrap();
         let parser = JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
-        let mut src = FileSource::new("t", splits_for(&[(path.clone(), 17)], 1, 0), parser, OnError::Fail, None);
+        let mut src = FileSource::new("t", splits_for(&[(path.clone(), 17)], 1, 0, false), parser, OnError::Fail, None);
         let err = src.poll(10, &mut Vec::new(), &OperatorMetrics::default()).unwrap_err().to_string();
         assert!(err.contains(&format!("{}:3: missing key field `k`", path.display())), "{err}");
     }

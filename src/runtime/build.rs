@@ -252,7 +252,7 @@ fn source(
                 _ => None,
             };
             let parser = JsonParser::new(plan.projections[id].clone(), event_field);
-            let splits = splits_for(&sized, plan.pipeline.parallelism, subtask);
+            let splits = splits_for(&sized, plan.pipeline.parallelism, subtask, spec.event_time.is_some());
             Ok(Box::new(FileSource::new(&node.name, splits, parser, spec.on_error.clone(), dead_letter)))
         }
         SourceKind::Datagen(gen) => {
