@@ -10,7 +10,6 @@ use tokio::sync::{mpsc, watch};
 
 use super::barrier::{Action, BarrierTracker, DataDisposition};
 use super::chain::{Chain, TaskError};
-use super::channel::Disconnected;
 use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
@@ -132,7 +131,7 @@ impl SourceTask {
                     let wm = max_ts.saturating_sub(ooo).saturating_sub(1);
                     if wm > emitted_wm {
                         emitted_wm = wm;
-                        if self.emit_watermark(wm).await.is_err() {
+                        if !self.emit_watermark(wm).await? {
                             return Ok(TaskEnd::Stopped);
                         }
                     }
@@ -143,7 +142,7 @@ impl SourceTask {
             }
             match status {
                 SourcePoll::Finished => {
-                    if self.end_of_input().await.is_err() {
+                    if !self.end_of_input().await? {
                         return Ok(TaskEnd::Stopped);
                     }
                     emitted_wm = MAX_WATERMARK;
@@ -272,30 +271,23 @@ impl SourceTask {
         Ok(())
     }
 
-    /// Run the chain's watermark hooks and forward the watermark.
-    async fn emit_watermark(&mut self, wm: Millis) -> Result<(), Disconnected> {
-        let out = match self.chain.advance_watermark(wm) {
-            Ok(out) => out,
-            Err(e) => {
-                tracing::error!(error = %e, "Watermark handling failed.");
-                return Err(Disconnected);
-            }
-        };
+    /// Run the chain's watermark hooks and forward the watermark; false if
+    /// downstream is gone.
+    async fn emit_watermark(&mut self, wm: Millis) -> Result<bool, TaskError> {
+        let out = self.chain.advance_watermark(wm)?;
         self.output.push(out);
-        self.output.broadcast(|| Message::Watermark(wm)).await
+        Ok(self.output.broadcast(|| Message::Watermark(wm)).await.is_ok())
     }
 
-    /// Bounded input exhausted: final watermark, end of input.
-    async fn end_of_input(&mut self) -> Result<(), Disconnected> {
-        self.emit_watermark(MAX_WATERMARK).await?;
-        match self.chain.end_of_input() {
-            Ok(out) => self.output.push(out),
-            Err(e) => {
-                tracing::error!(error = %e, "End of input failed.");
-                return Err(Disconnected);
-            }
+    /// Bounded input exhausted: final watermark, end of input; false if
+    /// downstream is gone.
+    async fn end_of_input(&mut self) -> Result<bool, TaskError> {
+        if !self.emit_watermark(MAX_WATERMARK).await? {
+            return Ok(false);
         }
-        self.output.broadcast(|| Message::EndOfInput).await
+        let out = self.chain.end_of_input()?;
+        self.output.push(out);
+        Ok(self.output.broadcast(|| Message::EndOfInput).await.is_ok())
     }
 
     /// Leave: commit what the last completed checkpoint staged, close.
