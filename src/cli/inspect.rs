@@ -94,7 +94,7 @@ fn read<T: Document>(path: &PathBuf) -> Result<T, String> {
     T::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn time(ms: i64) -> String {
+pub(super) fn time(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }

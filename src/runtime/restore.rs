@@ -29,7 +29,7 @@ pub enum RestoreError {
     Invalid { path: PathBuf, reason: String },
     #[error("{0} (use --force to take the directory over)")]
     OtherPipeline(String),
-    #[error("checkpoint {id} was taken at {what} {found}, this pipeline has {expected}; restoring with a different {what} needs a savepoint")]
+    #[error("checkpoint {id} was taken at {what} {found}, this pipeline has {expected}; restoring with a different {what} is not supported yet: run with the same {what}")]
     Mismatch { id: CheckpointId, what: &'static str, found: String, expected: String },
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
@@ -103,8 +103,11 @@ fn claim(layout: &Layout, pipeline: &str, force: bool) -> Result<(), RestoreErro
         Ok(()) => Ok(()),
         Err(store::StoreError::PipelineMismatch { .. }) if force => {
             tracing::warn!(dir = %layout.state_dir().display(), "Taking over a state directory of another pipeline (--force).");
-            std::fs::write(layout.pipeline_file(), format!("{pipeline}\n"))
-                .map_err(|source| store::StoreError::Io { op: "write", path: layout.pipeline_file(), source })?;
+            std::fs::write(layout.pipeline_file(), format!("{pipeline}\n")).map_err(|source| store::StoreError::Io {
+                op: "write",
+                path: layout.pipeline_file(),
+                source,
+            })?;
             Ok(())
         }
         Err(e @ store::StoreError::PipelineMismatch { .. }) => Err(RestoreError::OtherPipeline(e.to_string())),
