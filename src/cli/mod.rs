@@ -123,8 +123,8 @@ pub struct RunArgs {
     pub no_progress: bool,
 
     /// Resume from a checkpoint: `latest` (the newest complete one in the
-    /// state directory, if any) or the path of a checkpoint directory or its
-    /// `_metadata` file.
+    /// state directory, if any) or the path of a checkpoint or savepoint
+    /// directory or its `_metadata` file.
     #[arg(long, value_name = "latest|PATH")]
     pub restore: Option<String>,
 

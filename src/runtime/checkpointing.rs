@@ -15,9 +15,8 @@
 //! last. An intermediate savepoint does not tell the sinks it completed (the
 //! next checkpoint publishes what it staged); stop-with-savepoint does.
 
-use std::time::{Duration, Instant};
-
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
