@@ -472,6 +472,10 @@ fn move_dir(from: &Path, to: &Path) -> Result<(), store::StoreError> {
     if std::fs::rename(from, to).is_ok() {
         return store::fsync_dir(to.parent().unwrap_or(to));
     }
+    if !is_empty_or_missing(to) {
+        let e = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the target is not empty");
+        return Err(io("copy", to)(e));
+    }
     copy_tree(from, to).map_err(io("copy", to))?;
     store::remove_dir_all(from)
 }

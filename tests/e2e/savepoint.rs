@@ -48,7 +48,7 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
     assert!(first.starts_with(job.state.join("savepoints")), "{}", first.display());
     assert_eq!(kind_of(&first), "savepoint");
     // Periodic checkpoints go on (and publish what the savepoint staged).
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(250));
 
     // Stop with a savepoint into an explicit target: the process exits 0.
     let target = job.dir.path().join("sp-stop");
@@ -64,6 +64,9 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
     let list = job.savepoint("list").run();
     list.expect_code(0);
     assert!(list.stdout.lines().any(|l| l.contains(&first.display().to_string()) && l.ends_with("yes")), "{}", list.stdout);
+    let inspect = weir(&["inspect", &job.state.display().to_string()]).run();
+    inspect.expect_code(0);
+    assert!(inspect.stdout.lines().any(|l| l.starts_with("sp-") && l.contains(" savepoint ")), "{}", inspect.stdout);
 
     // Savepoints are relative: move it, restore from its _metadata.
     let moved = tmp().keep().join("moved");
