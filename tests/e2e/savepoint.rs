@@ -79,10 +79,13 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
     assert_exactly_once("stop-with-savepoint then restore", job.lines());
     let _ = std::fs::remove_dir_all(moved.parent().unwrap());
 
-    // Restoring at another parallelism is refused with the reason.
-    let o = weir(&["restore", &first.display().to_string(), PIPELINE, "--no-progress", "-p", "3"]).set("state.dir", &job.state).run();
+    // Restoring at another parallelism is refused with the reason, and
+    // nothing is written (not even a new state directory).
+    let fresh = job.dir.path().join("fresh-state");
+    let o = weir(&["restore", &first.display().to_string(), PIPELINE, "--no-progress", "-p", "3"]).set("state.dir", &fresh).run();
     o.expect_code(2);
     o.expect_stderr_contains("parallelism 2, this pipeline has 3");
+    assert!(!fresh.exists(), "a refused restore created {}", fresh.display());
 
     // Dispose: a symlink to it is refused, the savepoint itself goes.
     let link = job.dir.path().join("link");
