@@ -22,14 +22,15 @@ pub fn inspect(path: &Path) -> Result<(String, bool), String> {
     Ok(checkpoint(dir))
 }
 
-/// One line per checkpoint of a state directory.
+/// One line per checkpoint and savepoint of a state directory.
 fn state_dir(layout: &Layout) -> (String, bool) {
     let mut out = String::new();
-    let ids = store::list_checkpoint_ids(layout).unwrap_or_default();
     let _ = writeln!(out, "{:<12} {:<10} {:<24} {:>7} {:>12}  VALID", "CHECKPOINT", "KIND", "CREATED (UTC)", "BUNDLES", "BYTES");
     let mut all_valid = true;
-    for id in ids {
-        let dir = layout.checkpoint_dir(id);
+    let ids = store::list_checkpoint_ids(layout).unwrap_or_default();
+    let mut dirs: Vec<(String, PathBuf)> = ids.into_iter().map(|id| (id.to_string(), layout.checkpoint_dir(id))).collect();
+    dirs.extend(savepoint_dirs(layout).into_iter().map(|d| (d.file_name().unwrap_or_default().to_string_lossy().into_owned(), d)));
+    for (label, dir) in dirs {
         let (kind, created, bundles, bytes, valid) = match validate::validate_dir(&dir) {
             Ok(v) => {
                 let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();
@@ -40,9 +41,17 @@ fn state_dir(layout: &Layout) -> (String, bool) {
                 ("?".into(), "?".into(), 0, 0, format!("no: {e}"))
             }
         };
-        let _ = writeln!(out, "{id:<12} {kind:<10} {created:<24} {bundles:>7} {bytes:>12}  {valid}");
+        let _ = writeln!(out, "{label:<12} {kind:<10} {created:<24} {bundles:>7} {bytes:>12}  {valid}");
     }
     (out, all_valid)
+}
+
+/// The directories under `savepoints/`, sorted.
+fn savepoint_dirs(layout: &Layout) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(layout.savepoints_dir()) else { return Vec::new() };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    dirs
 }
 
 /// The full picture of one checkpoint, as far as its documents can be read.
@@ -94,7 +103,7 @@ fn read<T: Document>(path: &PathBuf) -> Result<T, String> {
     T::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn time(ms: i64) -> String {
+pub(super) fn time(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }

@@ -2,11 +2,12 @@
 
 mod inspect;
 mod progress;
+mod savepoint;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -41,6 +42,60 @@ pub enum Command {
         /// A checkpoint directory, its `_metadata` file, or a state directory.
         path: PathBuf,
     },
+    /// Run a pipeline from a savepoint (same as `weir run PIPELINE --restore SAVEPOINT`).
+    Restore(RestoreArgs),
+    /// Take, list and dispose of savepoints.
+    #[command(subcommand)]
+    Savepoint(SavepointCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SavepointCommand {
+    /// Ask the running pipeline for a savepoint (through `<state.dir>/control.sock`)
+    /// and print `Savepoint completed. Path: <dir>`.
+    Trigger {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Write the savepoint to this (new or empty) directory instead of
+        /// `<state.dir>/savepoints/sp-<id>`.
+        #[arg(long, value_name = "DIR")]
+        target: Option<PathBuf>,
+        /// Stop-with-savepoint: the savepoint is the final checkpoint, sinks
+        /// commit, and the pipeline exits.
+        #[arg(long)]
+        stop: bool,
+        /// Give up waiting for the answer after this long.
+        #[arg(long, value_name = "D", default_value = "5m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Delete a savepoint directory; refuses anything whose `_metadata` does not say savepoint.
+    Dispose {
+        /// The savepoint directory or its `_metadata` file.
+        path: PathBuf,
+    },
+    /// List the savepoints under the pipeline's state directory.
+    List(PipelineArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// A savepoint (or checkpoint) directory or its `_metadata` file.
+    pub savepoint: PathBuf,
+
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+
+    /// Run with this parallelism; it must be the savepoint's (rescaling is not supported yet).
+    #[arg(long, short = 'p', value_name = "N")]
+    pub parallelism: Option<u32>,
+
+    /// Don't show a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+
+    /// Use the state directory even if another pipeline wrote it.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -68,8 +123,8 @@ pub struct RunArgs {
     pub no_progress: bool,
 
     /// Resume from a checkpoint: `latest` (the newest complete one in the
-    /// state directory, if any) or the path of a checkpoint directory or its
-    /// `_metadata` file.
+    /// state directory, if any) or the path of a checkpoint or savepoint
+    /// directory or its `_metadata` file.
     #[arg(long, value_name = "latest|PATH")]
     pub restore: Option<String>,
 
@@ -95,7 +150,12 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
 pub fn init_logging(cli: &Cli) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("weir={}", cli.log_level)));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -107,7 +167,48 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{report}");
             Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
+        Command::Restore(args) => run_pipeline(RunArgs {
+            restore: Some(args.savepoint.display().to_string()),
+            pipeline: args.pipeline,
+            parallelism: args.parallelism,
+            no_progress: args.no_progress,
+            force: args.force,
+        }),
+        Command::Savepoint(command) => savepoint_command(command),
     }
+}
+
+fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
+    let to_anyhow = |e: savepoint::SavepointError| match e {
+        savepoint::SavepointError::Refused(m) => anyhow::Error::from(UsageError(m)),
+        savepoint::SavepointError::Failed(m) => anyhow::anyhow!(m),
+    };
+    match command {
+        SavepointCommand::Trigger { pipeline, target, stop, timeout } => {
+            let p = checkpointed(&pipeline)?;
+            let socket = crate::checkpoint::layout::Layout::new(&p.state.dir).control_socket();
+            let path = savepoint::trigger(&socket, &p.name, target.as_deref(), stop, timeout).map_err(to_anyhow)?;
+            println!("Savepoint completed. Path: {}", path.display());
+        }
+        SavepointCommand::Dispose { path } => {
+            let dir = savepoint::dispose(&path).map_err(to_anyhow)?;
+            println!("Savepoint disposed: {}", dir.display());
+        }
+        SavepointCommand::List(pipeline) => {
+            let p = checkpointed(&pipeline)?;
+            print!("{}", savepoint::list(&crate::checkpoint::layout::Layout::new(&p.state.dir)).map_err(to_anyhow)?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Load a pipeline that has a `checkpoint:` section (only those take savepoints).
+fn checkpointed(args: &PipelineArgs) -> anyhow::Result<config::Pipeline> {
+    let p = load(args, &[])?;
+    if p.checkpoint.is_none() {
+        return Err(UsageError(format!("pipeline `{}` has no `checkpoint:` section, so it takes no savepoints", p.name)).into());
+    }
+    Ok(p)
 }
 
 fn load(args: &PipelineArgs, extra: &[String]) -> anyhow::Result<config::Pipeline> {

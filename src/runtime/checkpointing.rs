@@ -7,18 +7,27 @@
 //! On stop (signal) or at the end of bounded input it takes a final
 //! checkpoint, retrying until one completes, then tells every task it is
 //! done.
+//!
+//! Savepoints (asked for over the control socket) go through the same
+//! arbiters. Their bundles are written under `checkpoints/chk-n/` like any
+//! checkpoint; once every bundle committed, the directory is moved to the
+//! savepoint's place and its `_metadata` (kind `savepoint`) written there
+//! last. An intermediate savepoint does not tell the sinks it completed (the
+//! next checkpoint publishes what it staged); stop-with-savepoint does.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::arbiter::{ArbiterDecision, BundleArbiter};
+use super::control::{Command, SavepointRequest, Status};
 use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
 use crate::checkpoint::{store, BundleId, CheckpointId};
-use crate::config::CheckpointSpec;
+use crate::config::{Alignment, CheckpointSpec};
 use crate::faults;
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +74,21 @@ pub struct Driver {
     /// The checkpoint triggered after the stop: its completion ends the run.
     final_id: Option<CheckpointId>,
     stats: Stats,
+    /// Requests from the control socket (None: no socket).
+    commands: Option<mpsc::UnboundedReceiver<Command>>,
+    /// The savepoint asked for and not finished yet.
+    savepoint: Option<PendingSavepoint>,
+    /// The newest completed checkpoint or savepoint.
+    last_completed: CheckpointId,
+}
+
+/// A savepoint request on its way through the coordinator.
+struct PendingSavepoint {
+    /// Set when it is triggered.
+    id: Option<CheckpointId>,
+    target: Option<PathBuf>,
+    stop: bool,
+    reply: oneshot::Sender<Result<PathBuf, String>>,
 }
 
 /// What the tasks reported for the running checkpoint.
@@ -84,6 +108,7 @@ impl Driver {
         completed: watch::Sender<CheckpointId>,
         done: watch::Sender<bool>,
         stop: watch::Receiver<bool>,
+        commands: Option<mpsc::UnboundedReceiver<Command>>,
     ) -> Self {
         let config = CoordinatorConfig {
             interval: setup.spec.interval,
@@ -93,6 +118,7 @@ impl Driver {
             bundles: setup.bundles.len() as u32,
             retain: setup.spec.retain,
         };
+        let first_completed = *completed.borrow();
         let coordinator = Coordinator::new(config, setup.first_id, setup.retained.clone(), Instant::now());
         let arbiters = setup.bundles.iter().enumerate().map(|(b, m)| BundleArbiter::new(b as BundleId, m.iter().copied())).collect();
         Driver {
@@ -110,6 +136,9 @@ impl Driver {
             final_queued: false,
             final_id: None,
             stats: Stats::default(),
+            commands,
+            savepoint: None,
+            last_completed: first_completed,
         }
     }
 
@@ -178,6 +207,7 @@ impl Driver {
                         self.trigger(t);
                     }
                 }
+                Some(command) = recv_opt(&mut self.commands) => self.on_command(command),
                 _ = self.stop.changed(), if !self.final_wanted => {
                     tracing::info!("Stop requested; taking a final checkpoint.");
                     self.final_wanted = true;
@@ -196,6 +226,11 @@ impl Driver {
         self.stats = Stats { id: t.id, ..Stats::default() };
         if self.final_wanted {
             self.final_id = Some(t.id);
+        }
+        if t.kind == Kind::Savepoint {
+            if let Some(sp) = self.savepoint.as_mut().filter(|sp| sp.id.is_none()) {
+                sp.id = Some(t.id);
+            }
         }
         tracing::debug!(checkpoint = t.id, "Checkpoint triggered.");
         for c in &self.controls {
@@ -265,7 +300,14 @@ impl Driver {
             operators: self.setup.operators.clone(),
             crc32c: 0,
         };
-        if let Err(e) = write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await {
+        let (dir, written) = match kind {
+            Kind::Checkpoint => {
+                let dir = self.setup.layout.checkpoint_dir(id);
+                (dir, write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await)
+            }
+            Kind::Savepoint => self.write_savepoint(id, md).await,
+        };
+        if let Err(e) = written {
             if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
                 self.aborted(o)?;
             }
@@ -281,15 +323,103 @@ impl Driver {
             alignment_ms = s.alignment.as_millis() as u64,
             bytes = s.bytes,
             bundles = self.setup.bundles.len(),
-            "Checkpoint complete."
+            "{}",
+            if kind == Kind::Savepoint { "Savepoint complete." } else { "Checkpoint complete." }
         );
-        let _ = self.completed.send(id);
+        self.last_completed = id;
+        if kind == Kind::Savepoint {
+            tracing::info!(savepoint = id, path = %dir.display(), "Savepoint written.");
+            if let Some(sp) = self.savepoint.take_if(|sp| sp.id == Some(id)) {
+                let _ = sp.reply.send(Ok(dir));
+            }
+        }
+        // An intermediate savepoint publishes no sink output; the final one does.
+        if kind == Kind::Checkpoint || self.final_id == Some(id) {
+            let _ = self.completed.send(id);
+        }
         for old in done.delete {
             if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
                 tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
             }
         }
         Ok(Some(id))
+    }
+
+    /// Move the committed bundles of savepoint `id` to its directory and
+    /// write its `_metadata` there last.
+    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata) -> (PathBuf, Result<(), store::StoreError>) {
+        let target = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.target.clone());
+        let dir = target.unwrap_or_else(|| self.setup.layout.savepoints_dir().join(savepoint_dir_name(id)));
+        let from = self.setup.layout.checkpoint_dir(id);
+        let to = dir.clone();
+        let bytes = md.to_bytes();
+        let result = tokio::task::spawn_blocking(move || {
+            move_dir(&from, &to)?;
+            store::write_atomic(&to.join(crate::checkpoint::layout::METADATA_FILE), &bytes)
+        })
+        .await
+        .expect("savepoint write does not panic");
+        if result.is_err() {
+            // Nothing half-written stays where a savepoint is expected.
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        (dir, result)
+    }
+
+    /// A request from the control socket.
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Command::Savepoint { request, reply } => match self.savepoint_refusal(&request) {
+                Some(why) => {
+                    let _ = reply.send(Err(why));
+                }
+                None => self.request_savepoint(request, reply),
+            },
+        }
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            pipeline: self.setup.pipeline.clone(),
+            parallelism: self.setup.parallelism,
+            last_checkpoint: self.last_completed,
+            running: self.coordinator.running(),
+            savepoint_in_progress: self.savepoint.is_some(),
+            stopping: self.final_wanted,
+        }
+    }
+
+    /// Why a savepoint cannot be taken now, if it cannot.
+    fn savepoint_refusal(&self, request: &SavepointRequest) -> Option<String> {
+        if self.setup.spec.alignment != Alignment::Aligned {
+            return Some("savepoints are always aligned, and this pipeline's barriers are not (checkpoint.alignment must be `aligned`); stop it with SIGTERM and use its final checkpoint instead".into());
+        }
+        if let Some(sp) = &self.savepoint {
+            let which = sp.id.map_or("one".to_string(), |id| format!("savepoint {id}"));
+            return Some(format!("a savepoint is already in progress ({which}); try again when it completed"));
+        }
+        if self.final_wanted {
+            return Some("the pipeline is stopping (its final checkpoint is being taken)".into());
+        }
+        match &request.target {
+            Some(t) if !t.is_absolute() => Some(format!("target {} must be an absolute path", t.display())),
+            Some(t) if !is_empty_or_missing(t) => Some(format!("target {} exists and is not an empty directory", t.display())),
+            _ => None,
+        }
+    }
+
+    fn request_savepoint(&mut self, request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
+        tracing::info!(stop = request.stop, "Savepoint requested.");
+        if request.stop {
+            // The savepoint is the final checkpoint: sources stop after its barrier.
+            self.final_wanted = true;
+            self.final_queued = true;
+        }
+        self.coordinator.trigger_now(Kind::Savepoint);
+        self.savepoint = Some(PendingSavepoint { id: None, target: request.target, stop: request.stop, reply });
     }
 
     fn aborted(&mut self, outcome: AbortOutcome) -> Result<(), DriverError> {
@@ -302,12 +432,74 @@ impl Driver {
         for a in &mut self.arbiters {
             a.on_abort(id, super::arbiter::AbortReason::Coordinator(reason.clone()));
         }
+        if let Some(sp) = self.savepoint.take_if(|sp| sp.id == Some(id)) {
+            // After a failed stop-with-savepoint the sources have stopped:
+            // the run ends with a final checkpoint instead.
+            let then = if sp.stop { "; the pipeline stops with a final checkpoint instead" } else { "" };
+            let _ = sp.reply.send(Err(format!("savepoint {id} aborted: {reason}{then}")));
+        }
         self.unremoved.push(id);
         self.remove_unremoved();
         match outcome {
             AbortOutcome::Fail { id, reason, failures } => Err(DriverError::TooManyFailures { id, reason, failures }),
             AbortOutcome::Aborted { .. } => Ok(()),
         }
+    }
+}
+
+/// `sp-0000012`.
+pub fn savepoint_dir_name(id: CheckpointId) -> String {
+    format!("sp-{id:07}")
+}
+
+fn is_empty_or_missing(dir: &Path) -> bool {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Move `from` to `to` (an empty or missing directory): a rename on the
+/// same file system, else a copy of the two levels a checkpoint has.
+fn move_dir(from: &Path, to: &Path) -> Result<(), store::StoreError> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| store::StoreError::Io { op, path, source }
+    };
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+    }
+    if std::fs::rename(from, to).is_ok() {
+        return store::fsync_dir(to.parent().unwrap_or(to));
+    }
+    if !is_empty_or_missing(to) {
+        let e = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the target is not empty");
+        return Err(io("copy", to)(e));
+    }
+    copy_tree(from, to).map_err(io("copy", to))?;
+    store::remove_dir_all(from)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let dest = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else {
+            std::fs::copy(entry.path(), &dest)?;
+            std::fs::File::open(&dest)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(to)?.sync_all()
+}
+
+/// The next command, or never when there is no control socket.
+async fn recv_opt(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -> Option<Command> {
+    match commands {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

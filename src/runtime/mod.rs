@@ -7,10 +7,11 @@
 pub mod arbiter;
 pub mod barrier;
 pub mod build;
-pub mod coordinator;
 pub mod chain;
-pub mod checkpointing;
 pub mod channel;
+pub mod checkpointing;
+pub mod control;
+pub mod coordinator;
 pub mod input;
 pub mod message;
 pub mod metrics;
@@ -42,6 +43,8 @@ pub enum RuntimeError {
     Task(#[from] TaskError),
     #[error(transparent)]
     Checkpoint(#[from] checkpointing::DriverError),
+    #[error(transparent)]
+    Control(#[from] control::ControlError),
     #[error("task {task} panicked: {message}")]
     Panicked { task: String, message: String },
 }
@@ -62,6 +65,8 @@ pub struct Engine {
     metrics: Vec<NodeMetrics>,
     extent: Option<Extent>,
     stop_tx: watch::Sender<bool>,
+    /// The control socket and the channel its requests go on to the driver.
+    control: Option<(std::path::PathBuf, mpsc::UnboundedSender<control::Command>)>,
 }
 
 /// Asks a running engine to stop (sources stop, the rest drains).
@@ -81,7 +86,7 @@ impl Engine {
         let (stop_tx, stop_rx) = watch::channel(false);
         let Some(spec) = plan.pipeline.checkpoint.clone() else {
             let built = build::build(plan, &stop_rx, None, None)?;
-            return Ok(Engine { tasks: built.tasks, driver: None, metrics: built.metrics, extent: built.extent, stop_tx });
+            return Ok(Engine { tasks: built.tasks, driver: None, metrics: built.metrics, extent: built.extent, stop_tx, control: None });
         };
         let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new() });
         let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
@@ -101,8 +106,10 @@ impl Engine {
             first_id: start.first_id,
             retained: start.retained,
         };
-        let driver = checkpointing::Driver::new(setup, events_rx, built.controls, completed_tx, done_tx, stop_rx);
-        Ok(Engine { tasks: built.tasks, driver: Some(driver), metrics: built.metrics, extent: built.extent, stop_tx })
+        let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+        let control = Some((setup.layout.control_socket(), commands_tx));
+        let driver = checkpointing::Driver::new(setup, events_rx, built.controls, completed_tx, done_tx, stop_rx, Some(commands_rx));
+        Ok(Engine { tasks: built.tasks, driver: Some(driver), metrics: built.metrics, extent: built.extent, stop_tx, control })
     }
 
     /// Per-node counters, live while running.
@@ -122,6 +129,26 @@ impl Engine {
     /// Run to the end of input or until stopped. Must be called within a
     /// tokio runtime.
     pub async fn run(self) -> Result<Outcome, RuntimeError> {
+        let server = match &self.control {
+            Some((path, commands)) => match control::ControlServer::start(path, commands.clone()).await {
+                Ok(server) => Some(server),
+                Err(e @ control::ControlError::InUse(_)) => return Err(e.into()),
+                // E.g. a path too long for a Unix socket: run, without savepoints.
+                Err(e) => {
+                    tracing::warn!(error = %e, "No control socket; savepoints cannot be triggered.");
+                    None
+                }
+            },
+            None => None,
+        };
+        let result = self.run_tasks().await;
+        if let Some(server) = server {
+            server.shutdown().await;
+        }
+        result
+    }
+
+    async fn run_tasks(self) -> Result<Outcome, RuntimeError> {
         let mut set = JoinSet::new();
         let mut names = std::collections::HashMap::new();
         let checkpointing = self.driver.is_some();

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
-use crate::checkpoint::manifest::TaskId;
+use crate::checkpoint::manifest::{Metadata, TaskId};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::{store, CheckpointId};
 use crate::config::Pipeline;
@@ -29,7 +29,7 @@ pub enum RestoreError {
     Invalid { path: PathBuf, reason: String },
     #[error("{0} (use --force to take the directory over)")]
     OtherPipeline(String),
-    #[error("checkpoint {id} was taken at {what} {found}, this pipeline has {expected}; restoring with a different {what} needs a savepoint")]
+    #[error("checkpoint {id} was taken at {what} {found}, this pipeline has {expected}; restoring with a different {what} is not supported yet: run with the same {what}")]
     Mismatch { id: CheckpointId, what: &'static str, found: String, expected: String },
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
@@ -54,7 +54,11 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, force: bool) 
     let layout = Layout::new(&pipeline.state.dir);
     // An explicit path is validated before anything on disk is touched.
     let explicit = match restore {
-        Some(RestoreFrom::Path(p)) => Some(validate_path(p)?),
+        Some(RestoreFrom::Path(p)) => {
+            let valid = validate_path(p)?;
+            check_compatible(pipeline, &valid.metadata)?;
+            Some(valid)
+        }
         _ => None,
     };
     claim(&layout, &pipeline.name, force)?;
@@ -103,8 +107,11 @@ fn claim(layout: &Layout, pipeline: &str, force: bool) -> Result<(), RestoreErro
         Ok(()) => Ok(()),
         Err(store::StoreError::PipelineMismatch { .. }) if force => {
             tracing::warn!(dir = %layout.state_dir().display(), "Taking over a state directory of another pipeline (--force).");
-            std::fs::write(layout.pipeline_file(), format!("{pipeline}\n"))
-                .map_err(|source| store::StoreError::Io { op: "write", path: layout.pipeline_file(), source })?;
+            std::fs::write(layout.pipeline_file(), format!("{pipeline}\n")).map_err(|source| store::StoreError::Io {
+                op: "write",
+                path: layout.pipeline_file(),
+                source,
+            })?;
             Ok(())
         }
         Err(e @ store::StoreError::PipelineMismatch { .. }) => Err(RestoreError::OtherPipeline(e.to_string())),
@@ -118,9 +125,9 @@ fn validate_path(path: &Path) -> Result<ValidCheckpoint, RestoreError> {
     validate::validate_dir(dir).map_err(|e| RestoreError::Invalid { path: e.path.clone(), reason: e.reason.to_string() })
 }
 
-/// Read every task's snapshot of a valid checkpoint.
-fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, RestoreError> {
-    let md = &valid.metadata;
+/// Refuse a checkpoint or savepoint of another pipeline, parallelism,
+/// `max_parallelism` or operator list.
+fn check_compatible(pipeline: &Pipeline, md: &Metadata) -> Result<(), RestoreError> {
     let id = md.checkpoint_id;
     if md.pipeline != pipeline.name {
         return Err(RestoreError::Mismatch { id, what: "pipeline", found: md.pipeline.clone(), expected: pipeline.name.clone() });
@@ -138,6 +145,13 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, Re
         let (found, expected) = (md.operators.join(", "), names.join(", "));
         return Err(RestoreError::Mismatch { id, what: "operators", found, expected });
     }
+    Ok(())
+}
+
+/// Read every task's snapshot of a valid checkpoint.
+fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, RestoreError> {
+    check_compatible(pipeline, &valid.metadata)?;
+    let id = valid.metadata.checkpoint_id;
     let mut tasks = HashMap::new();
     for m in &valid.manifests {
         let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));

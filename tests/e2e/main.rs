@@ -14,6 +14,7 @@ mod file_sink;
 mod golden;
 mod records;
 mod reference;
+mod savepoint;
 mod signals;
 mod util;
 mod validate;

@@ -1,0 +1,180 @@
+//! Savepoints from the command line: trigger a running pipeline, stop with a
+//! savepoint, restore from it (after moving it), list and dispose.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::ckpt::{assert_exactly_once, fast, Job, PIPELINE};
+use super::util::{part_files, tmp, wait_until, weir, Outcome, Weir};
+
+impl Job {
+    /// `weir savepoint SUB pipelines/checkpointed.yaml` on this job's state dir.
+    fn savepoint(&self, sub: &str) -> Weir {
+        weir(&["savepoint", sub, PIPELINE]).set("state.dir", &self.state)
+    }
+
+    fn wait_for_socket(&self) {
+        let sock = self.state.join("control.sock");
+        assert!(wait_until(Duration::from_secs(20), || sock.exists()), "no control socket at {}", sock.display());
+    }
+}
+
+/// The path of `Savepoint completed. Path: <dir>`.
+#[track_caller]
+fn savepoint_path(o: &Outcome) -> PathBuf {
+    o.expect_code(0);
+    let line =
+        o.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).unwrap_or_else(|| panic!("stdout: {}", o.stdout));
+    PathBuf::from(line)
+}
+
+fn kind_of(dir: &Path) -> String {
+    let md: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("_metadata")).unwrap()).unwrap();
+    md["kind"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
+    let job = Job::new();
+    let run = job.cmd().spawn();
+    job.wait_for_socket();
+    let mode = std::fs::metadata(job.state.join("control.sock")).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.unwrap(), 0o600, "the control socket is for its owner only");
+
+    // An intermediate savepoint under load (a checkpoint already published
+    // output), into the default place.
+    assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
+    let first = savepoint_path(&job.savepoint("trigger").run());
+    assert!(first.starts_with(job.state.join("savepoints")), "{}", first.display());
+    assert_eq!(kind_of(&first), "savepoint");
+    // Periodic checkpoints go on (and publish what the savepoint staged).
+    std::thread::sleep(Duration::from_millis(250));
+
+    // Stop with a savepoint into an explicit target: the process exits 0.
+    let target = job.dir.path().join("sp-stop");
+    let stop = job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).run();
+    assert_eq!(savepoint_path(&stop), target);
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(!o.stderr.contains("Input exhausted"), "the run ended by its input, not by the stop; make the input longer");
+    assert!(!job.state.join("control.sock").exists(), "the socket is removed at exit");
+    job.assert_no_in_progress_files();
+
+    // List shows the default-place savepoint as valid.
+    let list = job.savepoint("list").run();
+    list.expect_code(0);
+    assert!(list.stdout.lines().any(|l| l.contains(&first.display().to_string()) && l.ends_with("yes")), "{}", list.stdout);
+    let inspect = weir(&["inspect", &job.state.display().to_string()]).run();
+    inspect.expect_code(0);
+    assert!(inspect.stdout.lines().any(|l| l.starts_with("sp-") && l.contains(" savepoint ")), "{}", inspect.stdout);
+
+    // Savepoints are relative: move it, restore from its _metadata.
+    let moved = tmp().keep().join("moved");
+    std::fs::rename(&target, &moved).unwrap();
+    let restore = weir(&["restore", &moved.join("_metadata").display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
+    let o = fast(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out)).run();
+    o.expect_code(0);
+    o.expect_stderr_contains("Restoring from checkpoint.");
+    job.assert_no_in_progress_files();
+    assert_exactly_once("stop-with-savepoint then restore", job.lines());
+    let _ = std::fs::remove_dir_all(moved.parent().unwrap());
+
+    // Restoring at another parallelism is refused with the reason, and
+    // nothing is written (not even a new state directory).
+    let fresh = job.dir.path().join("fresh-state");
+    let o = weir(&["restore", &first.display().to_string(), PIPELINE, "--no-progress", "-p", "3"]).set("state.dir", &fresh).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("parallelism 2, this pipeline has 3");
+    assert!(!fresh.exists(), "a refused restore created {}", fresh.display());
+
+    // Dispose: a symlink to it is refused, the savepoint itself goes.
+    let link = job.dir.path().join("link");
+    std::os::unix::fs::symlink(&first, &link).unwrap();
+    weir(&["savepoint", "dispose", &link.display().to_string()]).run().expect_code(2);
+    assert!(first.join("_metadata").exists());
+    weir(&["savepoint", "dispose", &first.display().to_string()]).run().expect_code(0);
+    assert!(!first.exists());
+}
+
+#[test]
+fn trigger_without_a_running_process_fails_with_exit_1() {
+    let job = Job::new();
+    let o = job.savepoint("trigger").run();
+    o.expect_code(1);
+    o.expect_stderr_contains("no running weir process for pipeline `checkpointed`");
+}
+
+#[test]
+fn dispose_refuses_checkpoints_unknown_dirs_and_missing_paths() {
+    let job = Job::new();
+    fast(job.cmd()).ok();
+    let chk = job.checkpoints().pop().expect("a retained checkpoint");
+    let unknown = job.dir.path().join("unknown");
+    std::fs::create_dir_all(&unknown).unwrap();
+    std::fs::write(unknown.join("data"), b"keep me").unwrap();
+    for (path, why) in [
+        (chk.clone(), "says it is a checkpoint"),
+        (chk.join("_metadata"), "says it is a checkpoint"),
+        (unknown.clone(), "not a weir savepoint"),
+        (job.dir.path().join("missing"), "No such file"),
+    ] {
+        let o = weir(&["savepoint", "dispose", &path.display().to_string()]).run();
+        o.expect_code(2);
+        o.expect_stderr_contains(why);
+    }
+    assert!(chk.join("_metadata").exists() && unknown.join("data").exists(), "nothing was deleted");
+}
+
+#[test]
+fn list_without_savepoints_prints_only_the_header() {
+    let job = Job::new();
+    let o = job.savepoint("list").run();
+    o.expect_code(0);
+    assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
+}
+
+/// One request line to the control socket, one JSON answer.
+fn ask(socket: &Path, request: &str) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connecting to the control socket");
+    s.write_all(format!("{request}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(&s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("answer {line:?}: {e}"))
+}
+
+#[test]
+fn status_and_a_second_trigger_while_one_runs_is_refused_with_the_reason() {
+    let job = Job::new();
+    // Slow barriers keep the first savepoint in progress for a while.
+    let run = job.cmd().env("WEIR_FAULTS", "barrier_delay=400ms").spawn();
+    job.wait_for_socket();
+    let socket = job.state.join("control.sock");
+    let status = ask(&socket, r#"{"status": {}}"#);
+    assert_eq!((status["ok"].as_bool(), status["pipeline"].as_str()), (Some(true), Some("checkpointed")), "{status}");
+    assert!(status["last_checkpoint"].is_u64(), "{status}");
+    let bad = ask(&socket, r#"{"savepoint": {"tagret": "/x"}}"#);
+    assert_eq!(bad["ok"].as_bool(), Some(false), "{bad}");
+
+    let first = job.savepoint("trigger").spawn();
+    assert!(wait_until(Duration::from_secs(10), || ask(&socket, r#"{"status": {}}"#)["savepoint_in_progress"] == true));
+    let second = job.savepoint("trigger").run();
+    second.expect_code(1);
+    second.expect_stderr_contains("a savepoint is already in progress");
+    savepoint_path(&first.wait_for(Duration::from_secs(30)));
+
+    run.terminate();
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+}
+
+#[test]
+fn unaligned_pipelines_refuse_savepoints_with_the_reason() {
+    let job = Job::new();
+    let run = job.cmd().set("checkpoint.alignment", "unaligned").spawn();
+    job.wait_for_socket();
+    let o = job.savepoint("trigger").run();
+    o.expect_code(1);
+    o.expect_stderr_contains("savepoints are always aligned");
+    run.terminate();
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+}
