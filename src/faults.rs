@@ -40,9 +40,11 @@ impl Faults {
             let dur = |s: &str| humantime::parse_duration(s).map_err(|e| format!("`{item}`: {e}"));
             match key {
                 "state_write_fail" => {
-                    f.state_write_fail = value.parse().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| {
-                        format!("`{item}`: expected a probability between 0 and 1")
-                    })?
+                    f.state_write_fail = value
+                        .parse()
+                        .ok()
+                        .filter(|p| (0.0..=1.0).contains(p))
+                        .ok_or_else(|| format!("`{item}`: expected a probability between 0 and 1"))?
                 }
                 "crash" => {
                     let (point, n) = match value.split_once(':') {

@@ -22,7 +22,8 @@ impl Progress {
         let sources: Vec<NodeMetrics> = metrics.into_iter().filter(|m| m.kind == "source").collect();
         let (bar, unit) = match extent {
             Some(Extent::Bytes(total)) => (
-                ProgressBar::new(total).with_style(style("{bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}")),
+                ProgressBar::new(total)
+                    .with_style(style("{bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}")),
                 Unit::Bytes,
             ),
             Some(Extent::Rows(total)) => {

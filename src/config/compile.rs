@@ -36,23 +36,11 @@ struct Item<'a> {
 }
 
 /// Check `parsed` and build the pipeline; None if anything was wrong.
-pub(crate) fn compile(
-    parsed: &Parsed,
-    loc: &Locator,
-    errors: &mut Vec<ConfigError>,
-) -> Option<Pipeline> {
-    let mut cx = Cx {
-        loc,
-        errors: Vec::new(),
-    };
+pub(crate) fn compile(parsed: &Parsed, loc: &Locator, errors: &mut Vec<ConfigError>) -> Option<Pipeline> {
+    let mut cx = Cx { loc, errors: Vec::new() };
     let raw = &parsed.raw;
     if parsed.name_ok {
-        check_name(
-            &mut cx,
-            &[Seg::Key("name".into())],
-            &raw.name,
-            "the pipeline name",
-        );
+        check_name(&mut cx, &[Seg::Key("name".into())], &raw.name, "the pipeline name");
     }
     let (parallelism, max_parallelism) = parallelism(&mut cx, raw);
     let state = specs::state(&mut cx, raw);
@@ -78,22 +66,10 @@ pub(crate) fn compile(
     let nodes = order
         .iter()
         .map(|&i| {
-            Some(Node {
-                name: items[i].name.unwrap_or_default().to_string(),
-                input: inputs[i].map(|j| id[j]),
-                kind: kinds[i].clone()?,
-            })
+            Some(Node { name: items[i].name.unwrap_or_default().to_string(), input: inputs[i].map(|j| id[j]), kind: kinds[i].clone()? })
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Pipeline {
-        name: raw.name.clone(),
-        parallelism,
-        max_parallelism,
-        nodes,
-        state,
-        checkpoint,
-        bundle_size,
-    })
+    Some(Pipeline { name: raw.name.clone(), parallelism, max_parallelism, nodes, state, checkpoint, bundle_size })
 }
 
 fn items(parsed: &Parsed) -> Vec<Item<'_>> {
@@ -103,63 +79,31 @@ fn items(parsed: &Parsed) -> Vec<Item<'_>> {
         let base = [Seg::Key(section.key().into())];
         type Entry<'a> = (Option<&'a str>, Option<&'a str>, Body<'a>);
         let typed: Vec<(usize, Option<&str>, Option<&str>, Body)> = match section {
-            Section::Sources => raw
-                .sources
-                .iter()
-                .map(|s| (Some(s.name()), None, Body::Source(s)))
-                .collect::<Vec<Entry>>(),
-            Section::Operators => raw
-                .operators
-                .iter()
-                .map(|o| (Some(o.name()), Some(o.input()), Body::Operator(o)))
-                .collect(),
-            Section::Sinks => raw
-                .sinks
-                .iter()
-                .map(|s| (Some(s.name()), Some(s.input()), Body::Sink(s)))
-                .collect(),
+            Section::Sources => raw.sources.iter().map(|s| (Some(s.name()), None, Body::Source(s))).collect::<Vec<Entry>>(),
+            Section::Operators => raw.operators.iter().map(|o| (Some(o.name()), Some(o.input()), Body::Operator(o))).collect(),
+            Section::Sinks => raw.sinks.iter().map(|s| (Some(s.name()), Some(s.input()), Body::Sink(s))).collect(),
         }
         .into_iter()
         .zip(&parsed.at[section as usize])
         .map(|((name, input, body), &index)| (index, name, input, body))
         .collect();
-        let broken = parsed
-            .broken
-            .iter()
-            .filter(|b| b.section == section)
-            .map(|b| {
-                let input = if section == Section::Sources {
-                    None
-                } else {
-                    b.input.as_deref()
-                };
-                (b.index, b.name.as_deref(), input, Body::Broken)
-            });
+        let broken = parsed.broken.iter().filter(|b| b.section == section).map(|b| {
+            let input = if section == Section::Sources { None } else { b.input.as_deref() };
+            (b.index, b.name.as_deref(), input, Body::Broken)
+        });
         let mut list: Vec<_> = typed.into_iter().chain(broken).collect();
         list.sort_by_key(|e| e.0);
-        all.extend(list.into_iter().map(|(index, name, input, body)| Item {
-            section,
-            path: item(&base, index),
-            name,
-            input,
-            body,
-        }));
+        all.extend(list.into_iter().map(|(index, name, input, body)| Item { section, path: item(&base, index), name, input, body }));
     }
     all
 }
 
 fn check_name(cx: &mut Cx, path: &[Seg], name: &str, what: &str) -> bool {
-    let ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
     if name.is_empty() {
         cx.err(path, format!("{what} is empty: expected {NAME_CHARS}"));
     } else if !ok {
-        cx.err(
-            path,
-            format!("{what} `{name}` is invalid: expected only {NAME_CHARS}"),
-        );
+        cx.err(path, format!("{what} `{name}` is invalid: expected only {NAME_CHARS}"));
     }
     ok
 }
@@ -171,25 +115,15 @@ fn parallelism(cx: &mut Cx, raw: &RawPipeline) -> (u16, u16) {
     let m_at = [Seg::Key("max_parallelism".into())];
     let m_ok = (1..=MAX_MAX_PARALLELISM).contains(&m);
     if !m_ok {
-        cx.err(
-            &m_at,
-            format!("`max_parallelism` must be between 1 and {MAX_MAX_PARALLELISM}, got {m}"),
-        );
+        cx.err(&m_at, format!("`max_parallelism` must be between 1 and {MAX_MAX_PARALLELISM}, got {m}"));
     }
     if p == 0 {
         cx.err(&p_at, "`parallelism` must be at least 1, got 0");
     } else if m_ok && p > m {
-        let at: &[Seg] = if raw.parallelism.is_some() {
-            &p_at
-        } else {
-            &m_at
-        };
+        let at: &[Seg] = if raw.parallelism.is_some() { &p_at } else { &m_at };
         cx.err(at, format!("`parallelism` ({p}) exceeds `max_parallelism` ({m}): expected 1 <= parallelism <= max_parallelism <= {MAX_MAX_PARALLELISM}"));
     }
-    (
-        p.try_into().unwrap_or(u16::MAX),
-        m.try_into().unwrap_or(u16::MAX),
-    )
+    (p.try_into().unwrap_or(u16::MAX), m.try_into().unwrap_or(u16::MAX))
 }
 
 fn section_word(s: Section) -> &'static str {
@@ -231,11 +165,7 @@ fn resolve_inputs(cx: &mut Cx, items: &[Item]) -> Vec<Option<usize>> {
             by_name.entry(name).or_insert(i);
         }
     }
-    let readable: Vec<&str> = items
-        .iter()
-        .filter(|it| it.section != Section::Sinks)
-        .filter_map(|it| it.name)
-        .collect();
+    let readable: Vec<&str> = items.iter().filter(|it| it.section != Section::Sinks).filter_map(|it| it.name).collect();
     items
         .iter()
         .map(|it| {
@@ -261,10 +191,7 @@ fn require_source_and_sink(cx: &mut Cx, items: &[Item]) {
     for (section, what) in [(Section::Sources, "source"), (Section::Sinks, "sink")] {
         if !items.iter().any(|it| it.section == section) {
             let key = section.key();
-            cx.err(
-                &[Seg::Key(key.into())],
-                format!("the pipeline has no {what}: expected at least one entry under `{key}`"),
-            );
+            cx.err(&[Seg::Key(key.into())], format!("the pipeline has no {what}: expected at least one entry under `{key}`"));
         }
     }
 }
@@ -302,39 +229,18 @@ fn find_cycles(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>]) -> Vec<boo
 
 /// `members` follow input edges (each reads the next, the last the first).
 fn report_cycle(cx: &mut Cx, items: &[Item], members: &[usize]) {
-    let first = members
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, &m)| m)
-        .map_or(0, |(k, _)| k);
-    let mut names: Vec<String> = (0..=members.len())
-        .map(|k| {
-            format!(
-                "`{}`",
-                items[members[(first + k) % members.len()]]
-                    .name
-                    .unwrap_or("?")
-            )
-        })
-        .collect();
+    let first = members.iter().enumerate().min_by_key(|(_, &m)| m).map_or(0, |(k, _)| k);
+    let mut names: Vec<String> =
+        (0..=members.len()).map(|k| format!("`{}`", items[members[(first + k) % members.len()]].name.unwrap_or("?"))).collect();
     names.dedup();
     let at = child(&items[members[first]].path, "input");
-    cx.err(
-        &at,
-        format!(
-            "inputs form a cycle: {} (expected data to flow from sources to sinks without loops)",
-            names.join(" reads ")
-        ),
-    );
+    cx.err(&at, format!("inputs form a cycle: {} (expected data to flow from sources to sinks without loops)", names.join(" reads ")));
 }
 
 fn check_read(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], in_cycle: &[bool]) {
     // A reader whose input is unknown (misspelt, or its element broken) may
     // have meant any node: saying which are unread would only add noise.
-    let unresolved = items
-        .iter()
-        .zip(inputs)
-        .any(|(it, input)| it.section != Section::Sources && input.is_none());
+    let unresolved = items.iter().zip(inputs).any(|(it, input)| it.section != Section::Sources && input.is_none());
     let no_sink = !items.iter().any(|it| it.section == Section::Sinks);
     if unresolved || no_sink {
         return;
@@ -342,11 +248,7 @@ fn check_read(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], in_cycle: &
     let mut readers = vec![0usize; items.len()];
     inputs.iter().flatten().for_each(|&j| readers[j] += 1);
     for (i, it) in items.iter().enumerate() {
-        if it.section == Section::Sinks
-            || readers[i] > 0
-            || in_cycle[i]
-            || matches!(it.body, Body::Broken)
-        {
+        if it.section == Section::Sinks || readers[i] > 0 || in_cycle[i] || matches!(it.body, Body::Broken) {
             continue;
         }
         let Some(name) = it.name else { continue };
@@ -391,13 +293,7 @@ fn topological_order(items: &[Item], inputs: &[Option<usize>]) -> Vec<usize> {
     order
 }
 
-fn check_flow(
-    cx: &mut Cx,
-    items: &[Item],
-    inputs: &[Option<usize>],
-    kinds: &[Option<NodeKind>],
-    order: &[usize],
-) {
+fn check_flow(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], kinds: &[Option<NodeKind>], order: &[usize]) {
     let mut flows = vec![specs::Flow::unknown(); items.len()];
     for &i in order {
         let upstream = inputs[i].map(|j| (items[j].name.unwrap_or("?"), &flows[j]));

@@ -66,17 +66,9 @@ pub(crate) struct Parsed {
 }
 
 /// Type `doc` as a `RawPipeline`, pushing every error found.
-pub(crate) fn deserialize(
-    doc: &Value,
-    loc: &Locator,
-    errors: &mut Vec<ConfigError>,
-) -> Option<Parsed> {
+pub(crate) fn deserialize(doc: &Value, loc: &Locator, errors: &mut Vec<ConfigError>) -> Option<Parsed> {
     let Value::Mapping(top) = doc else {
-        let what = if doc.is_null() {
-            "an empty document"
-        } else {
-            "not a mapping"
-        };
+        let what = if doc.is_null() { "an empty document" } else { "not a mapping" };
         errors.push(loc.at(&[], format!("the pipeline is {what}: expected a mapping with `name`, `sources`, `operators` and `sinks`")));
         return None;
     };
@@ -96,32 +88,18 @@ pub(crate) fn deserialize(
     }
     // The lists were taken out above, so `raw` starts with empty ones.
     let raw: RawPipeline = de_unit(&Value::Mapping(top), &[], loc, errors)?;
-    let mut parsed = Parsed {
-        raw,
-        name_ok,
-        at: Default::default(),
-        broken: vec![],
-    };
+    let mut parsed = Parsed { raw, name_ok, at: Default::default(), broken: vec![] };
     for (section, items) in Section::ALL.into_iter().zip(lists) {
         for (index, value) in items.into_iter().enumerate() {
             let path = item(&[Seg::Key(section.key().into())], index);
             let ok = match section {
-                Section::Sources => de_unit::<RawSource>(&value, &path, loc, errors)
-                    .map(|v| parsed.raw.sources.push(v)),
-                Section::Operators => de_unit::<RawOperator>(&value, &path, loc, errors)
-                    .map(|v| parsed.raw.operators.push(v)),
-                Section::Sinks => {
-                    de_unit::<RawSink>(&value, &path, loc, errors).map(|v| parsed.raw.sinks.push(v))
-                }
+                Section::Sources => de_unit::<RawSource>(&value, &path, loc, errors).map(|v| parsed.raw.sources.push(v)),
+                Section::Operators => de_unit::<RawOperator>(&value, &path, loc, errors).map(|v| parsed.raw.operators.push(v)),
+                Section::Sinks => de_unit::<RawSink>(&value, &path, loc, errors).map(|v| parsed.raw.sinks.push(v)),
             };
             match ok {
                 Some(()) => parsed.at[section as usize].push(index),
-                None => parsed.broken.push(Broken {
-                    section,
-                    index,
-                    name: text_of(&value, "name"),
-                    input: text_of(&value, "input"),
-                }),
+                None => parsed.broken.push(Broken { section, index, name: text_of(&value, "name"), input: text_of(&value, "input") }),
             }
         }
     }
@@ -134,12 +112,7 @@ fn text_of(v: &Value, key: &str) -> Option<String> {
 
 /// Type one unit at `path`, reporting each error and retrying without the
 /// offending entry. None when it cannot be typed at all.
-fn de_unit<T: DeserializeOwned>(
-    value: &Value,
-    path: &[Seg],
-    loc: &Locator,
-    errors: &mut Vec<ConfigError>,
-) -> Option<T> {
+fn de_unit<T: DeserializeOwned>(value: &Value, path: &[Seg], loc: &Locator, errors: &mut Vec<ConfigError>) -> Option<T> {
     let mut value = value.clone();
     let mut removed: Vec<String> = Vec::new();
     for _ in 0..MAX_ERRORS_PER_UNIT {
@@ -161,11 +134,7 @@ fn de_unit<T: DeserializeOwned>(
         let mut full = path.to_vec();
         full.extend(at.iter().cloned());
         let message = readable(&message);
-        errors.push(if message.starts_with("unknown field") {
-            loc.at_key(&full, message)
-        } else {
-            loc.at(&full, message)
-        });
+        errors.push(if message.starts_with("unknown field") { loc.at_key(&full, message) } else { loc.at(&full, message) });
         match at.last() {
             Some(Seg::Key(k)) => removed.push(k.clone()),
             Some(Seg::Idx(_)) => {}
@@ -202,15 +171,11 @@ fn missing_field(message: &str) -> Option<&str> {
 
 /// The entry an error (other than a missing field) is about, relative to `value`.
 fn culprit<T: DeserializeOwned>(value: &Value, message: &str, hint: YPath) -> YPath {
-    let unknown = message
-        .strip_prefix("unknown field `")
-        .and_then(|r| r.split('`').next());
+    let unknown = message.strip_prefix("unknown field `").and_then(|r| r.split('`').next());
     if !hint.is_empty() && get(value, &hint).is_some() {
         let mut at = hint;
         if let Some(field) = unknown {
-            if at.last() != Some(&Seg::Key(field.to_string()))
-                && get(value, &child(&at, field)).is_some()
-            {
+            if at.last() != Some(&Seg::Key(field.to_string())) && get(value, &child(&at, field)).is_some() {
                 at.push(Seg::Key(field.to_string()));
             }
         }
@@ -305,10 +270,7 @@ fn get<'v>(v: &'v Value, path: &[Seg]) -> Option<&'v Value> {
 
 fn get_mut<'v>(v: &'v mut Value, path: &[Seg]) -> Option<&'v mut Value> {
     path.iter().try_fold(v, |v, seg| match (seg, v) {
-        (Seg::Key(k), Value::Mapping(m)) => m
-            .iter_mut()
-            .find(|(key, _)| key_text(key) == *k)
-            .map(|(_, v)| v),
+        (Seg::Key(k), Value::Mapping(m)) => m.iter_mut().find(|(key, _)| key_text(key) == *k).map(|(_, v)| v),
         (Seg::Idx(i), Value::Sequence(items)) => items.get_mut(*i),
         _ => None,
     })
@@ -333,32 +295,15 @@ fn remove(root: &Value, path: &[Seg]) -> Value {
 /// serde's message with our Rust type names replaced by what users write.
 fn readable(message: &str) -> String {
     const NAMES: [(&str, &str); 9] = [
-        (
-            "internally tagged enum RawSource",
-            "a source (a mapping with `type`)",
-        ),
-        (
-            "internally tagged enum RawOperator",
-            "an operator (a mapping with `type`)",
-        ),
-        (
-            "internally tagged enum RawSink",
-            "a sink (a mapping with `type`)",
-        ),
-        (
-            "internally tagged enum RawWindow",
-            "a window (a mapping with `type`)",
-        ),
-        (
-            "internally tagged enum RawGenField",
-            "a generated field (a mapping with `kind`)",
-        ),
+        ("internally tagged enum RawSource", "a source (a mapping with `type`)"),
+        ("internally tagged enum RawOperator", "an operator (a mapping with `type`)"),
+        ("internally tagged enum RawSink", "a sink (a mapping with `type`)"),
+        ("internally tagged enum RawWindow", "a window (a mapping with `type`)"),
+        ("internally tagged enum RawGenField", "a generated field (a mapping with `kind`)"),
         ("struct RawEventTime", "a mapping with `field`"),
         ("struct RawAggregate", "a mapping with `fn` and `as`"),
         ("struct RawPipeline", "a mapping"),
         ("variant identifier", "a type name"),
     ];
-    NAMES
-        .iter()
-        .fold(message.to_string(), |m, (from, to)| m.replace(from, to))
+    NAMES.iter().fold(message.to_string(), |m, (from, to)| m.replace(from, to))
 }

@@ -29,15 +29,9 @@ mod tests {
 
     #[test]
     fn refuses_missing_or_unknown_units() {
-        assert!(parse_duration("10")
-            .unwrap_err()
-            .contains("expected a number with a unit"));
-        assert!(parse_duration("10 parsecs")
-            .unwrap_err()
-            .contains("invalid duration `10 parsecs`"));
-        assert!(parse_duration("")
-            .unwrap_err()
-            .starts_with("empty duration"));
+        assert!(parse_duration("10").unwrap_err().contains("expected a number with a unit"));
+        assert!(parse_duration("10 parsecs").unwrap_err().contains("invalid duration `10 parsecs`"));
+        assert!(parse_duration("").unwrap_err().starts_with("empty duration"));
         assert!(parse_duration("-1s").is_err());
     }
 }

@@ -29,10 +29,7 @@ pub(crate) struct EnvError {
 }
 
 /// Expand every `${...}` in `text`, looking variables up with `env`.
-pub(crate) fn expand(
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Expanded, Vec<EnvError>> {
+pub(crate) fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Expanded, Vec<EnvError>> {
     let mut out = String::with_capacity(text.len());
     let mut splices = Vec::new();
     let mut errors = Vec::new();
@@ -46,10 +43,7 @@ pub(crate) fn expand(
             match reference(rest) {
                 Ok((len, name, default)) => (len, resolve(name, default, env, at, &mut errors)),
                 Err(message) => {
-                    errors.push(EnvError {
-                        offset: at,
-                        message,
-                    });
+                    errors.push(EnvError { offset: at, message });
                     (2, None)
                 }
             }
@@ -61,10 +55,7 @@ pub(crate) fn expand(
             out.push_str(&text[copied..at]);
             let start = out.len();
             out.push_str(&value);
-            splices.push(Splice {
-                src: (at, at + len),
-                out: (start, out.len()),
-            });
+            splices.push(Splice { src: (at, at + len), out: (start, out.len()) });
             copied = at + len;
         }
         i = at + len;
@@ -73,21 +64,14 @@ pub(crate) fn expand(
         return Err(errors);
     }
     out.push_str(&text[copied..]);
-    Ok(Expanded {
-        text: out,
-        source: text.to_string(),
-        splices,
-    })
+    Ok(Expanded { text: out, source: text.to_string(), splices })
 }
 
 /// Parse `${NAME}` or `${NAME:default}` at the start of `s`: (length, name, default).
 fn reference(s: &str) -> Result<(usize, &str, Option<&str>), String> {
-    const EXPECTED: &str =
-        "expected `${NAME}` or `${NAME:default}` (write `$${` for a literal `${`)";
+    const EXPECTED: &str = "expected `${NAME}` or `${NAME:default}` (write `$${` for a literal `${`)";
     let body = &s[2..];
-    let name_len = body
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(body.len());
+    let name_len = body.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(body.len());
     let name = &body[..name_len];
     if name.is_empty() {
         return Err(format!("malformed variable reference: {EXPECTED}"));
@@ -98,9 +82,7 @@ fn reference(s: &str) -> Result<(usize, &str, Option<&str>), String> {
         (Some('}'), _) => Ok((2 + name_len + 1, name, None)),
         (Some(':'), Some(close)) => Ok((2 + name_len + close + 1, name, Some(&after[1..close]))),
         (Some(':'), None) => Err(format!("unterminated `${{{name}:`: {EXPECTED}")),
-        _ => Err(format!(
-            "malformed variable reference `${{{name}`: {EXPECTED}"
-        )),
+        _ => Err(format!("malformed variable reference `${{{name}`: {EXPECTED}")),
     }
 }
 
@@ -138,11 +120,7 @@ impl Expanded {
             if out < s.out.0 {
                 break;
             }
-            src = if out < s.out.1 {
-                s.src.0
-            } else {
-                s.src.1 + (out - s.out.1)
-            };
+            src = if out < s.out.1 { s.src.0 } else { s.src.1 + (out - s.out.1) };
         }
         position_of(&self.source, src)
     }
@@ -150,16 +128,9 @@ impl Expanded {
 
 /// The byte offset of a 1-based (line, col-in-chars) position, clamped.
 pub(crate) fn offset_of(text: &str, line: usize, col: usize) -> usize {
-    let start: usize = text
-        .split_inclusive('\n')
-        .take(line.saturating_sub(1))
-        .map(str::len)
-        .sum();
+    let start: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
     let line_text = text[start..].split('\n').next().unwrap_or("");
-    let within = line_text
-        .char_indices()
-        .nth(col.saturating_sub(1))
-        .map_or(line_text.len(), |(i, _)| i);
+    let within = line_text.char_indices().nth(col.saturating_sub(1)).map_or(line_text.len(), |(i, _)| i);
     start + within
 }
 
@@ -185,11 +156,7 @@ mod tests {
 
     #[test]
     fn substitutes_set_default_and_literal() {
-        let e = expand(
-            "a: ${DIR}/x\nb: ${NOPE:5s}\nc: $${DIR}\nd: ${EMPTY:z}\n",
-            &env,
-        )
-        .unwrap();
+        let e = expand("a: ${DIR}/x\nb: ${NOPE:5s}\nc: $${DIR}\nd: ${EMPTY:z}\n", &env).unwrap();
         assert_eq!(e.text, "a: /data/in/x\nb: 5s\nc: ${DIR}\nd: z\n");
     }
 
@@ -203,12 +170,8 @@ mod tests {
 
     #[test]
     fn malformed_references_are_errors() {
-        assert!(expand("a: ${ X}", &env).unwrap_err()[0]
-            .message
-            .contains("malformed"));
-        assert!(expand("a: ${X:abc\n}", &env).unwrap_err()[0]
-            .message
-            .contains("unterminated"));
+        assert!(expand("a: ${ X}", &env).unwrap_err()[0].message.contains("malformed"));
+        assert!(expand("a: ${X:abc\n}", &env).unwrap_err()[0].message.contains("unterminated"));
         assert!(expand("a: ${X", &env).is_err());
     }
 

@@ -19,12 +19,7 @@ pub fn load_file(path: &Path, overrides: &[String]) -> Result<Pipeline, ConfigEr
     let origin = path.display().to_string();
     match std::fs::read_to_string(path) {
         Ok(text) => load_str(&text, &origin, overrides),
-        Err(e) => Err(ConfigErrors(vec![ConfigError {
-            origin,
-            line: 0,
-            col: 0,
-            message: format!("cannot read the pipeline file: {e}"),
-        }])),
+        Err(e) => Err(ConfigErrors(vec![ConfigError { origin, line: 0, col: 0, message: format!("cannot read the pipeline file: {e}") }])),
     }
 }
 
@@ -41,16 +36,9 @@ pub(crate) fn load_with_env(
 ) -> Result<Pipeline, ConfigErrors> {
     let at = |offset: usize, message: String| {
         let (line, col) = position_of(text, offset);
-        ConfigError {
-            origin: origin.to_string(),
-            line,
-            col,
-            message,
-        }
+        ConfigError { origin: origin.to_string(), line, col, message }
     };
-    let expanded = expand(text, env).map_err(|errs| {
-        ConfigErrors(errs.into_iter().map(|e| at(e.offset, e.message)).collect())
-    })?;
+    let expanded = expand(text, env).map_err(|errs| ConfigErrors(errs.into_iter().map(|e| at(e.offset, e.message)).collect()))?;
     let mut doc: Value = serde_yaml::from_str(&expanded.text).map_err(|e| {
         let (line, col, message) = match e.location() {
             Some(l) => {
@@ -60,17 +48,11 @@ pub(crate) fn load_with_env(
             }
             None => (0, 0, e.to_string()),
         };
-        ConfigErrors(vec![ConfigError {
-            origin: origin.to_string(),
-            line,
-            col,
-            message: format!("invalid YAML: {message}"),
-        }])
+        ConfigErrors(vec![ConfigError { origin: origin.to_string(), line, col, message: format!("invalid YAML: {message}") }])
     })?;
     let (applied, mut errors) = overrides::apply(&mut doc, overrides);
     let loc = Locator::new(origin, &expanded, applied);
-    let pipeline =
-        deserialize(&doc, &loc, &mut errors).and_then(|parsed| compile(&parsed, &loc, &mut errors));
+    let pipeline = deserialize(&doc, &loc, &mut errors).and_then(|parsed| compile(&parsed, &loc, &mut errors));
     match pipeline {
         Some(p) if errors.is_empty() => Ok(p),
         _ => {
@@ -122,11 +104,7 @@ sources:
     fn assert_one(text: &str, want: &str) {
         let errs = errors(text);
         assert_eq!(errs.len(), 1, "{errs:#?}");
-        assert!(
-            errs[0].starts_with(want),
-            "{:?} does not start with {want:?}",
-            errs[0]
-        );
+        assert!(errs[0].starts_with(want), "{:?} does not start with {want:?}", errs[0]);
     }
 
     const SINK: &str = "sinks:\n  - {name: out, type: stdout, input: gen}\n";
@@ -145,32 +123,20 @@ sources:
 
     #[test]
     fn unknown_field_points_at_the_key() {
-        let text = with(SINK).replace(
-            "event_time: {field: ts}\n",
-            "event_time: {field: ts}\n    colour: red\n",
-        );
+        let text = with(SINK).replace("event_time: {field: ts}\n", "event_time: {field: ts}\n    colour: red\n");
         assert_one(&text, "t.yaml:7:5: unknown field `colour`");
     }
 
     #[test]
     fn unknown_top_level_field_and_type() {
-        assert_one(
-            &format!("{}parallelism_x: 3\n", with(SINK)),
-            "t.yaml:9:1: unknown field `parallelism_x`",
-        );
-        assert_one(
-            &with("sinks:\n  - {name: out, type: kafka, input: gen}\n"),
-            "t.yaml:8:23: unknown variant `kafka`",
-        );
+        assert_one(&format!("{}parallelism_x: 3\n", with(SINK)), "t.yaml:9:1: unknown field `parallelism_x`");
+        assert_one(&with("sinks:\n  - {name: out, type: kafka, input: gen}\n"), "t.yaml:8:23: unknown variant `kafka`");
     }
 
     #[test]
     fn wrong_type_inside_a_tagged_element() {
         let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 10}, aggregates: [{fn: count, as: n}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n");
-        assert_one(
-            &text,
-            "t.yaml:8:88: invalid type: integer `10`, expected a string",
-        );
+        assert_one(&text, "t.yaml:8:88: invalid type: integer `10`, expected a string");
     }
 
     #[test]
@@ -178,68 +144,39 @@ sources:
         let text = with("operators:\n  - name: d\n    type: dedup\n    key: [user]\nsinks:\n  - {name: out, type: stdout, input: d}\n");
         assert_one(&text, "t.yaml:8:5: missing field `input` in `operators[0]`");
         let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: sliding, size: 10s}, aggregates: [{fn: count, as: n}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n");
-        assert_one(
-            &text,
-            "t.yaml:8:65: missing field `slide` in `operators[0].window`",
-        );
+        assert_one(&text, "t.yaml:8:65: missing field `slide` in `operators[0].window`");
     }
 
     #[test]
     fn graph_errors() {
-        assert_one(
-            &with("sinks:\n  - {name: out, type: stdout, input: nope}\n"),
-            "t.yaml:8:38: input `nope` is not a source or operator",
-        );
+        assert_one(&with("sinks:\n  - {name: out, type: stdout, input: nope}\n"), "t.yaml:8:38: input `nope` is not a source or operator");
         assert_one(
             &with("sinks:\n  - {name: gen, type: stdout, input: gen}\n"),
             "t.yaml:8:12: duplicate name `gen`: already used by the source on line 3",
         );
         let cycle = with("operators:\n  - {name: a, type: dedup, input: b, key: [user]}\n  - {name: b, type: dedup, input: a, key: [user]}\nsinks:\n  - {name: out, type: stdout, input: gen}\n");
-        assert_one(
-            &cycle,
-            "t.yaml:8:35: inputs form a cycle: `a` reads `b` reads `a`",
-        );
+        assert_one(&cycle, "t.yaml:8:35: inputs form a cycle: `a` reads `b` reads `a`");
         assert_one(&with(""), "t.yaml:1:1: the pipeline has no sink");
-        let unread = with("operators:\n  - {name: d, type: dedup, input: gen, key: [user]}\nsinks:\n  - {name: out, type: stdout, input: gen}\n");
-        assert_one(
-            &unread,
-            "t.yaml:8:12: `d` is not read by any operator or sink",
-        );
-        assert_one(
-            &with("sinks:\n  - {name: out, type: stdout, input: out}\n"),
-            "t.yaml:8:38: input `out` is a sink",
-        );
+        let unread =
+            with("operators:\n  - {name: d, type: dedup, input: gen, key: [user]}\nsinks:\n  - {name: out, type: stdout, input: gen}\n");
+        assert_one(&unread, "t.yaml:8:12: `d` is not read by any operator or sink");
+        assert_one(&with("sinks:\n  - {name: out, type: stdout, input: out}\n"), "t.yaml:8:38: input `out` is a sink");
     }
 
     #[test]
     fn parallelism_limits() {
-        assert_one(
-            &format!("{}parallelism: 200\n", with(SINK)),
-            "t.yaml:9:14: `parallelism` (200) exceeds `max_parallelism` (128)",
-        );
-        assert_one(
-            &format!("{}max_parallelism: 40000\n", with(SINK)),
-            "t.yaml:9:18: `max_parallelism` must be between 1 and 32768",
-        );
-        assert_one(
-            &format!("{}parallelism: 0\n", with(SINK)),
-            "t.yaml:9:14: `parallelism` must be at least 1",
-        );
+        assert_one(&format!("{}parallelism: 200\n", with(SINK)), "t.yaml:9:14: `parallelism` (200) exceeds `max_parallelism` (128)");
+        assert_one(&format!("{}max_parallelism: 40000\n", with(SINK)), "t.yaml:9:18: `max_parallelism` must be between 1 and 32768");
+        assert_one(&format!("{}parallelism: 0\n", with(SINK)), "t.yaml:9:14: `parallelism` must be at least 1");
     }
 
     #[test]
     fn window_needs_event_time_upstream() {
         let text = DATAGEN.replace("    event_time: {field: ts}\n", "")
             + "operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 10s}, aggregates: [{fn: count, as: n}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n";
-        assert_one(
-            &text,
-            "t.yaml:7:65: a `window` needs event time, but source `gen` has no `event_time`",
-        );
+        assert_one(&text, "t.yaml:7:65: a `window` needs event time, but source `gen` has no `event_time`");
         let running = with("operators:\n  - {name: r, type: aggregate, input: gen, key: [user], aggregates: [{fn: count, as: n}]}\n  - {name: w, type: aggregate, input: r, key: [user], window: {type: session, gap: 1s}, aggregates: [{fn: sum, field: n, as: t}]}\nsinks:\n  - {name: out, type: stdout, input: w}\n");
-        assert_one(
-            &running,
-            "t.yaml:9:63: a `window` needs event time, but `r` is a running aggregate",
-        );
+        assert_one(&running, "t.yaml:9:63: a `window` needs event time, but `r` is a running aggregate");
     }
 
     #[test]
@@ -255,62 +192,37 @@ sources:
         let text = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: sliding, size: 1s, slide: 2s}, aggregates: [{fn: sum, as: s}]}\nsinks:\n  - {name: out, type: stdout, input: a}\n");
         let errs = errors(&text);
         assert_eq!(errs.len(), 2, "{errs:#?}");
-        assert!(
-            errs[0].starts_with("t.yaml:8:98: `slide` (2s) is longer than `size` (1s)"),
-            "{errs:#?}"
-        );
-        assert!(
-            errs[1].starts_with("t.yaml:8:116: `fn: sum` needs a `field`"),
-            "{errs:#?}"
-        );
+        assert!(errs[0].starts_with("t.yaml:8:98: `slide` (2s) is longer than `size` (1s)"), "{errs:#?}");
+        assert!(errs[1].starts_with("t.yaml:8:116: `fn: sum` needs a `field`"), "{errs:#?}");
     }
 
     #[test]
     fn env_expansion() {
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}/x\"}\n");
         let p = load_with_env(&text, "t.yaml", &[], &test_env).unwrap();
-        assert!(
-            matches!(&p.nodes[1].kind, NodeKind::Sink(SinkSpec::File { dir, .. }) if dir.to_str() == Some("out-dir/x"))
-        );
+        assert!(matches!(&p.nodes[1].kind, NodeKind::Sink(SinkSpec::File { dir, .. }) if dir.to_str() == Some("out-dir/x")));
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${NOPE:d}/x\"}\n");
         assert!(load_with_env(&text, "t.yaml", &[], &test_env).is_ok());
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${NOPE}/x\"}\n");
         assert_one(&text, "t.yaml:8:48: environment variable `NOPE` is not set");
         // A later error is still located in the file's own columns.
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}\", max_file_bytes: 0}\n");
-        assert_one(
-            &text,
-            "t.yaml:8:73: `max_file_bytes` must be greater than 0",
-        );
+        assert_one(&text, "t.yaml:8:73: `max_file_bytes` must be greater than 0");
     }
 
     #[test]
     fn overrides() {
-        let p = load_with_env(
-            &with(SINK),
-            "t.yaml",
-            &["parallelism=4".into(), "sources.gen.rate_limit=5".into()],
-            &test_env,
-        )
-        .unwrap();
+        let p = load_with_env(&with(SINK), "t.yaml", &["parallelism=4".into(), "sources.gen.rate_limit=5".into()], &test_env).unwrap();
         assert_eq!(p.parallelism, 4);
         assert!(matches!(&p.nodes[0].kind, NodeKind::Source(s) if s.rate_limit == Some(5.0)));
-        let p = load_with_env(
-            &with(SINK),
-            "t.yaml",
-            &["sources.0.seed=7".into()],
-            &test_env,
-        )
-        .unwrap();
-        assert!(
-            matches!(&p.nodes[0].kind, NodeKind::Source(s) if matches!(&s.kind, SourceKind::Datagen(g) if g.seed == 7))
-        );
-        assert_eq!(errors_with(&with(SINK), &["sinks.nope.path=x"]), vec!["--set sinks.nope.path=x: `sinks` has no element `nope`: expected an index below 1 or the `name` of an element"]);
-        // Errors in an overridden value are blamed on the override.
+        let p = load_with_env(&with(SINK), "t.yaml", &["sources.0.seed=7".into()], &test_env).unwrap();
+        assert!(matches!(&p.nodes[0].kind, NodeKind::Source(s) if matches!(&s.kind, SourceKind::Datagen(g) if g.seed == 7)));
         assert_eq!(
-            errors_with(&with(SINK), &["parallelism=0"]),
-            vec!["--set parallelism=0: `parallelism` must be at least 1, got 0"]
+            errors_with(&with(SINK), &["sinks.nope.path=x"]),
+            vec!["--set sinks.nope.path=x: `sinks` has no element `nope`: expected an index below 1 or the `name` of an element"]
         );
+        // Errors in an overridden value are blamed on the override.
+        assert_eq!(errors_with(&with(SINK), &["parallelism=0"]), vec!["--set parallelism=0: `parallelism` must be at least 1, got 0"]);
     }
 
     #[test]
@@ -371,81 +283,30 @@ sinks:
             dir = dir.path().display()
         );
         let p = load_with_env(&text, "t.yaml", &[], &test_env).unwrap();
-        assert_eq!(
-            (p.name.as_str(), p.parallelism, p.max_parallelism),
-            ("orders", 2, 64)
-        );
+        assert_eq!((p.name.as_str(), p.parallelism, p.max_parallelism), ("orders", 2, 64));
         let names: Vec<&str> = p.nodes.iter().map(|n| n.name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["orders", "gen", "unique", "per_user", "running", "out", "log"]
-        );
+        assert_eq!(names, ["orders", "gen", "unique", "per_user", "running", "out", "log"]);
         let inputs: Vec<Option<usize>> = p.nodes.iter().map(|n| n.input).collect();
-        assert_eq!(
-            inputs,
-            [None, None, Some(0), Some(2), Some(1), Some(3), Some(4)]
-        );
-        let NodeKind::Source(src) = &p.nodes[0].kind else {
-            panic!("not a source")
-        };
-        let SourceKind::File { files } = &src.kind else {
-            panic!("not a file source")
-        };
-        assert_eq!(
-            files,
-            &[dir.path().join("a.jsonl"), dir.path().join("b.jsonl")]
-        );
+        assert_eq!(inputs, [None, None, Some(0), Some(2), Some(1), Some(3), Some(4)]);
+        let NodeKind::Source(src) = &p.nodes[0].kind else { panic!("not a source") };
+        let SourceKind::File { files } = &src.kind else { panic!("not a file source") };
+        assert_eq!(files, &[dir.path().join("a.jsonl"), dir.path().join("b.jsonl")]);
         assert_eq!(src.on_error, OnError::DeadLetter("bad.jsonl".into()));
         assert_eq!(src.rate_limit, Some(10.0));
         let et = src.event_time.as_ref().unwrap();
-        assert_eq!(
-            (et.max_out_of_orderness, et.idle_timeout),
-            (Duration::from_secs(5), Some(Duration::from_secs(60)))
-        );
-        let NodeKind::Source(gen) = &p.nodes[1].kind else {
-            panic!("not a source")
-        };
-        let SourceKind::Datagen(g) = &gen.kind else {
-            panic!("not datagen")
-        };
-        assert_eq!(
-            (g.seed, g.rows, g.start_time, g.interval_ms),
-            (3, Some(100), 1000, 10)
-        );
+        assert_eq!((et.max_out_of_orderness, et.idle_timeout), (Duration::from_secs(5), Some(Duration::from_secs(60))));
+        let NodeKind::Source(gen) = &p.nodes[1].kind else { panic!("not a source") };
+        let SourceKind::Datagen(g) = &gen.kind else { panic!("not datagen") };
+        assert_eq!((g.seed, g.rows, g.start_time, g.interval_ms), (3, Some(100), 1000, 10));
         assert_eq!(gen.on_error, OnError::Fail);
-        let NodeKind::Aggregate(agg) = &p.nodes[3].kind else {
-            panic!("not an aggregate")
-        };
-        assert_eq!(
-            agg.window,
-            Some(WindowSpec::Sliding {
-                size: Duration::from_secs(10),
-                slide: Duration::from_secs(5)
-            })
-        );
+        let NodeKind::Aggregate(agg) = &p.nodes[3].kind else { panic!("not an aggregate") };
+        assert_eq!(agg.window, Some(WindowSpec::Sliding { size: Duration::from_secs(10), slide: Duration::from_secs(5) }));
         assert_eq!(agg.allowed_lateness, Duration::from_secs(1));
         assert_eq!(agg.aggregates[1].func, AggFunc::Sum);
-        assert_eq!(
-            agg.output_fields(),
-            ["user", "window_start", "window_end", "n", "total"]
-        );
-        let NodeKind::Aggregate(run) = &p.nodes[4].kind else {
-            panic!("not an aggregate")
-        };
-        assert_eq!(
-            (run.emit_interval, run.output_fields()),
-            (
-                Duration::from_secs(1),
-                vec!["id".to_string(), "last".to_string()]
-            )
-        );
-        assert!(matches!(
-            &p.nodes[5].kind,
-            NodeKind::Sink(SinkSpec::File {
-                max_file_bytes: 134217728,
-                ..
-            })
-        ));
+        assert_eq!(agg.output_fields(), ["user", "window_start", "window_end", "n", "total"]);
+        let NodeKind::Aggregate(run) = &p.nodes[4].kind else { panic!("not an aggregate") };
+        assert_eq!((run.emit_interval, run.output_fields()), (Duration::from_secs(1), vec!["id".to_string(), "last".to_string()]));
+        assert!(matches!(&p.nodes[5].kind, NodeKind::Sink(SinkSpec::File { max_file_bytes: 134217728, .. })));
     }
 
     #[test]
@@ -453,29 +314,21 @@ sinks:
         let e = load_file(Path::new("testdata/does-not-exist.yaml"), &[]).unwrap_err();
         assert_eq!(e.0.len(), 1);
         assert_eq!(e.0[0].line, 0);
-        assert!(e.0[0]
-            .to_string()
-            .starts_with("testdata/does-not-exist.yaml: cannot read the pipeline file"));
+        assert!(e.0[0].to_string().starts_with("testdata/does-not-exist.yaml: cannot read the pipeline file"));
     }
 
     /// Every file in testdata/invalid states the errors it must produce in
     /// `# expect: LINE:COL: substring` lines; exactly those are reported.
     #[test]
     fn invalid_testdata_files() {
-        let mut files: Vec<_> = std::fs::read_dir("testdata/invalid")
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let mut files: Vec<_> = std::fs::read_dir("testdata/invalid").unwrap().map(|e| e.unwrap().path()).collect();
         files.sort();
         assert!(files.len() >= 10, "{files:?}");
         // Every file is checked before failing, to see all mismatches at once.
         let mut failures = Vec::new();
         for path in files {
             let text = std::fs::read_to_string(&path).unwrap();
-            let expect: Vec<&str> = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("# expect: "))
-                .collect();
+            let expect: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# expect: ")).collect();
             let shown: Vec<String> = match load_file(&path, &[]) {
                 Ok(_) => Vec::new(),
                 Err(e) => e.0.iter().map(ToString::to_string).collect(),
@@ -483,15 +336,10 @@ sinks:
             let found = |want: &&str| {
                 let (place, fragment) = want.split_once(": ").unwrap_or((want, ""));
                 let prefix = format!("{}:{place}: ", path.display());
-                shown
-                    .iter()
-                    .any(|e| e.starts_with(&prefix) && e.contains(fragment))
+                shown.iter().any(|e| e.starts_with(&prefix) && e.contains(fragment))
             };
             if expect.is_empty() || !expect.iter().all(found) || shown.len() != expect.len() {
-                failures.push(format!(
-                    "{}: expected {expect:#?}\ngot {shown:#?}",
-                    path.display()
-                ));
+                failures.push(format!("{}: expected {expect:#?}\ngot {shown:#?}", path.display()));
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -63,10 +63,7 @@ pub(crate) struct Pos {
 impl From<Marker> for Pos {
     fn from(m: Marker) -> Self {
         // yaml-rust2 lines are 1-based, columns 0-based.
-        Pos {
-            line: m.line(),
-            col: m.col() + 1,
-        }
+        Pos { line: m.line(), col: m.col() + 1 }
     }
 }
 
@@ -141,14 +138,7 @@ impl Builder {
                         }
                     }
                     // A key: remember it until its value arrives.
-                    *key = Some((
-                        if complex {
-                            "?".to_string()
-                        } else {
-                            String::new()
-                        },
-                        pos,
-                    ));
+                    *key = Some((if complex { "?".to_string() } else { String::new() }, pos));
                     None
                 }
             },
@@ -163,9 +153,7 @@ impl Builder {
         }
         match self.place(pos, true) {
             Some((path, key)) => {
-                self.index
-                    .spots
-                    .insert(path.clone(), Spot { key, value: pos });
+                self.index.spots.insert(path.clone(), Spot { key, value: pos });
                 self.stack.push(frame(path));
             }
             None => self.stack.push(Frame::Skip { depth: 1 }),
@@ -191,10 +179,7 @@ impl Builder {
                 self.index.spots.insert(path, Spot { key, value: pos });
             }
             None => {
-                if let Some(Frame::Map {
-                    key: Some((k, _)), ..
-                }) = self.stack.last_mut()
-                {
+                if let Some(Frame::Map { key: Some((k, _)), .. }) = self.stack.last_mut() {
                     *k = text.unwrap_or("?").to_string();
                 }
             }
@@ -209,14 +194,7 @@ impl MarkedEventReceiver for Builder {
         }
         let pos = Pos::from(mark);
         match ev {
-            Event::MappingStart(..) => self.open(
-                |path| Frame::Map {
-                    path,
-                    key: None,
-                    keys: 0,
-                },
-                pos,
-            ),
+            Event::MappingStart(..) => self.open(|path| Frame::Map { path, key: None, keys: 0 }, pos),
             Event::SequenceStart(..) => self.open(|path| Frame::Seq { path, next: 0 }, pos),
             Event::MappingEnd | Event::SequenceEnd => self.close(),
             Event::Scalar(s, ..) => self.leaf(Some(&s), pos),
@@ -238,12 +216,7 @@ pub(crate) struct Locator<'a> {
 
 impl<'a> Locator<'a> {
     pub fn new(origin: &'a str, text: &'a Expanded, overrides: Vec<(YPath, String)>) -> Self {
-        Locator {
-            origin,
-            index: PathIndex::build(&text.text),
-            text,
-            overrides,
-        }
+        Locator { origin, index: PathIndex::build(&text.text), text, overrides }
     }
 
     /// An error at the value of `path`.
@@ -265,33 +238,16 @@ impl<'a> Locator<'a> {
     }
 
     fn locate(&self, path: &[Seg], at_key: bool, message: String) -> ConfigError {
-        if let Some((_, origin)) = self
-            .overrides
-            .iter()
-            .rev()
-            .find(|(p, _)| path.starts_with(p))
-        {
-            return ConfigError {
-                origin: origin.clone(),
-                line: 0,
-                col: 0,
-                message,
-            };
+        if let Some((_, origin)) = self.overrides.iter().rev().find(|(p, _)| path.starts_with(p)) {
+            return ConfigError { origin: origin.clone(), line: 0, col: 0, message };
         }
         let (line, col) = self.position(path, at_key).unwrap_or((0, 0));
-        ConfigError {
-            origin: self.origin.to_string(),
-            line,
-            col,
-            message,
-        }
+        ConfigError { origin: self.origin.to_string(), line, col, message }
     }
 
     /// The source position of `path`, or of its nearest indexed ancestor.
     fn position(&self, path: &[Seg], at_key: bool) -> Option<(usize, usize)> {
-        let (len, spot) = (0..=path.len())
-            .rev()
-            .find_map(|n| Some((n, self.index.get(&path[..n])?)))?;
+        let (len, spot) = (0..=path.len()).rev().find_map(|n| Some((n, self.index.get(&path[..n])?)))?;
         let pos = match spot.key {
             Some(k) if at_key && len == path.len() => k,
             _ => spot.value,
@@ -322,33 +278,18 @@ operators:
     #[test]
     fn indexes_keys_and_values() {
         let ix = PathIndex::build(DOC);
-        let spot = |p: &[Seg]| {
-            ix.get(p)
-                .map(|s| (s.key.map(|k| (k.line, k.col)), (s.value.line, s.value.col)))
-        };
+        let spot = |p: &[Seg]| ix.get(p).map(|s| (s.key.map(|k| (k.line, k.col)), (s.value.line, s.value.col)));
         assert_eq!(spot(&[k("name")]), Some((Some((1, 1)), (1, 7))));
-        assert_eq!(
-            spot(&[k("sources"), Seg::Idx(0), k("type")]),
-            Some((Some((4, 5)), (4, 11)))
-        );
+        assert_eq!(spot(&[k("sources"), Seg::Idx(0), k("type")]), Some((Some((4, 5)), (4, 11))));
         let size = [k("operators"), Seg::Idx(0), k("window"), k("size")];
         assert_eq!(spot(&size), Some((Some((6, 40)), (6, 46))));
-        assert_eq!(
-            spot(&[k("operators"), Seg::Idx(1), k("key"), Seg::Idx(1)]),
-            Some((None, (8, 14)))
-        );
+        assert_eq!(spot(&[k("operators"), Seg::Idx(1), k("key"), Seg::Idx(1)]), Some((None, (8, 14))));
         // A block mapping starts at its first key.
-        assert_eq!(
-            spot(&[k("operators"), Seg::Idx(1)]).map(|s| s.1),
-            Some((7, 5))
-        );
+        assert_eq!(spot(&[k("operators"), Seg::Idx(1)]).map(|s| s.1), Some((7, 5)));
     }
 
     #[test]
     fn shows_paths() {
-        assert_eq!(
-            show(&[k("operators"), Seg::Idx(1), k("window"), k("size")]),
-            "operators[1].window.size"
-        );
+        assert_eq!(show(&[k("operators"), Seg::Idx(1), k("window"), k("size")]), "operators[1].window.size");
     }
 }

@@ -37,11 +37,7 @@ impl fmt::Display for ConfigError {
         if self.line == 0 {
             write!(f, "{}: {}", self.origin, self.message)
         } else {
-            write!(
-                f,
-                "{}:{}:{}: {}",
-                self.origin, self.line, self.col, self.message
-            )
+            write!(f, "{}:{}:{}: {}", self.origin, self.line, self.col, self.message)
         }
     }
 }
@@ -53,11 +49,7 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        writeln!(
-            f,
-            "invalid pipeline ({n} error{}):",
-            if n == 1 { "" } else { "s" }
-        )?;
+        writeln!(f, "invalid pipeline ({n} error{}):", if n == 1 { "" } else { "s" })?;
         for e in &self.0 {
             writeln!(f, "  {e}")?;
         }

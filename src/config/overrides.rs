@@ -12,36 +12,24 @@ use super::ConfigError;
 
 /// Apply every override to `doc`. Returns the path each one replaced (with
 /// the override's origin, for locating later errors) and the failures.
-pub(crate) fn apply(
-    doc: &mut Value,
-    overrides: &[String],
-) -> (Vec<(YPath, String)>, Vec<ConfigError>) {
+pub(crate) fn apply(doc: &mut Value, overrides: &[String]) -> (Vec<(YPath, String)>, Vec<ConfigError>) {
     let mut applied = Vec::new();
     let mut errors = Vec::new();
     for spec in overrides {
         let origin = format!("--set {spec}");
         match apply_one(doc, spec) {
             Ok(path) => applied.push((path, origin)),
-            Err(message) => errors.push(ConfigError {
-                origin,
-                line: 0,
-                col: 0,
-                message,
-            }),
+            Err(message) => errors.push(ConfigError { origin, line: 0, col: 0, message }),
         }
     }
     (applied, errors)
 }
 
 fn apply_one(doc: &mut Value, spec: &str) -> Result<YPath, String> {
-    let (key, raw) = spec
-        .split_once('=')
-        .ok_or("expected KEY=VALUE, e.g. `parallelism=4`")?;
+    let (key, raw) = spec.split_once('=').ok_or("expected KEY=VALUE, e.g. `parallelism=4`")?;
     let steps: Vec<&str> = key.split('.').collect();
     if steps.iter().any(|s| s.is_empty()) {
-        return Err(format!(
-            "`{key}` is not a valid key: expected dotted names, e.g. `sources.0.path`"
-        ));
+        return Err(format!("`{key}` is not a valid key: expected dotted names, e.g. `sources.0.path`"));
     }
     let mut path = YPath::new();
     let mut node = doc;
@@ -55,44 +43,27 @@ fn apply_one(doc: &mut Value, spec: &str) -> Result<YPath, String> {
             }
             Value::Sequence(items) => {
                 let at = list_index(items, step).ok_or_else(|| {
-                    format!(
-                        "`{here}` has no element `{step}`: expected an index below {} or the `name` of an element",
-                        items.len()
-                    )
+                    format!("`{here}` has no element `{step}`: expected an index below {} or the `name` of an element", items.len())
                 })?;
                 path.push(Seg::Idx(at));
                 &mut items[at]
             }
-            _ => {
-                return Err(format!(
-                    "`{here}` is a single value, so `{key}` does not exist"
-                ))
-            }
+            _ => return Err(format!("`{here}` is a single value, so `{key}` does not exist")),
         };
     }
     *node = scalar(raw);
     Ok(path)
 }
 
-fn map_step<'v>(
-    m: &'v mut Mapping,
-    step: &str,
-    last: bool,
-    here: &str,
-) -> Result<&'v mut Value, String> {
+fn map_step<'v>(m: &'v mut Mapping, step: &str, last: bool, here: &str) -> Result<&'v mut Value, String> {
     if !m.contains_key(step) {
         if !last {
-            let within = if here.is_empty() {
-                "the pipeline".to_string()
-            } else {
-                format!("`{here}`")
-            };
+            let within = if here.is_empty() { "the pipeline".to_string() } else { format!("`{here}`") };
             return Err(format!("{within} has no key `{step}`"));
         }
         m.insert(Value::String(step.to_string()), Value::Null);
     }
-    m.get_mut(step)
-        .ok_or_else(|| format!("`{step}` could not be set"))
+    m.get_mut(step).ok_or_else(|| format!("`{step}` could not be set"))
 }
 
 /// A list element by position (`0`) or by its `name` field (`orders`).
@@ -100,9 +71,7 @@ fn list_index(items: &[Value], step: &str) -> Option<usize> {
     if let Ok(i) = step.parse::<usize>() {
         return (i < items.len()).then_some(i);
     }
-    items
-        .iter()
-        .position(|v| v.get("name").and_then(Value::as_str) == Some(step))
+    items.iter().position(|v| v.get("name").and_then(Value::as_str) == Some(step))
 }
 
 /// VALUE as a YAML scalar; anything else (e.g. `a: b`) stays a plain string.
@@ -118,8 +87,7 @@ mod tests {
     use super::*;
 
     fn doc() -> Value {
-        serde_yaml::from_str("name: p\nsources:\n  - {name: orders, type: file, path: a}\n")
-            .unwrap()
+        serde_yaml::from_str("name: p\nsources:\n  - {name: orders, type: file, path: a}\n").unwrap()
     }
 
     fn set(spec: &str) -> Result<Value, String> {
@@ -134,47 +102,25 @@ mod tests {
     #[test]
     fn sets_numbers_by_index_and_by_name() {
         assert_eq!(set("parallelism=4").unwrap()["parallelism"], Value::from(4));
-        assert_eq!(
-            set("sources.0.path=x").unwrap()["sources"][0]["path"],
-            Value::from("x")
-        );
-        assert_eq!(
-            set("sources.orders.rate_limit=100").unwrap()["sources"][0]["rate_limit"],
-            Value::from(100)
-        );
+        assert_eq!(set("sources.0.path=x").unwrap()["sources"][0]["path"], Value::from("x"));
+        assert_eq!(set("sources.orders.rate_limit=100").unwrap()["sources"][0]["rate_limit"], Value::from(100));
         assert_eq!(set("name=a: b").unwrap()["name"], Value::from("a: b"));
     }
 
     #[test]
     fn reports_paths_that_do_not_exist() {
         let e = set("sources.nope.path=x").unwrap_err();
-        assert_eq!(
-            e,
-            "--set sources.nope.path=x: `sources` has no element `nope`: expected an index below 1 or the `name` of an element"
-        );
-        assert!(set("state.dir=x")
-            .unwrap_err()
-            .contains("the pipeline has no key `state`"));
-        assert!(set("name.x=1")
-            .unwrap_err()
-            .contains("`name` is a single value"));
-        assert!(set("parallelism")
-            .unwrap_err()
-            .contains("expected KEY=VALUE"));
+        assert_eq!(e, "--set sources.nope.path=x: `sources` has no element `nope`: expected an index below 1 or the `name` of an element");
+        assert!(set("state.dir=x").unwrap_err().contains("the pipeline has no key `state`"));
+        assert!(set("name.x=1").unwrap_err().contains("`name` is a single value"));
+        assert!(set("parallelism").unwrap_err().contains("expected KEY=VALUE"));
     }
 
     #[test]
     fn returns_the_resolved_path() {
         let mut d = doc();
         let (applied, _) = apply(&mut d, &["sources.orders.path=x".to_string()]);
-        let want = vec![
-            Seg::Key("sources".into()),
-            Seg::Idx(0),
-            Seg::Key("path".into()),
-        ];
-        assert_eq!(
-            applied,
-            vec![(want, "--set sources.orders.path=x".to_string())]
-        );
+        let want = vec![Seg::Key("sources".into()), Seg::Idx(0), Seg::Key("path".into())];
+        assert_eq!(applied, vec![(want, "--set sources.orders.path=x".to_string())]);
     }
 }

@@ -199,17 +199,11 @@ impl Pipeline {
 
     /// Nodes that read from `id`, in order.
     pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter(move |(_, n)| n.input == Some(id))
-            .map(|(i, _)| i)
+        self.nodes.iter().enumerate().filter(move |(_, n)| n.input == Some(id)).map(|(i, _)| i)
     }
 
     /// True if any source of the pipeline declares event time.
     pub fn has_event_time(&self) -> bool {
-        self.nodes
-            .iter()
-            .any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
+        self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
     }
 }

@@ -229,18 +229,14 @@ impl RawSink {
     /// The sink's `name`, whatever its type.
     pub fn name(&self) -> &str {
         match self {
-            RawSink::File { name, .. }
-            | RawSink::Stdout { name, .. }
-            | RawSink::Blackhole { name, .. } => name,
+            RawSink::File { name, .. } | RawSink::Stdout { name, .. } | RawSink::Blackhole { name, .. } => name,
         }
     }
 
     /// The name of the node it reads.
     pub fn input(&self) -> &str {
         match self {
-            RawSink::File { input, .. }
-            | RawSink::Stdout { input, .. }
-            | RawSink::Blackhole { input, .. } => input,
+            RawSink::File { input, .. } | RawSink::Stdout { input, .. } | RawSink::Blackhole { input, .. } => input,
         }
     }
 }

@@ -66,10 +66,7 @@ impl Cx<'_> {
         match Millis::try_from(d.as_millis()) {
             Ok(ms) if d.subsec_nanos() % 1_000_000 == 0 => Some(ms),
             Ok(_) => {
-                self.err(
-                    &at,
-                    format!("`{key}` must be a whole number of milliseconds, got `{text}`"),
-                );
+                self.err(&at, format!("`{key}` must be a whole number of milliseconds, got `{text}`"));
                 None
             }
             Err(_) => {
@@ -82,20 +79,14 @@ impl Cx<'_> {
     fn rate_limit(&mut self, base: &[Seg], rate: Option<f64>) -> Option<f64> {
         let r = rate?;
         if !(r > 0.0 && r.is_finite()) {
-            self.err(
-                &child(base, "rate_limit"),
-                format!("`rate_limit` must be a positive number of records per second, got {r}"),
-            );
+            self.err(&child(base, "rate_limit"), format!("`rate_limit` must be a positive number of records per second, got {r}"));
         }
         Some(r)
     }
 
     fn not_empty(&mut self, base: &[Seg], key: &str, text: &str, expected: &str) {
         if text.trim().is_empty() {
-            self.err(
-                &child(base, key),
-                format!("`{key}` is empty: expected {expected}"),
-            );
+            self.err(&child(base, key), format!("`{key}` is empty: expected {expected}"));
         }
     }
 }
@@ -166,42 +157,18 @@ pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u
 
 pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
     match raw {
-        RawSource::File {
-            path,
-            format: _,
-            event_time,
-            rate_limit,
-            on_error,
-            dead_letter,
-            ..
-        } => SourceSpec {
-            kind: SourceKind::File {
-                files: input_files(cx, &child(at, "path"), path),
-            },
-            event_time: event_time
-                .as_ref()
-                .map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
+        RawSource::File { path, format: _, event_time, rate_limit, on_error, dead_letter, .. } => SourceSpec {
+            kind: SourceKind::File { files: input_files(cx, &child(at, "path"), path) },
+            event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
             rate_limit: cx.rate_limit(at, *rate_limit),
             on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
         },
-        RawSource::Datagen {
-            seed,
-            rows,
-            rate_limit,
-            start_time,
-            interval,
-            fields,
-            event_time,
-            ..
-        } => {
+        RawSource::Datagen { seed, rows, rate_limit, start_time, interval, fields, event_time, .. } => {
             let gen = DatagenSpec {
                 seed: seed.unwrap_or(0),
                 rows: *rows,
                 start_time: start_time_of(cx, &child(at, "start_time"), start_time.as_ref()),
-                interval_ms: interval
-                    .as_ref()
-                    .and_then(|i| cx.millis(at, "interval", i))
-                    .unwrap_or(DEFAULT_INTERVAL),
+                interval_ms: interval.as_ref().and_then(|i| cx.millis(at, "interval", i)).unwrap_or(DEFAULT_INTERVAL),
                 fields: gen_fields(cx, &child(at, "fields"), fields),
             };
             if let Some(e) = event_time {
@@ -209,9 +176,7 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             }
             SourceSpec {
                 kind: SourceKind::Datagen(gen),
-                event_time: event_time
-                    .as_ref()
-                    .map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
+                event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
                 rate_limit: cx.rate_limit(at, *rate_limit),
                 on_error: OnError::Fail,
             }
@@ -232,12 +197,7 @@ fn input_files(cx: &mut Cx, at: &[Seg], pattern: &str) -> Vec<PathBuf> {
         match std::fs::read_dir(path) {
             Ok(entries) => entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && !p
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
+                .filter(|p| p.is_file() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
                 .collect(),
             Err(e) => {
                 cx.err(at, format!("cannot read directory `{pattern}`: {e}"));
@@ -245,73 +205,39 @@ fn input_files(cx: &mut Cx, at: &[Seg], pattern: &str) -> Vec<PathBuf> {
             }
         }
     } else {
-        let options = glob::MatchOptions {
-            require_literal_leading_dot: true,
-            ..Default::default()
-        };
+        let options = glob::MatchOptions { require_literal_leading_dot: true, ..Default::default() };
         match glob::glob_with(pattern, options) {
-            Ok(paths) => paths
-                .filter_map(Result::ok)
-                .filter(|p| p.is_file())
-                .collect(),
+            Ok(paths) => paths.filter_map(Result::ok).filter(|p| p.is_file()).collect(),
             Err(e) => {
-                cx.err(
-                    at,
-                    format!(
-                        "invalid glob pattern `{pattern}`: {} at character {}",
-                        e.msg,
-                        e.pos + 1
-                    ),
-                );
+                cx.err(at, format!("invalid glob pattern `{pattern}`: {} at character {}", e.msg, e.pos + 1));
                 return Vec::new();
             }
         }
     };
     if files.is_empty() {
-        cx.err(at, format!("no input file matches `{pattern}`: expected an existing file, a directory or a glob pattern such as `data/*.jsonl`"));
+        cx.err(
+            at,
+            format!("no input file matches `{pattern}`: expected an existing file, a directory or a glob pattern such as `data/*.jsonl`"),
+        );
     }
     files.sort();
     files
 }
 
 fn event_time_spec(cx: &mut Cx, at: &[Seg], raw: &RawEventTime) -> EventTimeSpec {
-    cx.not_empty(
-        at,
-        "field",
-        &raw.field,
-        "the name of the field holding the event time",
-    );
+    cx.not_empty(at, "field", &raw.field, "the name of the field holding the event time");
     let max_out_of_orderness = match &raw.max_out_of_orderness {
-        Some(d) => cx
-            .duration(&child(at, "max_out_of_orderness"), d)
-            .unwrap_or_default(),
+        Some(d) => cx.duration(&child(at, "max_out_of_orderness"), d).unwrap_or_default(),
         None => Duration::ZERO,
     };
-    let idle_timeout = raw
-        .idle_timeout
-        .as_ref()
-        .and_then(|d| cx.positive(at, "idle_timeout", d));
-    EventTimeSpec {
-        field: raw.field.clone(),
-        max_out_of_orderness,
-        idle_timeout,
-    }
+    let idle_timeout = raw.idle_timeout.as_ref().and_then(|d| cx.positive(at, "idle_timeout", d));
+    EventTimeSpec { field: raw.field.clone(), max_out_of_orderness, idle_timeout }
 }
 
-fn on_error_spec(
-    cx: &mut Cx,
-    at: &[Seg],
-    on_error: Option<RawOnError>,
-    dead_letter: Option<&str>,
-) -> OnError {
+fn on_error_spec(cx: &mut Cx, at: &[Seg], on_error: Option<RawOnError>, dead_letter: Option<&str>) -> OnError {
     match (on_error.unwrap_or(RawOnError::Fail), dead_letter) {
         (RawOnError::DeadLetter, Some(path)) => {
-            cx.not_empty(
-                at,
-                "dead_letter",
-                path,
-                "the file bad records are written to",
-            );
+            cx.not_empty(at, "dead_letter", path, "the file bad records are written to");
             OnError::DeadLetter(PathBuf::from(path))
         }
         (RawOnError::DeadLetter, None) => {
@@ -319,12 +245,11 @@ fn on_error_spec(
             OnError::Fail
         }
         (other, Some(_)) => {
-            let was = if other == RawOnError::Skip {
-                "skip"
-            } else {
-                "fail"
-            };
-            cx.err_key(&child(at, "dead_letter"), format!("`dead_letter` is only used with `on_error: dead_letter`, but `on_error` is `{was}`"));
+            let was = if other == RawOnError::Skip { "skip" } else { "fail" };
+            cx.err_key(
+                &child(at, "dead_letter"),
+                format!("`dead_letter` is only used with `on_error: dead_letter`, but `on_error` is `{was}`"),
+            );
             OnError::Fail
         }
         (RawOnError::Fail, None) => OnError::Fail,
@@ -342,104 +267,53 @@ fn start_time_of(cx: &mut Cx, at: &[Seg], raw: Option<&Value>) -> Millis {
     };
     parsed.unwrap_or_else(|| {
         let shown = serde_yaml::to_string(raw.unwrap_or(&Value::Null)).unwrap_or_default();
-        cx.err(
-            at,
-            format!("invalid `start_time` `{}`: {EXPECTED}", shown.trim()),
-        );
+        cx.err(at, format!("invalid `start_time` `{}`: {EXPECTED}", shown.trim()));
         DEFAULT_START_TIME
     })
 }
 
-fn gen_fields(
-    cx: &mut Cx,
-    at: &[Seg],
-    raw: &indexmap::IndexMap<String, RawGenField>,
-) -> Vec<(String, GenField)> {
+fn gen_fields(cx: &mut Cx, at: &[Seg], raw: &indexmap::IndexMap<String, RawGenField>) -> Vec<(String, GenField)> {
     if raw.is_empty() {
         cx.err(at, "`fields` is empty: expected at least one generated field, e.g. `user: {kind: key, cardinality: 100}`");
     }
-    raw.iter()
-        .map(|(name, f)| (name.clone(), gen_field(cx, &child(at, name), f)))
-        .collect()
+    raw.iter().map(|(name, f)| (name.clone(), gen_field(cx, &child(at, name), f))).collect()
 }
 
 fn gen_field(cx: &mut Cx, at: &[Seg], raw: &RawGenField) -> GenField {
     match raw {
         RawGenField::Sequence => GenField::Sequence,
-        RawGenField::Key {
-            cardinality,
-            prefix,
-        } => {
+        RawGenField::Key { cardinality, prefix } => {
             if *cardinality == 0 {
-                cx.err(
-                    &child(at, "cardinality"),
-                    "`cardinality` must be at least 1, got 0",
-                );
+                cx.err(&child(at, "cardinality"), "`cardinality` must be at least 1, got 0");
             }
-            GenField::Key {
-                cardinality: *cardinality,
-                prefix: prefix.clone().unwrap_or_default(),
-            }
+            GenField::Key { cardinality: *cardinality, prefix: prefix.clone().unwrap_or_default() }
         }
         RawGenField::Int { min, max } => {
             if min > max {
-                cx.err(
-                    &child(at, "min"),
-                    format!("`min` ({min}) is greater than `max` ({max}): expected min <= max"),
-                );
+                cx.err(&child(at, "min"), format!("`min` ({min}) is greater than `max` ({max}): expected min <= max"));
             }
-            GenField::Int {
-                min: *min,
-                max: *max,
-            }
+            GenField::Int { min: *min, max: *max }
         }
         RawGenField::Float { min, max } => {
             if !(min.is_finite() && max.is_finite() && min < max) {
-                cx.err(
-                    &child(at, "min"),
-                    format!("`min` ({min}) must be less than `max` ({max}), both finite"),
-                );
+                cx.err(&child(at, "min"), format!("`min` ({min}) must be less than `max` ({max}), both finite"));
             }
-            GenField::Float {
-                min: *min,
-                max: *max,
-            }
+            GenField::Float { min: *min, max: *max }
         }
-        RawGenField::Timestamp { jitter } => GenField::Timestamp {
-            jitter_ms: jitter
-                .as_ref()
-                .and_then(|j| cx.millis(at, "jitter", j))
-                .unwrap_or(0),
-        },
+        RawGenField::Timestamp { jitter } => {
+            GenField::Timestamp { jitter_ms: jitter.as_ref().and_then(|j| cx.millis(at, "jitter", j)).unwrap_or(0) }
+        }
     }
 }
 
-fn check_gen_event_time(
-    cx: &mut Cx,
-    at: &[Seg],
-    e: &RawEventTime,
-    fields: &indexmap::IndexMap<String, RawGenField>,
-) {
+fn check_gen_event_time(cx: &mut Cx, at: &[Seg], e: &RawEventTime, fields: &indexmap::IndexMap<String, RawGenField>) {
     let at = child(at, "field");
     match fields.get(&e.field) {
         Some(RawGenField::Timestamp { .. }) => {}
-        Some(_) => cx.err(
-            &at,
-            format!(
-                "event-time field `{}` must be a `kind: timestamp` field of this datagen",
-                e.field
-            ),
-        ),
+        Some(_) => cx.err(&at, format!("event-time field `{}` must be a `kind: timestamp` field of this datagen", e.field)),
         None => {
             let known: Vec<&str> = fields.keys().map(String::as_str).collect();
-            cx.err(
-                &at,
-                format!(
-                    "event-time field `{}` is not a field of this datagen (fields: {})",
-                    e.field,
-                    known.join(", ")
-                ),
-            );
+            cx.err(&at, format!("event-time field `{}` is not a field of this datagen (fields: {})", e.field, known.join(", ")));
         }
     }
 }
@@ -450,33 +324,24 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             key: key_list(cx, &child(at, "key"), key),
             ttl: ttl.as_ref().and_then(|t| cx.positive(at, "ttl", t)),
         }),
-        RawOperator::Aggregate {
-            key,
-            window,
-            allowed_lateness,
-            aggregates,
-            emit_interval,
-            dead_letter,
-            ..
-        } => {
+        RawOperator::Aggregate { key, window, allowed_lateness, aggregates, emit_interval, dead_letter, .. } => {
             let key = key_list(cx, &child(at, "key"), key);
             // Judged on what was written, so a bad window size is not also
             // reported as "no window".
             let windowed = window.is_some();
-            let window = window
-                .as_ref()
-                .and_then(|w| window_spec(cx, &child(at, "window"), w));
+            let window = window.as_ref().and_then(|w| window_spec(cx, &child(at, "window"), w));
             let only_windowed = |cx: &mut Cx, field: &str, why: &str| {
-                cx.err_key(&child(at, field), format!("`{field}` {why}, which only windowed aggregates have: add a `window` or remove `{field}`"));
+                cx.err_key(
+                    &child(at, field),
+                    format!("`{field}` {why}, which only windowed aggregates have: add a `window` or remove `{field}`"),
+                );
             };
             let allowed_lateness = match allowed_lateness {
                 Some(_) if !windowed => {
                     only_windowed(cx, "allowed_lateness", "concerns late records");
                     Duration::ZERO
                 }
-                Some(d) => cx
-                    .duration(&child(at, "allowed_lateness"), d)
-                    .unwrap_or_default(),
+                Some(d) => cx.duration(&child(at, "allowed_lateness"), d).unwrap_or_default(),
                 None => Duration::ZERO,
             };
             if dead_letter.is_some() && !windowed {
@@ -484,16 +349,16 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             }
             let emit_interval = match emit_interval {
                 Some(_) if windowed => {
-                    cx.err_key(&child(at, "emit_interval"), "`emit_interval` is only for running aggregates (no `window`): a windowed aggregate emits when each window closes");
+                    cx.err_key(
+                        &child(at, "emit_interval"),
+                        "`emit_interval` is only for running aggregates (no `window`): a windowed aggregate emits when each window closes",
+                    );
                     DEFAULT_EMIT_INTERVAL
                 }
-                Some(d) => cx
-                    .positive(at, "emit_interval", d)
-                    .unwrap_or(DEFAULT_EMIT_INTERVAL),
+                Some(d) => cx.positive(at, "emit_interval", d).unwrap_or(DEFAULT_EMIT_INTERVAL),
                 None => DEFAULT_EMIT_INTERVAL,
             };
-            let aggregates =
-                aggregate_fns(cx, &child(at, "aggregates"), aggregates, &key, windowed);
+            let aggregates = aggregate_fns(cx, &child(at, "aggregates"), aggregates, &key, windowed);
             NodeKind::Aggregate(AggregateSpec {
                 key,
                 window,
@@ -509,20 +374,14 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
 /// A non-empty list of distinct, non-empty field names.
 fn key_list(cx: &mut Cx, at: &[Seg], key: &[String]) -> Vec<String> {
     if key.is_empty() {
-        cx.err(
-            at,
-            "`key` is empty: expected at least one field name, e.g. `key: [user]`",
-        );
+        cx.err(at, "`key` is empty: expected at least one field name, e.g. `key: [user]`");
     }
     let mut seen = HashSet::new();
     for (i, k) in key.iter().enumerate() {
         if k.is_empty() {
             cx.err(&item(at, i), "empty field name in `key`");
         } else if !seen.insert(k) {
-            cx.err(
-                &item(at, i),
-                format!("`{k}` appears twice in `key`: expected distinct fields"),
-            );
+            cx.err(&item(at, i), format!("`{k}` appears twice in `key`: expected distinct fields"));
         }
     }
     key.to_vec()
@@ -530,55 +389,28 @@ fn key_list(cx: &mut Cx, at: &[Seg], key: &[String]) -> Vec<String> {
 
 fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
     Some(match raw {
-        RawWindow::Tumbling { size } => WindowSpec::Tumbling {
-            size: cx.positive(at, "size", size)?,
-        },
+        RawWindow::Tumbling { size } => WindowSpec::Tumbling { size: cx.positive(at, "size", size)? },
         RawWindow::Sliding { size, slide } => {
-            let (size_d, slide_d) = (
-                cx.positive(at, "size", size),
-                cx.positive(at, "slide", slide),
-            );
+            let (size_d, slide_d) = (cx.positive(at, "size", size), cx.positive(at, "slide", slide));
             let (size_d, slide_d) = (size_d?, slide_d?);
             if slide_d > size_d {
-                cx.err(
-                    &child(at, "slide"),
-                    format!(
-                        "`slide` ({slide}) is longer than `size` ({size}): expected slide <= size"
-                    ),
-                );
+                cx.err(&child(at, "slide"), format!("`slide` ({slide}) is longer than `size` ({size}): expected slide <= size"));
             }
-            WindowSpec::Sliding {
-                size: size_d,
-                slide: slide_d,
-            }
+            WindowSpec::Sliding { size: size_d, slide: slide_d }
         }
-        RawWindow::Session { gap } => WindowSpec::Session {
-            gap: cx.positive(at, "gap", gap)?,
-        },
+        RawWindow::Session { gap } => WindowSpec::Session { gap: cx.positive(at, "gap", gap)? },
     })
 }
 
-fn aggregate_fns(
-    cx: &mut Cx,
-    at: &[Seg],
-    raw: &[RawAggregate],
-    key: &[String],
-    windowed: bool,
-) -> Vec<AggregateFn> {
+fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], windowed: bool) -> Vec<AggregateFn> {
     if raw.is_empty() {
-        cx.err(
-            at,
-            "`aggregates` is empty: expected at least one, e.g. `[{fn: count, as: n}]`",
-        );
+        cx.err(at, "`aggregates` is empty: expected at least one, e.g. `[{fn: count, as: n}]`");
     }
     let mut seen: Vec<(&str, usize)> = Vec::new();
     for (i, a) in raw.iter().enumerate() {
         let here = item(at, i);
         if a.func != RawAggFn::Count && a.field.is_none() {
-            cx.err(
-                &here,
-                format!("`fn: {}` needs a `field` to aggregate", fn_name(a.func)),
-            );
+            cx.err(&here, format!("`fn: {}` needs a `field` to aggregate", fn_name(a.func)));
         }
         let alias_at = child(&here, "as");
         let alias = a.alias.as_str();
@@ -589,22 +421,11 @@ fn aggregate_fns(
         } else if key.iter().any(|k| k == alias) {
             cx.err(&alias_at, format!("`as: {alias}` clashes with the key field `{alias}`: expected a different output name"));
         } else if windowed && (alias == WINDOW_START || alias == WINDOW_END) {
-            cx.err(
-                &alias_at,
-                format!(
-                    "`as: {alias}` is reserved for the window bounds: expected another output name"
-                ),
-            );
+            cx.err(&alias_at, format!("`as: {alias}` is reserved for the window bounds: expected another output name"));
         }
         seen.push((alias, cx.loc.line_of(&alias_at)));
     }
-    raw.iter()
-        .map(|a| AggregateFn {
-            func: agg_func(a.func),
-            field: a.field.clone(),
-            alias: a.alias.clone(),
-        })
-        .collect()
+    raw.iter().map(|a| AggregateFn { func: agg_func(a.func), field: a.field.clone(), alias: a.alias.clone() }).collect()
 }
 
 fn agg_func(f: RawAggFn) -> AggFunc {
@@ -629,24 +450,13 @@ fn fn_name(f: RawAggFn) -> &'static str {
 
 pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
     match raw {
-        RawSink::File {
-            path,
-            format: _,
-            max_file_bytes,
-            ..
-        } => {
+        RawSink::File { path, format: _, max_file_bytes, .. } => {
             cx.not_empty(at, "path", path, "the output directory");
             let max_file_bytes = max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
             if max_file_bytes == 0 {
-                cx.err(
-                    &child(at, "max_file_bytes"),
-                    "`max_file_bytes` must be greater than 0",
-                );
+                cx.err(&child(at, "max_file_bytes"), "`max_file_bytes` must be greater than 0");
             }
-            SinkSpec::File {
-                dir: PathBuf::from(path),
-                max_file_bytes,
-            }
+            SinkSpec::File { dir: PathBuf::from(path), max_file_bytes }
         }
         RawSink::Stdout { .. } => SinkSpec::Stdout,
         RawSink::Blackhole { rate_limit, .. } => SinkSpec::Blackhole { rate_limit: cx.rate_limit(at, *rate_limit) },
@@ -672,21 +482,12 @@ enum Time {
 
 impl Flow {
     pub fn unknown() -> Flow {
-        Flow {
-            fields: None,
-            time: Time::Unknown,
-        }
+        Flow { fields: None, time: Time::Unknown }
     }
 }
 
 /// Check `kind` against what its input emits; return what it emits.
-pub(crate) fn flow(
-    cx: &mut Cx,
-    at: &[Seg],
-    name: &str,
-    kind: &NodeKind,
-    input: Option<(&str, &Flow)>,
-) -> Flow {
+pub(crate) fn flow(cx: &mut Cx, at: &[Seg], name: &str, kind: &NodeKind, input: Option<(&str, &Flow)>) -> Flow {
     let unknown = Flow::unknown();
     let (input_name, upstream) = input.unwrap_or(("?", &unknown));
     match kind {
@@ -715,14 +516,9 @@ pub(crate) fn flow(
                     Time::Unknown
                 }
                 (Some(_), _) => Time::Event,
-                (None, _) => Time::Missing(format!(
-                    "`{name}` is a running aggregate (no `window`), which emits no event time"
-                )),
+                (None, _) => Time::Missing(format!("`{name}` is a running aggregate (no `window`), which emits no event time")),
             };
-            Flow {
-                fields: Some(a.output_fields()),
-                time,
-            }
+            Flow { fields: Some(a.output_fields()), time }
         }
         NodeKind::Sink(_) => unknown,
     }
@@ -737,13 +533,7 @@ fn check_fields(cx: &mut Cx, at: &[Seg], fields: &[String], input: &str, upstrea
 fn check_field(cx: &mut Cx, at: &[Seg], field: &str, input: &str, upstream: &Flow) {
     if let Some(known) = &upstream.fields {
         if !known.iter().any(|k| k == field) {
-            cx.err(
-                at,
-                format!(
-                    "field `{field}` is not in the output of `{input}`, which has: {}",
-                    known.join(", ")
-                ),
-            );
+            cx.err(at, format!("field `{field}` is not in the output of `{input}`, which has: {}", known.join(", ")));
         }
     }
 }

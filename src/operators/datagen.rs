@@ -24,9 +24,7 @@ pub struct Datagen {
 impl Datagen {
     /// `projected` are the fields the pipeline needs, in schema order.
     pub fn new(spec: DatagenSpec, projected: &[String], event_time: Option<&str>, subtask: u16, parallelism: u16) -> Result<Self, String> {
-        let index = |name: &str| {
-            spec.fields.iter().position(|(n, _)| n == name).ok_or_else(|| format!("datagen has no field `{name}`"))
-        };
+        let index = |name: &str| spec.fields.iter().position(|(n, _)| n == name).ok_or_else(|| format!("datagen has no field `{name}`"));
         let projection = projected.iter().map(|f| index(f)).collect::<Result<_, _>>()?;
         let event_time = event_time.map(index).transpose()?;
         Ok(Datagen {

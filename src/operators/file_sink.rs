@@ -121,9 +121,7 @@ impl FileSink {
             }
             ctx.state.delete(PARTS, ctx.state.key_groups().start, hidden.as_bytes())?;
         }
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| OpError::io(format!("syncing directory {}", self.dir.display()), e))
+        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| OpError::io(format!("syncing directory {}", self.dir.display()), e))
     }
 }
 

@@ -84,10 +84,7 @@ fn edge_for(p: &Pipeline, input_schema: &[String], input: NodeId, id: NodeId) ->
         // Already partitioned by the same key (same values, same key groups).
         Some(key) if partitioned_by(p, input) == Some(key) => Edge::Forward,
         Some(key) => Edge::Hash {
-            key: key
-                .iter()
-                .map(|f| input_schema.iter().position(|s| s == f).expect("validated: key field in input schema"))
-                .collect(),
+            key: key.iter().map(|f| input_schema.iter().position(|s| s == f).expect("validated: key field in input schema")).collect(),
         },
         None => Edge::Forward,
     }

@@ -8,12 +8,12 @@ use std::num::NonZeroUsize;
 
 use tokio::sync::{mpsc, watch};
 
+use super::barrier::{AlignmentMode, BarrierTracker};
 use super::chain::{Chain, ChainOp};
 use super::channel::{self, Receiver};
 use super::input::Inputs;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
-use super::barrier::{AlignmentMode, BarrierTracker};
 use super::restore::RestoredState;
 use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming};
 use super::task_checkpoint::{Control, Event, TaskCheckpointing};
@@ -24,8 +24,8 @@ use crate::config::{Alignment, NodeId, NodeKind, OnError, SinkSpec, SourceKind, 
 use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
-use crate::operators::dead_letter::DeadLetters;
 use crate::operators::datagen::Datagen;
+use crate::operators::dead_letter::DeadLetters;
 use crate::operators::dedup::Dedup;
 use crate::operators::file_sink::FileSink;
 use crate::operators::file_source::{splits_for, FileSource};
@@ -77,19 +77,13 @@ pub fn build(
     mut restored: Option<&mut RestoredState>,
 ) -> Result<Built, BuildError> {
     let p = plan.pipeline.parallelism;
-    let metrics: Vec<NodeMetrics> = plan
-        .pipeline
-        .nodes
-        .iter()
-        .map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p))
-        .collect();
+    let metrics: Vec<NodeMetrics> = plan.pipeline.nodes.iter().map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p)).collect();
     let mut dead_letters = DeadLetters::default();
 
     // Channels into every non-source chain head: rx[chain][subtask] holds
     // one receiver per upstream sender feeding that subtask.
     let mut routes: Vec<Vec<Vec<Route>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
-    let mut receivers: Vec<Vec<Vec<Receiver>>> =
-        plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
+    let mut receivers: Vec<Vec<Vec<Receiver>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
     for (c, chain) in plan.chains.iter().enumerate() {
         let head = chain[0];
         let Some(input) = plan.pipeline.nodes[head].input else { continue };
@@ -133,10 +127,7 @@ pub fn build(
             let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
             let head = chain[0];
             let rest = if matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)) { &chain[1..] } else { &chain[..] };
-            let ops = rest
-                .iter()
-                .map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters))
-                .collect::<Result<Vec<_>, _>>()?;
+            let ops = rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters)).collect::<Result<Vec<_>, _>>()?;
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
             let task_id = TaskId { chain: c as u32, subtask: i };
             let bundle = (i / bundle_size) as BundleId;
@@ -150,10 +141,8 @@ pub fn build(
                 done: w.done.clone(),
                 notified: 0,
             });
-            let task_restored = restored.as_deref_mut().map(|r| Restored {
-                id: r.id,
-                snapshot: r.tasks.remove(&task_id).unwrap_or_default(),
-            });
+            let task_restored =
+                restored.as_deref_mut().map(|r| Restored { id: r.id, snapshot: r.tasks.remove(&task_id).unwrap_or_default() });
             let task = match &plan.pipeline.nodes[head].kind {
                 NodeKind::Source(spec) => {
                     let source = source(plan, head, spec, i, &mut dead_letters)?;
@@ -231,13 +220,7 @@ fn info(plan: &Plan, id: NodeId, subtask: u16) -> SubtaskInfo {
     }
 }
 
-fn source(
-    plan: &Plan,
-    id: NodeId,
-    spec: &SourceSpec,
-    subtask: u16,
-    dead_letters: &mut DeadLetters,
-) -> Result<Box<dyn Source>, BuildError> {
+fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters: &mut DeadLetters) -> Result<Box<dyn Source>, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let event_field = spec.event_time.as_ref().map(|e| e.field.clone());
@@ -256,20 +239,14 @@ fn source(
             Ok(Box::new(FileSource::new(&node.name, splits, parser, spec.on_error.clone(), dead_letter)))
         }
         SourceKind::Datagen(gen) => {
-            let g = Datagen::new(gen.clone(), &plan.schemas[id], event_field.as_deref(), subtask, plan.pipeline.parallelism)
-                .map_err(err)?;
+            let g =
+                Datagen::new(gen.clone(), &plan.schemas[id], event_field.as_deref(), subtask, plan.pipeline.parallelism).map_err(err)?;
             Ok(Box::new(g))
         }
     }
 }
 
-fn chain_op(
-    plan: &Plan,
-    id: NodeId,
-    subtask: u16,
-    metrics: &[NodeMetrics],
-    dead_letters: &mut DeadLetters,
-) -> Result<ChainOp, BuildError> {
+fn chain_op(plan: &Plan, id: NodeId, subtask: u16, metrics: &[NodeMetrics], dead_letters: &mut DeadLetters) -> Result<ChainOp, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let input_schema = node.input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);

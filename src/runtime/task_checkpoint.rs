@@ -25,7 +25,11 @@ pub struct SnapshotStats {
 /// From tasks to the checkpoint driver.
 #[derive(Debug)]
 pub enum Event {
-    Vote { bundle: BundleId, vote: Vote, stats: SnapshotStats },
+    Vote {
+        bundle: BundleId,
+        vote: Vote,
+        stats: SnapshotStats,
+    },
     /// A task processed the end of its bounded input (and sent everything
     /// it emitted downstream).
     Finished,

@@ -74,8 +74,7 @@ mod tests {
     use crate::state::memory::MemoryState;
     use crate::state::TableKind;
 
-    const T: [TableSpec; 2] =
-        [TableSpec { name: "a", kind: TableKind::Point }, TableSpec { name: "b", kind: TableKind::Ordered }];
+    const T: [TableSpec; 2] = [TableSpec { name: "a", kind: TableKind::Point }, TableSpec { name: "b", kind: TableKind::Ordered }];
 
     #[test]
     fn round_trip_and_redistribute_by_key_group() {
