@@ -95,8 +95,10 @@ struct PendingSavepoint {
 #[derive(Default)]
 struct Stats {
     id: CheckpointId,
+    /// The longest of each part over the tasks.
     sync: Duration,
     alignment: Duration,
+    write: Duration,
     bytes: u64,
 }
 
@@ -241,6 +243,7 @@ impl Driver {
     fn add_stats(&mut self, s: &SnapshotStats) {
         self.stats.sync = self.stats.sync.max(s.sync);
         self.stats.alignment = self.stats.alignment.max(s.alignment);
+        self.stats.write = self.stats.write.max(s.write);
         self.stats.bytes += s.bytes;
     }
 
@@ -320,6 +323,7 @@ impl Driver {
             checkpoint = id,
             duration_ms = done.duration.as_millis() as u64,
             sync_ms = s.sync.as_millis() as u64,
+            async_ms = s.write.as_millis() as u64,
             alignment_ms = s.alignment.as_millis() as u64,
             bytes = s.bytes,
             bundles = self.setup.bundles.len(),

@@ -19,6 +19,9 @@ pub struct SnapshotStats {
     pub sync: Duration,
     /// From the first barrier to the snapshot (aligned checkpoints).
     pub alignment: Duration,
+    /// The asynchronous part: encoding, writing and fsyncing the file,
+    /// while the task goes on processing records.
+    pub write: Duration,
     pub bytes: u64,
 }
 
@@ -64,6 +67,7 @@ impl TaskCheckpointing {
         let dir = self.layout.bundle_dir(id, self.bundle);
         let (task, bundle, events) = (self.task, self.bundle, self.events.clone());
         tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let bytes = snap.encode();
             stats.bytes = bytes.len() as u64;
             let name = snapshot::file_name(task);
@@ -75,6 +79,7 @@ impl TaskCheckpointing {
                     Err(e) => Vote::Abort { id, voter: task, reason: e.to_string() },
                 }
             };
+            stats.write = started.elapsed();
             if matches!(vote, Vote::Prepared { .. }) {
                 faults::get().crash_point("after_prepare");
             }
@@ -120,7 +125,11 @@ pub struct PendingSnapshot {
 
 impl PendingSnapshot {
     pub fn take(id: CheckpointId, unaligned: bool, snapshot: TaskSnapshot, sync_started: Instant, first_barrier: Instant) -> Self {
-        let stats = SnapshotStats { sync: sync_started.elapsed(), alignment: sync_started.duration_since(first_barrier), bytes: 0 };
+        let stats = SnapshotStats {
+            sync: sync_started.elapsed(),
+            alignment: sync_started.duration_since(first_barrier),
+            ..SnapshotStats::default()
+        };
         PendingSnapshot { id, unaligned, snapshot, stats }
     }
 }
