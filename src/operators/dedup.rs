@@ -220,40 +220,18 @@ fn timer_key(t: Millis, key: &[u8], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::operators::{OperatorMetrics, SubtaskInfo};
-    use crate::state::memory::MemoryState;
     use crate::state::KeyedState;
     use crate::types::{key_group_of, Value};
 
     const MAX_PAR: u16 = 16;
 
-    struct Harness {
-        op: Dedup,
-        info: SubtaskInfo,
-        state: MemoryState,
-        metrics: Arc<OperatorMetrics>,
-        watermark: Millis,
-        now: Millis,
-    }
+    type Harness = crate::operators::testing::Harness<Dedup>;
 
     impl Harness {
-        fn new(ttl: Option<Duration>, event_time: bool) -> Self {
+        fn with_ttl(ttl: Option<Duration>, event_time: bool) -> Self {
             let spec = DedupSpec { key: vec!["id".into()], ttl };
-            let op = Dedup::new(&spec, &["v".into(), "id".into()], event_time).unwrap();
-            let state = MemoryState::new(&op.tables(), 0..MAX_PAR);
-            let info = SubtaskInfo { operator: "dedup".into(), index: 0, parallelism: 1, max_parallelism: MAX_PAR };
-            Harness { op, info, state, metrics: Arc::default(), watermark: Millis::MIN, now: 0 }
-        }
-
-        fn run(&mut self, f: impl FnOnce(&mut Dedup, &mut Context<'_>, &mut Vec<Record>) -> OpResult) -> Vec<Record> {
-            let mut ctx =
-                Context { info: &self.info, state: &mut self.state, metrics: &self.metrics, watermark: self.watermark, now: self.now };
-            let mut out = Vec::new();
-            f(&mut self.op, &mut ctx, &mut out).unwrap();
-            out
+            Harness::new(Dedup::new(&spec, &["v".into(), "id".into()], event_time).unwrap(), "dedup", 0..MAX_PAR, MAX_PAR)
         }
 
         /// Feed (id, event time) records; return the `v` of those that passed.
@@ -284,7 +262,7 @@ mod tests {
 
     #[test]
     fn keeps_first_record_per_key_forever_without_ttl() {
-        let mut h = Harness::new(None, true);
+        let mut h = Harness::with_ttl(None, true);
         assert_eq!(h.op.tables().len(), 1);
         assert_eq!(h.feed(&[("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)]), vec![0, 1, 3]);
         // The original record is passed through unchanged.
@@ -299,7 +277,7 @@ mod tests {
 
     #[test]
     fn event_time_ttl_passes_again_and_state_shrinks() {
-        let mut h = Harness::new(Some(Duration::from_millis(10)), true);
+        let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
         assert_eq!(h.op.tick_interval(), None, "event time cleans up on watermarks");
         // a@100 arms expiry 110; a@109 suppressed; a@110 passes and re-arms 120.
         assert_eq!(h.feed(&[("a", 100), ("b", 101), ("a", 109), ("a", 110), ("a", 119), ("b", 111)]), vec![0, 1, 3, 5]);
@@ -318,13 +296,13 @@ mod tests {
 
     #[test]
     fn event_time_out_of_order_within_ttl_is_suppressed() {
-        let mut h = Harness::new(Some(Duration::from_millis(10)), true);
+        let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
         assert_eq!(h.feed(&[("a", 100), ("a", 95), ("a", -5)]), vec![0]);
     }
 
     #[test]
     fn processing_time_ttl_uses_now_and_ticks() {
-        let mut h = Harness::new(Some(Duration::from_secs(5)), false);
+        let mut h = Harness::with_ttl(Some(Duration::from_secs(5)), false);
         assert_eq!(h.op.tick_interval(), Some(Duration::from_secs(1)));
         h.now = 1_000;
         // Event times are ignored in processing time.
@@ -344,7 +322,7 @@ mod tests {
 
     #[test]
     fn stale_timer_does_not_remove_a_rearmed_key() {
-        let mut h = Harness::new(Some(Duration::from_millis(10)), true);
+        let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
         h.feed(&[("a", 0)]);
         // Simulate a leftover timer for an older expiry of the same key.
         let kg = rec(0, "a", 0).key_group;

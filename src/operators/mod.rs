@@ -14,6 +14,8 @@ pub mod file_sink;
 pub mod file_source;
 pub mod source;
 pub mod stdout_sink;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,48 +1,27 @@
 //! Operator-level tests: drive `Aggregate` directly over a `MemoryState`.
 
 use std::ops::Range;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
 use crate::config::{AggFunc, AggregateFn};
 use crate::operators::dead_letter::DeadLetters;
-use crate::operators::SubtaskInfo;
-use crate::state::memory::MemoryState;
 use crate::state::KeyedState;
 use crate::types::{key_group_of, key_group_range, subtask_for_key_group};
 
 const MAX_PAR: u16 = 32;
 const INPUT: [&str; 3] = ["user", "amount", "note"];
 
-struct Harness {
-    op: Aggregate,
-    info: SubtaskInfo,
-    state: MemoryState,
-    metrics: Arc<OperatorMetrics>,
-    watermark: Millis,
-    now: Millis,
-}
+type Harness = crate::operators::testing::Harness<Aggregate>;
 
 impl Harness {
-    fn new(spec: &AggregateSpec, dead_letter: Option<DeadLetter>) -> Self {
+    fn for_spec(spec: &AggregateSpec, dead_letter: Option<DeadLetter>) -> Self {
         Self::subtask(spec, dead_letter, 0..MAX_PAR)
     }
 
     fn subtask(spec: &AggregateSpec, dead_letter: Option<DeadLetter>, kgs: Range<KeyGroup>) -> Self {
         let input: Vec<String> = INPUT.iter().map(|s| s.to_string()).collect();
-        let op = Aggregate::new(spec, &input, dead_letter).unwrap();
-        let state = MemoryState::new(&op.tables(), kgs);
-        let info = SubtaskInfo { operator: "agg".into(), index: 0, parallelism: 1, max_parallelism: MAX_PAR };
-        Harness { op, info, state, metrics: Arc::default(), watermark: Millis::MIN, now: 0 }
-    }
-
-    fn run(&mut self, f: impl FnOnce(&mut Aggregate, &mut Context<'_>, &mut Vec<Record>) -> OpResult) -> Vec<Record> {
-        let mut ctx =
-            Context { info: &self.info, state: &mut self.state, metrics: &self.metrics, watermark: self.watermark, now: self.now };
-        let mut out = Vec::new();
-        f(&mut self.op, &mut ctx, &mut out).unwrap();
-        out
+        Harness::new(Aggregate::new(spec, &input, dead_letter).unwrap(), "agg", kgs, MAX_PAR)
     }
 
     fn feed(&mut self, records: Vec<Record>) {
@@ -165,7 +144,7 @@ fn tumbling_fires_on_watermark_after_allowed_lateness() {
             agg(AggFunc::Avg, Some("amount"), "mean"),
         ],
     );
-    let mut h = Harness::new(&s, None);
+    let mut h = Harness::for_spec(&s, None);
     h.feed(vec![int("a", 1, 1), int("a", 2, 5), rec("b", Value::Float(0.5), 3), int("a", 7, 12), rec("a", Value::Null, 9)]);
     assert!(h.watermark(9).is_empty(), "window [0,10) fires at 9 + lateness 5");
     // Not late yet: lateness keeps [0, 10) open.
@@ -193,7 +172,7 @@ fn late_records_are_counted_and_dead_lettered() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("late.jsonl");
     let dl = DeadLetters::default().get(&path).unwrap();
-    let mut h = Harness::new(&count_only(Some(WindowSpec::Tumbling { size: ms(10) }), 0), Some(dl.clone()));
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Tumbling { size: ms(10) }), 0), Some(dl.clone()));
     h.feed(vec![int("a", 1, 3)]);
     assert_eq!(h.watermark(9).len(), 1);
     h.feed(vec![int("a", 1, 4), int("a", 1, 10)]);
@@ -206,7 +185,7 @@ fn late_records_are_counted_and_dead_lettered() {
     assert_eq!(line["reason"], "late record: window [0, 10) already fired at watermark 9");
     assert_eq!(line["record"], r#"{"user":"a","amount":1,"ts":4}"#);
     // Without a dead letter, late records are still counted.
-    let mut h = Harness::new(&count_only(Some(WindowSpec::Tumbling { size: ms(10) }), 0), None);
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Tumbling { size: ms(10) }), 0), None);
     h.watermark(100);
     h.feed(vec![int("a", 1, 50)]);
     assert_eq!(h.dropped(), 1);
@@ -215,7 +194,7 @@ fn late_records_are_counted_and_dead_lettered() {
 
 #[test]
 fn sliding_counts_each_record_in_every_window() {
-    let mut h = Harness::new(&count_only(Some(WindowSpec::Sliding { size: ms(10), slide: ms(5) }), 0), None);
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Sliding { size: ms(10), slide: ms(5) }), 0), None);
     h.feed((0..20).map(|t| int("a", 1, t)).collect());
     let out = h.end();
     assert_eq!(
@@ -228,7 +207,7 @@ fn sliding_counts_each_record_in_every_window() {
 
 #[test]
 fn sliding_adds_partially_late_records_to_open_windows() {
-    let mut h = Harness::new(&count_only(Some(WindowSpec::Sliding { size: ms(10), slide: ms(5) }), 0), None);
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Sliding { size: ms(10), slide: ms(5) }), 0), None);
     h.feed(vec![int("a", 1, 7)]);
     assert_eq!(rows(&h.watermark(9)), [("a".into(), 0, 10, 1)]);
     // ts 8 belongs to [0,10) (fired) and [5,15) (open): only the latter takes it.
@@ -247,7 +226,7 @@ fn sessions_merge_out_of_order_records() {
         0,
         vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "total")],
     );
-    let mut h = Harness::new(&s, None);
+    let mut h = Harness::for_spec(&s, None);
     // Three separate sessions [0,10), [25,35), [12,22), and one for b.
     h.feed(vec![int("a", 1, 0), int("a", 2, 25), int("a", 4, 12), int("b", 100, 5)]);
     assert_eq!(h.state.len(SESSIONS), 2);
@@ -270,7 +249,7 @@ fn sessions_merge_out_of_order_records() {
 
 #[test]
 fn session_late_only_when_touching_no_open_session() {
-    let mut h = Harness::new(&count_only(Some(WindowSpec::Session { gap: ms(10) }), 0), None);
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Session { gap: ms(10) }), 0), None);
     h.feed(vec![int("a", 1, 100)]);
     h.watermark(105);
     // [95,105) fired by itself, but it touches the open [100,110): merged, not late.
@@ -285,7 +264,7 @@ fn session_late_only_when_touching_no_open_session() {
 #[test]
 fn running_aggregate_emits_only_dirty_keys() {
     let s = spec(None, 0, vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "total")]);
-    let mut h = Harness::new(&s, None);
+    let mut h = Harness::for_spec(&s, None);
     assert_eq!(h.op.tick_interval(), Some(Duration::from_secs(1)));
     h.feed(vec![int("a", 1, 0), int("b", 2, 0), int("a", 3, 0)]);
     h.watermark(1_000);
@@ -306,7 +285,7 @@ fn running_aggregate_emits_only_dirty_keys() {
 
 #[test]
 fn keys_with_odd_characters_are_escaped_in_raw() {
-    let mut h = Harness::new(&count_only(None, 0), None);
+    let mut h = Harness::for_spec(&count_only(None, 0), None);
     h.feed(vec![int("q\"u\\o\nte", 1, 0)]);
     let out = h.end();
     let parsed: serde_json::Value = serde_json::from_str(&out[0].raw).unwrap();
@@ -348,7 +327,7 @@ fn throughput_tumbling_and_running() {
     let input: Vec<Record> = (0..n).map(|i| int(&format!("u{}", i % 1_000), i, i / 100)).collect();
     for window in [Some(WindowSpec::Tumbling { size: ms(1000) }), Some(WindowSpec::Session { gap: ms(50) }), None] {
         let s = spec(window, 0, vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "total")]);
-        let mut h = Harness::new(&s, None);
+        let mut h = Harness::for_spec(&s, None);
         // Cloning the batches is part of the harness, not of the operator: do it up front.
         let batches: Vec<Vec<Record>> = input.chunks(1024).map(|c| c.to_vec()).collect();
         let start = std::time::Instant::now();
