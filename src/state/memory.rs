@@ -9,11 +9,11 @@
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::ops::{Bound, ControlFlow, Range};
+use std::ops::{Bound, Range};
 
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
-use super::{KeyedState, StateError, TableId, TableKind, TableSpec};
+use super::{KeyedState, ScanFn, StateError, TableId, TableKind, TableSpec};
 use crate::types::KeyGroup;
 
 /// Bytes stored inline; 22 keeps `Bytes` at 24 bytes, like a boxed slice plus tag.
@@ -296,14 +296,7 @@ impl KeyedState for MemoryState {
         })
     }
 
-    fn scan_range(
-        &self,
-        table: TableId,
-        kg: KeyGroup,
-        from: &[u8],
-        to: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<(), StateError> {
+    fn scan_range(&self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut ScanFn<'_>) -> Result<(), StateError> {
         let Map::Ordered(m) = self.map(table, kg)? else {
             return Err(StateError::NotOrdered { table: self.tables[table].spec.name });
         };
@@ -319,7 +312,7 @@ impl KeyedState for MemoryState {
         Ok(())
     }
 
-    fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<(), StateError> {
+    fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut ScanFn<'_>) -> Result<(), StateError> {
         match self.map(table, kg)? {
             Map::Point(m) => {
                 for e in m {
@@ -415,6 +408,7 @@ impl KeyedState for MemoryState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::ControlFlow;
 
     const T: [TableSpec; 2] = [TableSpec { name: "seen", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }];
 

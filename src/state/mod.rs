@@ -29,6 +29,9 @@ pub struct TableSpec {
     pub kind: TableKind,
 }
 
+/// Called for each (key, value) a scan visits; `Break` ends the scan.
+pub type ScanFn<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
 /// Index of a table in the operator's `tables()` list.
 pub type TableId = usize;
 
@@ -59,17 +62,10 @@ pub trait KeyedState: Send {
 
     /// Visit the entries of an ordered table with `from <= key < to` (to =
     /// None: no upper bound) in key order, until `f` breaks.
-    fn scan_range(
-        &self,
-        table: TableId,
-        kg: KeyGroup,
-        from: &[u8],
-        to: Option<&[u8]>,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<(), StateError>;
+    fn scan_range(&self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut ScanFn<'_>) -> Result<(), StateError>;
 
     /// Visit every entry of a table in a key group (any order for point tables).
-    fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>) -> Result<(), StateError>;
+    fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut ScanFn<'_>) -> Result<(), StateError>;
 
     /// Number of entries in a table over all owned key groups.
     fn len(&self, table: TableId) -> usize;

@@ -107,10 +107,13 @@ pub enum Func {
 /// One aggregate: function, input field (None: count records), output name.
 pub type Agg = (Func, Option<&'static str>, &'static str);
 
+/// (key as text, window start, window end) -> (key values, the window's records).
+type Groups = BTreeMap<(Vec<String>, i64, i64), (Vec<Value>, Vec<Obj>)>;
+
 /// Windowed (or, with `window: None`, running and final) aggregate of `lines`.
 pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<Window>, aggs: &[Agg]) -> Vec<Obj> {
     // (key values, window) -> records, keys kept as parsed values for output.
-    let mut groups: BTreeMap<(Vec<String>, i64, i64), (Vec<Value>, Vec<Obj>)> = BTreeMap::new();
+    let mut groups: Groups = BTreeMap::new();
     let records: Vec<Obj> = lines.iter().map(|l| parse(l)).collect();
     let mut by_key: BTreeMap<Vec<String>, Vec<Obj>> = BTreeMap::new();
     for r in records {
