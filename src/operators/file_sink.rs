@@ -208,11 +208,8 @@ impl Operator for FileSink {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::operators::{OperatorMetrics, SubtaskInfo};
-    use crate::state::memory::MemoryState;
+    use crate::operators::testing::Harness;
     use crate::types::Value;
 
     fn names(dir: &Path) -> Vec<String> {
@@ -221,23 +218,26 @@ mod tests {
         v
     }
 
+    fn rec(s: &str) -> Record {
+        Record::new(vec![Value::Null], s.into(), None)
+    }
+
+    fn sink(dir: &Path) -> FileSink {
+        FileSink::new(dir, 1 << 20, 0, true).unwrap()
+    }
+
     #[test]
     fn transactional_parts_appear_only_when_their_checkpoint_completes() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::new(dir.path(), 1 << 20, 0, true).unwrap();
-        let mut state = MemoryState::new(&sink.tables(), 0..4);
-        let info = SubtaskInfo { operator: "out".into(), index: 0, parallelism: 1, max_parallelism: 4 };
-        let metrics = Arc::new(OperatorMetrics::default());
-        let mut ctx = Context { info: &info, state: &mut state, metrics: &metrics, watermark: 0, now: 0 };
-        let rec = |s: &str| Record::new(vec![Value::Null], s.into(), None);
-        sink.process(vec![rec("a")], &mut ctx, &mut Vec::new()).unwrap();
-        sink.on_checkpoint(1, &mut ctx).unwrap();
-        sink.process(vec![rec("b")], &mut ctx, &mut Vec::new()).unwrap();
+        let mut h = Harness::new(sink(dir.path()), "out", 0..4, 4);
+        h.run(|s, ctx, out| s.process(vec![rec("a")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(1, ctx));
+        h.run(|s, ctx, out| s.process(vec![rec("b")], ctx, out));
         assert_eq!(names(dir.path()), [".part-0000-000000.jsonl.inprogress", ".part-0000-000001.jsonl.inprogress"]);
-        sink.on_checkpoint_complete(1, &mut ctx).unwrap();
+        h.run(|s, ctx, _| s.on_checkpoint_complete(1, ctx));
         assert_eq!(names(dir.path()), [".part-0000-000001.jsonl.inprogress", "part-0000-000000.jsonl"]);
         // A crash now, then a restore from checkpoint 1: the open part is a leftover.
-        sink.on_restore(1, &mut ctx).unwrap();
+        h.run(|s, ctx, _| s.on_restore(1, ctx));
         assert_eq!(names(dir.path()), ["part-0000-000000.jsonl"]);
         assert_eq!(fs::read_to_string(dir.path().join("part-0000-000000.jsonl")).unwrap(), "a\n");
     }
@@ -245,18 +245,15 @@ mod tests {
     #[test]
     fn restore_publishes_what_the_checkpoint_staged() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::new(dir.path(), 1 << 20, 0, true).unwrap();
-        let mut state = MemoryState::new(&sink.tables(), 0..1);
-        let info = SubtaskInfo { operator: "out".into(), index: 0, parallelism: 1, max_parallelism: 1 };
-        let metrics = Arc::new(OperatorMetrics::default());
-        let mut ctx = Context { info: &info, state: &mut state, metrics: &metrics, watermark: 0, now: 0 };
-        sink.process(vec![Record::new(vec![], "x".into(), None)], &mut ctx, &mut Vec::new()).unwrap();
-        sink.on_checkpoint(7, &mut ctx).unwrap();
-        // Crash between `_metadata` and the rename: the restore finishes it.
-        let mut again = FileSink::new(dir.path(), 1 << 20, 0, true).unwrap();
-        again.on_restore(7, &mut ctx).unwrap();
+        let mut h = Harness::new(sink(dir.path()), "out", 0..1, 1);
+        h.run(|s, ctx, out| s.process(vec![rec("x")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(7, ctx));
+        // Crash between `_metadata` and the rename: a new sink over the
+        // restored state finishes it.
+        h.op = sink(dir.path());
+        h.run(|s, ctx, _| s.on_restore(7, ctx));
         assert_eq!(names(dir.path()), ["part-0000-000000.jsonl"]);
-        again.on_restore(7, &mut ctx).unwrap();
+        h.run(|s, ctx, _| s.on_restore(7, ctx));
         assert_eq!(names(dir.path()), ["part-0000-000000.jsonl"], "idempotent");
     }
 }
