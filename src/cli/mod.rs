@@ -83,19 +83,7 @@ pub struct RestoreArgs {
     pub savepoint: PathBuf,
 
     #[command(flatten)]
-    pub pipeline: PipelineArgs,
-
-    /// Run with this parallelism; it must be the savepoint's (rescaling is not supported yet).
-    #[arg(long, short = 'p', value_name = "N")]
-    pub parallelism: Option<u32>,
-
-    /// Don't show a progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
-
-    /// Use the state directory even if another pipeline wrote it.
-    #[arg(long)]
-    pub force: bool,
+    pub options: RunOptions,
 }
 
 #[derive(Debug, Args)]
@@ -112,21 +100,29 @@ pub struct PipelineArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub pipeline: PipelineArgs,
-
-    /// Run with this parallelism (same as `--set parallelism=N`).
-    #[arg(long, short = 'p', value_name = "N")]
-    pub parallelism: Option<u32>,
-
-    /// Don't show a progress bar (it is also off when stderr is not a terminal).
-    #[arg(long)]
-    pub no_progress: bool,
+    pub options: RunOptions,
 
     /// Resume from a checkpoint: `latest` (the newest complete one in the
     /// state directory, if any) or the path of a checkpoint or savepoint
     /// directory or its `_metadata` file.
     #[arg(long, value_name = "latest|PATH")]
     pub restore: Option<String>,
+}
+
+/// What `run` and `restore` share.
+#[derive(Debug, Args)]
+pub struct RunOptions {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+
+    /// Run with this parallelism (same as `--set parallelism=N`); restoring
+    /// needs the checkpoint's or savepoint's parallelism.
+    #[arg(long, short = 'p', value_name = "N")]
+    pub parallelism: Option<u32>,
+
+    /// Don't show a progress bar (it is also off when stderr is not a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
 
     /// Use the state directory even if another pipeline wrote it.
     #[arg(long)]
@@ -167,13 +163,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{report}");
             Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        Command::Restore(args) => run_pipeline(RunArgs {
-            restore: Some(args.savepoint.display().to_string()),
-            pipeline: args.pipeline,
-            parallelism: args.parallelism,
-            no_progress: args.no_progress,
-            force: args.force,
-        }),
+        Command::Restore(args) => run_pipeline(RunArgs { restore: Some(args.savepoint.display().to_string()), options: args.options }),
         Command::Savepoint(command) => savepoint_command(command),
     }
 }
@@ -225,15 +215,15 @@ fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let extra: Vec<String> = args.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
-    let pipeline = load(&args.pipeline, &extra)?;
+    let extra: Vec<String> = args.options.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
+    let pipeline = load(&args.options.pipeline, &extra)?;
     crate::faults::init_from_env().map_err(UsageError)?;
     let restore = args.restore.as_deref().map(|r| match r {
         "latest" => RestoreFrom::Latest,
         path => RestoreFrom::Path(path.into()),
     });
     let start = match (&pipeline.checkpoint, &restore) {
-        (Some(_), _) => Some(restore::prepare(&pipeline, restore.as_ref(), args.force).map_err(|e| UsageError(e.to_string()))?),
+        (Some(_), _) => Some(restore::prepare(&pipeline, restore.as_ref(), args.options.force).map_err(|e| UsageError(e.to_string()))?),
         (None, Some(_)) => {
             return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())
         }
@@ -245,7 +235,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let outcome = rt.block_on(async move {
         let engine = Engine::build(&plan, start).context("building the pipeline")?;
         let metrics = engine.metrics();
-        let show = !args.no_progress && std::io::stderr().is_terminal();
+        let show = !args.options.no_progress && std::io::stderr().is_terminal();
         let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
         let stop = engine.stop_handle();
         tokio::spawn(async move {
