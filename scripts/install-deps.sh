@@ -3,9 +3,10 @@
 # Idempotent: packages already present are not touched. Needs root (or sudo).
 set -euo pipefail
 
-# A C toolchain for crates that build C code; procps for `kill`, which the
-# end-to-end tests use to send SIGTERM.
-packages=(build-essential pkg-config procps)
+# A C and C++ toolchain for crates that build C code (librdkafka, RocksDB);
+# libclang for the bindgen step of RocksDB's bindings; procps for `kill`,
+# which the end-to-end tests use to send SIGTERM.
+packages=(build-essential pkg-config libclang-dev procps)
 
 missing=()
 for p in "${packages[@]}"; do
