@@ -5,8 +5,9 @@ set -euo pipefail
 
 # A C and C++ toolchain for crates that build C code (librdkafka, RocksDB);
 # libclang for the bindgen step of RocksDB's bindings; procps for `kill`,
-# which the end-to-end tests use to send SIGTERM.
-packages=(build-essential pkg-config libclang-dev procps)
+# which the end-to-end tests use to send SIGTERM; python3 and its venv module
+# for the test broker (scripts/kafka-broker.sh installs it into a venv).
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do

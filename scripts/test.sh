@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Set up and run every test: unit tests and end-to-end tests of the real
 # binary. One build, in the release profile, serves the binary and the tests.
+#
+# The Kafka tests use the broker named by KAFKA_BOOTSTRAP; without it this
+# script starts the test broker (scripts/kafka-broker.sh) on a fresh data
+# directory and stops it when the tests end, whatever their outcome.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
+  broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-test.XXXXXX")
+  trap 'scripts/kafka-broker.sh stop --data-dir "$broker_dir"; rm -rf "$broker_dir"' EXIT
+  KAFKA_BOOTSTRAP=$(scripts/kafka-broker.sh start --data-dir "$broker_dir")
+  export KAFKA_BOOTSTRAP
+  echo "Test broker: $KAFKA_BOOTSTRAP (data in $broker_dir)"
+fi
 cargo test --release "$@"
