@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::deser::{Parsed, Section};
 use super::locate::{child, item, Locator, Seg, YPath};
-use super::pipeline::{Node, NodeKind, Pipeline};
+use super::pipeline::{CheckpointSpec, Delivery, Node, NodeKind, Pipeline, SinkSpec};
 use super::raw::{RawOperator, RawPipeline, RawSink, RawSource};
 use super::specs::{self, Cx};
 use super::ConfigError;
@@ -53,6 +53,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, errors: &mut Vec<ConfigErr
     let in_cycle = find_cycles(&mut cx, &items, &inputs);
     check_read(&mut cx, &items, &inputs, &in_cycle);
     let kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
+    check_kafka_transactions(&mut cx, &items, &kinds, checkpoint.as_ref());
     let order = topological_order(&items, &inputs);
     check_flow(&mut cx, &items, &inputs, &kinds, &order);
     errors.extend(cx.errors);
@@ -303,5 +304,47 @@ fn check_flow(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], kinds: &[Op
             None => specs::Flow::unknown(),
         };
         flows[i] = flow;
+    }
+}
+
+/// A transaction of an exactly-once Kafka sink stays open from the first
+/// record after one commit until the next checkpoint completes: at most a
+/// checkpoint interval plus the checkpoint timeout. A broker aborts it past
+/// `transaction.timeout.ms`, which would lose its records: refuse a setting
+/// that cannot hold a transaction that long.
+fn check_kafka_transactions(cx: &mut Cx, items: &[Item], kinds: &[Option<NodeKind>], checkpoint: Option<&CheckpointSpec>) {
+    for (it, kind) in items.iter().zip(kinds) {
+        let Some(NodeKind::Sink(SinkSpec::Kafka(k))) = kind else { continue };
+        if k.delivery != Delivery::ExactlyOnce {
+            continue;
+        }
+        let Some(c) = checkpoint else {
+            cx.err(
+                &child(&it.path, "delivery"),
+                "`delivery: exactly_once` commits a Kafka transaction per checkpoint and needs a `checkpoint:` section (or use `delivery: at_least_once`)",
+            );
+            continue;
+        };
+        let needed = (c.interval + c.timeout).as_millis();
+        let Some((_, v)) = k.properties.iter().find(|(name, _)| name == "transaction.timeout.ms") else {
+            if needed >= 900_000 {
+                cx.err(
+                    &child(&it.path, "delivery"),
+                    format!("checkpoint `interval` + `timeout` ({needed} ms) reach the 15 min default maximum of Kafka transactions: set `properties: {{transaction.timeout.ms: ...}}` above it (and the broker's transaction.max.timeout.ms), or shorten the checkpoint timeout"),
+                );
+            }
+            continue;
+        };
+        let at = child(&child(&it.path, "properties"), "transaction.timeout.ms");
+        match v.parse::<u128>() {
+            Ok(ms) if ms > needed => {}
+            Ok(ms) => cx.err(
+                &at,
+                format!(
+                    "`transaction.timeout.ms` ({ms}) must exceed checkpoint `interval` + `timeout` ({needed} ms): a transaction stays open that long, and the broker would abort it and lose its records"
+                ),
+            ),
+            Err(_) => cx.err(&at, format!("`transaction.timeout.ms` must be a number of milliseconds, got `{v}`")),
+        }
     }
 }

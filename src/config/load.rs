@@ -130,7 +130,7 @@ sources:
     #[test]
     fn unknown_top_level_field_and_type() {
         assert_one(&format!("{}parallelism_x: 3\n", with(SINK)), "t.yaml:9:1: unknown field `parallelism_x`");
-        assert_one(&with("sinks:\n  - {name: out, type: kafka, input: gen}\n"), "t.yaml:8:23: unknown variant `kafka`");
+        assert_one(&with("sinks:\n  - {name: out, type: pulsar, input: gen}\n"), "t.yaml:8:23: unknown variant `pulsar`");
     }
 
     #[test]
@@ -343,5 +343,44 @@ sinks:
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn kafka_source_and_sink_load() {
+        let text = "name: k\ncheckpoint: {interval: 1s, timeout: 10s}\nsources:\n  - {name: in, type: kafka, brokers: 'h:1', topics: [a, b], start: latest, key_field: k,\n     event_time: {message_timestamp: true, idle_timeout: 5s}, properties: {fetch.min.bytes: 1, check.crcs: true}}\nsinks:\n  - {name: out, type: kafka, input: in, brokers: 'h:1', topic: o, key: [user]}\n";
+        let p = load_with_env(text, "t.yaml", &[], &test_env).unwrap();
+        let NodeKind::Source(src) = &p.nodes[0].kind else { panic!("not a source") };
+        let SourceKind::Kafka(k) = &src.kind else { panic!("not kafka") };
+        assert_eq!(k.topics, crate::config::KafkaTopics::Names(vec!["a".into(), "b".into()]));
+        assert_eq!(k.start, crate::config::KafkaStart::Latest);
+        assert!(k.message_timestamp && !k.bounded);
+        assert_eq!(k.properties, vec![("fetch.min.bytes".to_string(), "1".to_string()), ("check.crcs".to_string(), "true".to_string())]);
+        let NodeKind::Sink(SinkSpec::Kafka(s)) = &p.nodes[1].kind else { panic!("not a kafka sink") };
+        assert_eq!((s.key.as_slice(), s.delivery), (&["user".to_string()][..], crate::config::Delivery::ExactlyOnce));
+    }
+
+    #[test]
+    fn kafka_settings_that_cannot_work_are_refused() {
+        let src = "sources:\n  - {name: in, type: kafka, brokers: 'h:1', topics: [a]}\n";
+        let sink = |extra: &str| format!("sinks:\n  - {{name: out, type: kafka, input: in, brokers: 'h:1', topic: o{extra}}}\n");
+        // Exactly-once commits per checkpoint: no checkpoints, no transactions.
+        assert_one(&format!("name: k\n{src}{}", sink("")), "t.yaml:5:");
+        let err = errors(&format!("name: k\n{src}{}", sink("")));
+        assert!(err[0].contains("needs a `checkpoint:` section"), "{err:?}");
+        // A transaction must outlive a checkpoint interval plus its timeout.
+        let text =
+            format!("name: k\ncheckpoint: {{interval: 1s, timeout: 60s}}\n{src}{}", sink(", properties: {transaction.timeout.ms: 30000}"));
+        let err = errors(&text);
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].contains("`transaction.timeout.ms` (30000) must exceed checkpoint `interval` + `timeout` (61000 ms)"), "{err:?}");
+        assert!(errors(&text.replace("30000", "62000")).is_empty());
+        // Both or neither of topics and topic_pattern; weir's own settings stay weir's.
+        let both = "name: k\nsources:\n  - {name: in, type: kafka, brokers: 'h:1', topics: [a], topic_pattern: 'a.*', properties: {enable.auto.commit: true}}\nsinks:\n  - {name: out, type: stdout, input: in}\n";
+        let err = errors(both);
+        assert_eq!(err.len(), 2, "{err:?}");
+        assert!(err.iter().any(|e| e.contains("exclude each other")) && err.iter().any(|e| e.contains("set by weir")), "{err:?}");
+        // message_timestamp is for Kafka only.
+        let file = with(SINK).replace("event_time: {field: ts}", "event_time: {message_timestamp: true}");
+        assert!(errors(&file).iter().any(|e| e.contains("only for kafka sources")), "{:?}", errors(&file));
     }
 }

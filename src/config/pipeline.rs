@@ -87,6 +87,57 @@ pub enum SourceKind {
         files: Vec<PathBuf>,
     },
     Datagen(DatagenSpec),
+    Kafka(KafkaSourceSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSourceSpec {
+    pub brokers: String,
+    pub topics: KafkaTopics,
+    pub start: KafkaStart,
+    pub group_id: Option<String>,
+    /// Commit offsets to `group_id` after each completed checkpoint.
+    pub commit_offsets: bool,
+    /// Put the message key into the record under this field.
+    pub key_field: Option<String>,
+    /// Event time is the message timestamp (not a field).
+    pub message_timestamp: bool,
+    /// Stop at the end offsets found at the first start.
+    pub bounded: bool,
+    pub broker_timeout: Duration,
+    /// librdkafka settings passed through, as strings.
+    pub properties: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KafkaTopics {
+    Names(Vec<String>),
+    /// A regular expression matched against the broker's topic names at start.
+    Pattern(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaStart {
+    Earliest,
+    Latest,
+    GroupOffsets,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSinkSpec {
+    pub brokers: String,
+    pub topic: String,
+    /// Fields of the record making the message key (empty: no key).
+    pub key: Vec<String>,
+    pub delivery: Delivery,
+    pub broker_timeout: Duration,
+    pub properties: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -169,6 +220,7 @@ pub enum SinkSpec {
     File { dir: PathBuf, max_file_bytes: u64 },
     Stdout,
     Blackhole { rate_limit: Option<f64> },
+    Kafka(KafkaSinkSpec),
 }
 
 /// Output field of a windowed aggregate: the window's start (epoch ms).

@@ -65,6 +65,62 @@ pub enum RawSource {
         #[serde(default)]
         event_time: Option<RawEventTime>,
     },
+    Kafka {
+        name: String,
+        /// Bootstrap servers, `host:port[,host:port...]`.
+        brokers: String,
+        #[serde(default)]
+        topics: Option<Vec<String>>,
+        /// A regular expression over topic names (librdkafka's `^` syntax not needed).
+        #[serde(default)]
+        topic_pattern: Option<String>,
+        #[serde(default)]
+        format: Option<RawFormat>,
+        #[serde(default)]
+        start: Option<RawKafkaStart>,
+        /// Consumer group: where `start: group_offsets` reads from and
+        /// where offsets are committed after each checkpoint (monitoring only).
+        #[serde(default)]
+        group_id: Option<String>,
+        /// Commit offsets to the group after each completed checkpoint.
+        #[serde(default)]
+        commit_offsets: Option<bool>,
+        /// Add the message key (as a string) to the record under this field.
+        #[serde(default)]
+        key_field: Option<String>,
+        /// Read up to the end offsets found at the first start, then finish.
+        #[serde(default)]
+        bounded: Option<bool>,
+        /// How long the brokers may be unreachable before the pipeline fails (default 30s).
+        #[serde(default)]
+        broker_timeout: Option<String>,
+        #[serde(default)]
+        event_time: Option<RawEventTime>,
+        #[serde(default)]
+        rate_limit: Option<f64>,
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
+        /// librdkafka settings, passed through.
+        #[serde(default)]
+        properties: IndexMap<String, serde_yaml::Value>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawKafkaStart {
+    Earliest,
+    Latest,
+    GroupOffsets,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawDelivery {
+    ExactlyOnce,
+    AtLeastOnce,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -84,7 +140,12 @@ pub enum RawOnError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEventTime {
-    pub field: String,
+    /// The field holding the event time; a Kafka source may instead take
+    /// the message timestamp (`message_timestamp: true`).
+    #[serde(default)]
+    pub field: Option<String>,
+    #[serde(default)]
+    pub message_timestamp: Option<bool>,
     #[serde(default)]
     pub max_out_of_orderness: Option<String>,
     #[serde(default)]
@@ -198,13 +259,32 @@ pub enum RawSink {
         #[serde(default)]
         rate_limit: Option<f64>,
     },
+    Kafka {
+        name: String,
+        input: String,
+        brokers: String,
+        topic: String,
+        #[serde(default)]
+        format: Option<RawFormat>,
+        /// Message key: these fields of the record (one: its value; several: a JSON array).
+        #[serde(default)]
+        key: Option<Vec<String>>,
+        #[serde(default)]
+        delivery: Option<RawDelivery>,
+        /// How long the brokers may be unreachable before the pipeline fails (default 30s).
+        #[serde(default)]
+        broker_timeout: Option<String>,
+        /// librdkafka settings, passed through.
+        #[serde(default)]
+        properties: IndexMap<String, serde_yaml::Value>,
+    },
 }
 
 impl RawSource {
     /// The source's `name`, whatever its type.
     pub fn name(&self) -> &str {
         match self {
-            RawSource::File { name, .. } | RawSource::Datagen { name, .. } => name,
+            RawSource::File { name, .. } | RawSource::Datagen { name, .. } | RawSource::Kafka { name, .. } => name,
         }
     }
 }
@@ -229,14 +309,19 @@ impl RawSink {
     /// The sink's `name`, whatever its type.
     pub fn name(&self) -> &str {
         match self {
-            RawSink::File { name, .. } | RawSink::Stdout { name, .. } | RawSink::Blackhole { name, .. } => name,
+            RawSink::File { name, .. } | RawSink::Stdout { name, .. } | RawSink::Blackhole { name, .. } | RawSink::Kafka { name, .. } => {
+                name
+            }
         }
     }
 
     /// The name of the node it reads.
     pub fn input(&self) -> &str {
         match self {
-            RawSink::File { input, .. } | RawSink::Stdout { input, .. } | RawSink::Blackhole { input, .. } => input,
+            RawSink::File { input, .. }
+            | RawSink::Stdout { input, .. }
+            | RawSink::Blackhole { input, .. }
+            | RawSink::Kafka { input, .. } => input,
         }
     }
 }

@@ -27,6 +27,7 @@ const DEFAULT_MAX_FILE_BYTES: u64 = 128 * 1024 * 1024;
 const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_RETAIN: u32 = 3;
+const DEFAULT_BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_TOLERABLE_FAILURES: u32 = 3;
 
 /// Where errors go while compiling.
@@ -157,12 +158,87 @@ pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u
 
 pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
     match raw {
-        RawSource::File { path, format: _, event_time, rate_limit, on_error, dead_letter, .. } => SourceSpec {
-            kind: SourceKind::File { files: input_files(cx, &child(at, "path"), path) },
-            event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
-            rate_limit: cx.rate_limit(at, *rate_limit),
-            on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
-        },
+        RawSource::File { path, format: _, event_time, rate_limit, on_error, dead_letter, .. } => {
+            no_message_timestamp(cx, at, event_time.as_ref());
+            SourceSpec {
+                kind: SourceKind::File { files: input_files(cx, &child(at, "path"), path) },
+                event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
+                rate_limit: cx.rate_limit(at, *rate_limit),
+                on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
+            }
+        }
+        RawSource::Kafka {
+            brokers,
+            topics,
+            topic_pattern,
+            format: _,
+            start,
+            group_id,
+            commit_offsets,
+            key_field,
+            bounded,
+            broker_timeout,
+            event_time,
+            rate_limit,
+            on_error,
+            dead_letter,
+            properties,
+            ..
+        } => {
+            let broker_timeout =
+                broker_timeout.as_ref().and_then(|t| cx.positive(at, "broker_timeout", t)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
+            cx.not_empty(at, "brokers", brokers, "bootstrap servers such as `127.0.0.1:9092`");
+            let topics = match (topics, topic_pattern) {
+                (Some(t), None) => {
+                    if t.is_empty() || t.iter().any(|t| t.trim().is_empty()) {
+                        cx.err(&child(at, "topics"), "`topics` must list at least one non-empty topic name");
+                    }
+                    KafkaTopics::Names(t.clone())
+                }
+                (None, Some(p)) => {
+                    if let Err(e) = regex::Regex::new(p) {
+                        cx.err(&child(at, "topic_pattern"), format!("invalid `topic_pattern`: {e}"));
+                    }
+                    KafkaTopics::Pattern(p.clone())
+                }
+                (Some(_), Some(_)) => {
+                    cx.err_key(&child(at, "topic_pattern"), "`topics` and `topic_pattern` exclude each other: expected one of them");
+                    KafkaTopics::Names(Vec::new())
+                }
+                (None, None) => {
+                    cx.err(at, "a kafka source needs `topics: [NAME, ...]` or `topic_pattern: REGEX`");
+                    KafkaTopics::Names(Vec::new())
+                }
+            };
+            let start = match start.unwrap_or(RawKafkaStart::Earliest) {
+                RawKafkaStart::Earliest => KafkaStart::Earliest,
+                RawKafkaStart::Latest => KafkaStart::Latest,
+                RawKafkaStart::GroupOffsets => KafkaStart::GroupOffsets,
+            };
+            let commit_offsets = commit_offsets.unwrap_or(false);
+            if group_id.is_none() && (start == KafkaStart::GroupOffsets || commit_offsets) {
+                let why = if commit_offsets { "`commit_offsets: true`" } else { "`start: group_offsets`" };
+                cx.err(at, format!("{why} needs `group_id`: the consumer group to read and commit offsets"));
+            }
+            let properties = kafka_properties(cx, &child(at, "properties"), properties, &["enable.auto.commit", "bootstrap.servers"]);
+            SourceSpec {
+                kind: SourceKind::Kafka(KafkaSourceSpec {
+                    brokers: brokers.clone(),
+                    topics,
+                    start,
+                    group_id: group_id.clone(),
+                    commit_offsets,
+                    key_field: key_field.clone(),
+                    message_timestamp: event_time.as_ref().and_then(|e| e.message_timestamp).unwrap_or(false),
+                    bounded: bounded.unwrap_or(false),
+                    broker_timeout,
+                    properties,
+                }),
+                event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
+                rate_limit: cx.rate_limit(at, *rate_limit),
+                on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
+            }
+        }
         RawSource::Datagen { seed, rows, rate_limit, start_time, interval, fields, event_time, .. } => {
             let gen = DatagenSpec {
                 seed: seed.unwrap_or(0),
@@ -171,6 +247,7 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
                 interval_ms: interval.as_ref().and_then(|i| cx.millis(at, "interval", i)).unwrap_or(DEFAULT_INTERVAL),
                 fields: gen_fields(cx, &child(at, "fields"), fields),
             };
+            no_message_timestamp(cx, at, event_time.as_ref());
             if let Some(e) = event_time {
                 check_gen_event_time(cx, &child(at, "event_time"), e, fields);
             }
@@ -182,6 +259,37 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             }
         }
     }
+}
+
+fn no_message_timestamp(cx: &mut Cx, at: &[Seg], e: Option<&RawEventTime>) {
+    if e.and_then(|e| e.message_timestamp).is_some() {
+        cx.err_key(
+            &child(&child(at, "event_time"), "message_timestamp"),
+            "`message_timestamp` is only for kafka sources: expected `field`",
+        );
+    }
+}
+
+/// librdkafka properties as strings; `reserved` ones are set by weir.
+fn kafka_properties(cx: &mut Cx, at: &[Seg], raw: &indexmap::IndexMap<String, Value>, reserved: &[&str]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (k, v) in raw {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            _ => {
+                cx.err(&child(at, k), format!("property `{k}` must be a string, number or boolean"));
+                continue;
+            }
+        };
+        if reserved.contains(&k.as_str()) {
+            cx.err_key(&child(at, k), format!("property `{k}` is set by weir and cannot be overridden"));
+            continue;
+        }
+        out.push((k.clone(), text));
+    }
+    out
 }
 
 /// A file, a directory's visible regular files, or a glob's matches; sorted.
@@ -225,13 +333,27 @@ fn input_files(cx: &mut Cx, at: &[Seg], pattern: &str) -> Vec<PathBuf> {
 }
 
 fn event_time_spec(cx: &mut Cx, at: &[Seg], raw: &RawEventTime) -> EventTimeSpec {
-    cx.not_empty(at, "field", &raw.field, "the name of the field holding the event time");
+    let field = match (&raw.field, raw.message_timestamp) {
+        (Some(f), None | Some(false)) => {
+            cx.not_empty(at, "field", f, "the name of the field holding the event time");
+            f.clone()
+        }
+        (None, Some(true)) => String::new(),
+        (Some(_), Some(true)) => {
+            cx.err_key(&child(at, "message_timestamp"), "`message_timestamp: true` and `field` exclude each other: expected one of them");
+            String::new()
+        }
+        (None, _) => {
+            cx.err(at, "`event_time` needs `field` (the field holding the event time) or, for Kafka, `message_timestamp: true`");
+            String::new()
+        }
+    };
     let max_out_of_orderness = match &raw.max_out_of_orderness {
         Some(d) => cx.duration(&child(at, "max_out_of_orderness"), d).unwrap_or_default(),
         None => Duration::ZERO,
     };
     let idle_timeout = raw.idle_timeout.as_ref().and_then(|d| cx.positive(at, "idle_timeout", d));
-    EventTimeSpec { field: raw.field.clone(), max_out_of_orderness, idle_timeout }
+    EventTimeSpec { field, max_out_of_orderness, idle_timeout }
 }
 
 fn on_error_spec(cx: &mut Cx, at: &[Seg], on_error: Option<RawOnError>, dead_letter: Option<&str>) -> OnError {
@@ -307,13 +429,14 @@ fn gen_field(cx: &mut Cx, at: &[Seg], raw: &RawGenField) -> GenField {
 }
 
 fn check_gen_event_time(cx: &mut Cx, at: &[Seg], e: &RawEventTime, fields: &indexmap::IndexMap<String, RawGenField>) {
+    let Some(field) = &e.field else { return };
     let at = child(at, "field");
-    match fields.get(&e.field) {
+    match fields.get(field) {
         Some(RawGenField::Timestamp { .. }) => {}
-        Some(_) => cx.err(&at, format!("event-time field `{}` must be a `kind: timestamp` field of this datagen", e.field)),
+        Some(_) => cx.err(&at, format!("event-time field `{field}` must be a `kind: timestamp` field of this datagen")),
         None => {
             let known: Vec<&str> = fields.keys().map(String::as_str).collect();
-            cx.err(&at, format!("event-time field `{}` is not a field of this datagen (fields: {})", e.field, known.join(", ")));
+            cx.err(&at, format!("event-time field `{field}` is not a field of this datagen (fields: {})", known.join(", ")));
         }
     }
 }
@@ -460,6 +583,23 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
         }
         RawSink::Stdout { .. } => SinkSpec::Stdout,
         RawSink::Blackhole { rate_limit, .. } => SinkSpec::Blackhole { rate_limit: cx.rate_limit(at, *rate_limit) },
+        RawSink::Kafka { brokers, topic, format: _, key, delivery, broker_timeout, properties, .. } => {
+            let broker_timeout =
+                broker_timeout.as_ref().and_then(|t| cx.positive(at, "broker_timeout", t)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
+            cx.not_empty(at, "brokers", brokers, "bootstrap servers such as `127.0.0.1:9092`");
+            cx.not_empty(at, "topic", topic, "the topic to write to");
+            let key = match key {
+                Some(k) => key_list(cx, &child(at, "key"), k),
+                None => Vec::new(),
+            };
+            let reserved = ["bootstrap.servers", "transactional.id", "enable.idempotence"];
+            let properties = kafka_properties(cx, &child(at, "properties"), properties, &reserved);
+            let delivery = match delivery.unwrap_or(RawDelivery::ExactlyOnce) {
+                RawDelivery::ExactlyOnce => Delivery::ExactlyOnce,
+                RawDelivery::AtLeastOnce => Delivery::AtLeastOnce,
+            };
+            SinkSpec::Kafka(KafkaSinkSpec { brokers: brokers.clone(), topic: topic.clone(), key, delivery, broker_timeout, properties })
+        }
     }
 }
 
@@ -519,6 +659,10 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], name: &str, kind: &NodeKind, input: 
                 (None, _) => Time::Missing(format!("`{name}` is a running aggregate (no `window`), which emits no event time")),
             };
             Flow { fields: Some(a.output_fields()), time }
+        }
+        NodeKind::Sink(SinkSpec::Kafka(k)) => {
+            check_fields(cx, &child(at, "key"), &k.key, input_name, upstream);
+            unknown
         }
         NodeKind::Sink(_) => unknown,
     }

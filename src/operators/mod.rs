@@ -12,6 +12,9 @@ pub mod dead_letter;
 pub mod dedup;
 pub mod file_sink;
 pub mod file_source;
+pub mod kafka;
+pub mod kafka_sink;
+pub mod kafka_source;
 pub mod source;
 pub mod stdout_sink;
 #[cfg(test)]

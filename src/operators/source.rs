@@ -36,4 +36,20 @@ pub trait Source: Send {
 
     /// Resume from a position taken by `position` (same subtask layout).
     fn restore(&mut self, position: &[u8]) -> Result<(), String>;
+
+    /// For a source that tracks event time per partition: the greatest
+    /// event time every active partition has reached (idle and finished
+    /// partitions do not count). The task derives the watermark from it
+    /// instead of from the largest event time of each batch, so one
+    /// partition read ahead does not make the others late. None: not tracked.
+    fn event_time_progress(&self) -> Option<crate::types::Millis> {
+        None
+    }
+
+    /// Checkpoint `id` just recorded `position()`.
+    fn on_checkpoint(&mut self, _id: u64) {}
+
+    /// Checkpoint `id` is complete (the Kafka source may commit its offsets
+    /// to a consumer group, for monitoring).
+    fn on_checkpoint_complete(&mut self, _id: u64) {}
 }

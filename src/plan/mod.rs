@@ -104,6 +104,9 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
             let fields = a.aggregates.iter().filter_map(|f| f.field.clone());
             merge_needs(&mut needs, fields.map(|f| (f, FieldNeed { required: false, numeric: true })).collect());
         }
+        NodeKind::Sink(crate::config::SinkSpec::Kafka(k)) => {
+            merge_needs(&mut needs, k.key.iter().map(|k| (k.clone(), FieldNeed { required: false, numeric: false })).collect())
+        }
         _ => return None,
     }
     let mut up = node.input?;

@@ -29,6 +29,8 @@ use crate::operators::dead_letter::DeadLetters;
 use crate::operators::dedup::Dedup;
 use crate::operators::file_sink::FileSink;
 use crate::operators::file_source::{splits_for, FileSource};
+use crate::operators::kafka_sink::{default_transaction_timeout, KafkaSink};
+use crate::operators::kafka_source::KafkaSource;
 use crate::operators::source::{Extent, Source};
 use crate::operators::stdout_sink::StdoutSink;
 use crate::operators::{Operator, OperatorMetrics, SubtaskInfo};
@@ -238,6 +240,19 @@ fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters
             let splits = splits_for(&sized, plan.pipeline.parallelism, subtask, spec.event_time.is_some());
             Ok(Box::new(FileSource::new(&node.name, splits, parser, spec.on_error.clone(), dead_letter)))
         }
+        SourceKind::Kafka(k) => {
+            let dead_letter = match &spec.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                _ => None,
+            };
+            let event_field = if k.message_timestamp { None } else { event_field };
+            let parser = JsonParser::new(plan.projections[id].clone(), event_field);
+            let p = plan.pipeline.parallelism;
+            let idle = spec.event_time.as_ref().and_then(|e| e.idle_timeout);
+            let src = KafkaSource::open(&node.name, k, &plan.pipeline.name, subtask, p, parser, spec.on_error.clone(), dead_letter, idle)
+                .map_err(err)?;
+            Ok(Box::new(src))
+        }
         SourceKind::Datagen(gen) => {
             let g =
                 Datagen::new(gen.clone(), &plan.schemas[id], event_field.as_deref(), subtask, plan.pipeline.parallelism).map_err(err)?;
@@ -265,6 +280,15 @@ fn chain_op(plan: &Plan, id: NodeId, subtask: u16, metrics: &[NodeMetrics], dead
             Box::new(FileSink::new(dir, *max_file_bytes, subtask, plan.pipeline.checkpoint.is_some()).map_err(|e| err(e.to_string()))?)
         }
         NodeKind::Sink(SinkSpec::Stdout) => Box::<StdoutSink>::default(),
+        NodeKind::Sink(SinkSpec::Kafka(k)) => {
+            let key =
+                k.key.iter().map(|f| input_schema.iter().position(|s| s == f).expect("validated: key field in input schema")).collect();
+            let txn_timeout = match &plan.pipeline.checkpoint {
+                Some(c) => default_transaction_timeout(c.interval, c.timeout),
+                None => std::time::Duration::from_secs(60),
+            };
+            Box::new(KafkaSink::open(k, &plan.pipeline.name, &node.name, subtask, key, txn_timeout).map_err(err)?)
+        }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
     let state = Box::new(MemoryState::new(&op.tables(), key_group_range(subtask, p, plan.pipeline.max_parallelism)));

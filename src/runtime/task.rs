@@ -124,7 +124,10 @@ impl SourceTask {
                 idle_sent = false;
                 produced += batch.len() as u64;
                 OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
-                max_ts = batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max);
+                max_ts = match self.source.event_time_progress() {
+                    Some(t) => max_ts.max(t),
+                    None => batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max),
+                };
                 let out = self.chain.process(0, batch)?;
                 self.output.push(out);
                 if let Some(ooo) = self.timing.max_out_of_orderness {
@@ -138,6 +141,16 @@ impl SourceTask {
                 }
                 if self.output.flush().await.is_err() {
                     return Ok(TaskEnd::Stopped);
+                }
+            } else if let (Some(ooo), Some(t)) = (self.timing.max_out_of_orderness, self.source.event_time_progress()) {
+                // No data, but a partition may have gone idle or finished.
+                max_ts = max_ts.max(t);
+                let wm = max_ts.saturating_sub(ooo).saturating_sub(1);
+                if wm > emitted_wm {
+                    emitted_wm = wm;
+                    if !self.emit_watermark(wm).await? {
+                        return Ok(TaskEnd::Stopped);
+                    }
                 }
             }
             match status {
@@ -244,6 +257,7 @@ impl SourceTask {
             operators: self.chain.snapshot(id)?,
             ..TaskSnapshot::default()
         };
+        self.source.on_checkpoint(id);
         let sent = if unaligned {
             // The barrier jumps the queue; what it overtook is channel state.
             self.output.broadcast_overtaking(|| Message::Barrier(id)).map(|overtaken| snapshot.output_records = overtaken)
@@ -266,6 +280,7 @@ impl SourceTask {
 
     fn notify_completed(&mut self) -> Result<(), TaskError> {
         if let Some(id) = self.checkpointing.as_mut().and_then(|s| s.ck.newly_completed()) {
+            self.source.on_checkpoint_complete(id);
             self.chain.notify_complete(id)?;
         }
         Ok(())

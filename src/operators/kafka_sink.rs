@@ -1,0 +1,445 @@
+//! The Kafka sink: each record's JSON text as the message value, the key
+//! from fields.
+//!
+//! `delivery: at_least_once` — an idempotent producer (acks=all); every
+//! checkpoint barrier waits until everything sent so far is acknowledged,
+//! so a completed checkpoint never lost a record (a restore may send some
+//! again).
+//!
+//! `delivery: exactly_once` — one transactional producer per subtask,
+//! `transactional.id = weir-<pipeline>-<sink>-<subtask>` (stable across
+//! restarts, so a restart fences the old producer and aborts its open
+//! transaction). One transaction per checkpoint:
+//!
+//! 1. records go into the open transaction;
+//! 2. on the barrier of checkpoint n (pre-commit) the producer is flushed,
+//!    the marker `n` is added to the transaction (`send_offsets_to_transaction`
+//!    of offset n for the marker group `weir-txn-<transactional.id>`), and
+//!    the records of the transaction are kept in the sink's state, which the
+//!    checkpoint saves;
+//! 3. records that arrive before n completes wait in memory (one transaction
+//!    at a time per producer);
+//! 4. when n completes, the transaction is committed and the next begins
+//!    with the waiting records. A checkpoint that aborts (or a savepoint,
+//!    which does not publish) leaves its transaction open: the next
+//!    checkpoint's barrier extends it and its completion commits it.
+//!
+//! A crash between `_metadata` of n and the commit is the window a
+//! transactional producer alone cannot close (librdkafka cannot resume a
+//! transaction of a dead producer): the restart's `init_transactions`
+//! aborts it. So on restore from n the sink asks the marker group which
+//! checkpoint was committed last: if it is n or later, nothing is done;
+//! otherwise the records of n, restored from state, are sent again in a new
+//! transaction with marker n and committed before anything else. Either
+//! way every record of n is committed exactly once.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::kafka::{client_config, is_connectivity, WeirContext};
+use super::{Context, OpError, OpResult, Operator};
+use crate::config::{Delivery, KafkaSinkSpec};
+use crate::faults;
+use crate::state::{TableKind, TableSpec};
+use crate::types::Record;
+
+/// The records of the staged transaction: key `txn`.
+const TXN: usize = 0;
+const TXN_KEY: &[u8] = b"txn";
+
+/// The producer's context: the shared one plus the first delivery error.
+pub struct SinkContext {
+    base: WeirContext,
+    failed: Mutex<Option<String>>,
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.base.log(level, fac, log_message)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.base.error(error, reason)
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => self.base.broker_ok(),
+            Err((e, _)) => {
+                if e.rdkafka_error_code().is_some_and(is_connectivity) {
+                    self.base.broker_failed(&e.to_string());
+                }
+                let mut f = self.failed.lock().expect("failed lock");
+                if f.is_none() {
+                    *f = Some(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+type Msg = (Option<Box<[u8]>>, Box<str>);
+
+/// The exactly-once machinery of one subtask.
+struct Txn {
+    /// Answers "which checkpoint was committed last" (the marker group).
+    marker: BaseConsumer<WeirContext>,
+    open: bool,
+    /// The records of the open transaction (saved at each barrier).
+    records: Vec<Msg>,
+    /// The checkpoint whose barrier pre-committed the open transaction.
+    staged: Option<u64>,
+    /// Records that arrived after the barrier of `staged`.
+    held: Vec<Msg>,
+}
+
+pub struct KafkaSink {
+    who: String,
+    topic: String,
+    key: Vec<usize>,
+    producer: ThreadedProducer<SinkContext>,
+    txn: Option<Txn>,
+    timeout: Duration,
+    key_buf: Vec<u8>,
+}
+
+/// `transaction.timeout.ms` when the pipeline does not set it: twice what a
+/// transaction may need (a checkpoint interval plus its timeout), at least
+/// librdkafka's default of 60 s and at most a broker's default maximum of 15 min.
+pub fn default_transaction_timeout(interval: Duration, timeout: Duration) -> Duration {
+    ((interval + timeout) * 2).clamp(Duration::from_secs(60), Duration::from_secs(900))
+}
+
+impl KafkaSink {
+    /// Create the producer; exactly-once: `init_transactions`, which fences
+    /// an older producer of this subtask and ends its open transaction.
+    pub fn open(
+        spec: &KafkaSinkSpec,
+        pipeline: &str,
+        name: &str,
+        subtask: u16,
+        key: Vec<usize>,
+        transaction_timeout: Duration,
+    ) -> Result<Self, String> {
+        let who = format!("sink `{name}`[{subtask}]");
+        let mut config = client_config(&spec.brokers, &[]);
+        let bound_ms = spec.broker_timeout.as_millis().to_string();
+        config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
+        let txn_id = format!("weir-{pipeline}-{name}-{subtask}");
+        if spec.delivery == Delivery::ExactlyOnce {
+            let ms = transaction_timeout.as_millis().to_string();
+            config.set("transactional.id", &txn_id).set("transaction.timeout.ms", &ms);
+            if spec.broker_timeout > transaction_timeout {
+                config.set("message.timeout.ms", &ms);
+            }
+        }
+        for (k, v) in &spec.properties {
+            config.set(k, v);
+        }
+        let context = SinkContext { base: WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout), failed: Mutex::new(None) };
+        let producer: ThreadedProducer<SinkContext> =
+            config.create_with_context(context).map_err(|e| format!("creating the Kafka producer: {e}"))?;
+        let t = spec.broker_timeout;
+        let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{}` within {t:?} (broker_timeout): {e}", spec.brokers);
+        // Fail early and clearly when no broker answers.
+        producer.client().fetch_metadata(Some(&spec.topic), t).map_err(unreachable)?;
+        let txn = match spec.delivery {
+            Delivery::AtLeastOnce => None,
+            Delivery::ExactlyOnce => {
+                producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
+                let mut mc = client_config(&spec.brokers, &[]);
+                mc.set("group.id", format!("weir-txn-{txn_id}"))
+                    .set("enable.auto.commit", "false")
+                    .set("isolation.level", "read_committed");
+                for (k, v) in
+                    spec.properties.iter().filter(|(k, _)| k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl."))
+                {
+                    mc.set(k, v);
+                }
+                let marker = mc
+                    .create_with_context(WeirContext::new(format!("{who} marker"), &spec.brokers, t))
+                    .map_err(|e| format!("creating the marker consumer: {e}"))?;
+                Some(Txn { marker, open: false, records: Vec::new(), staged: None, held: Vec::new() })
+            }
+        };
+        Ok(KafkaSink { who, topic: spec.topic.clone(), key, producer, txn, timeout: t, key_buf: Vec::new() })
+    }
+
+    fn message(&mut self, r: &Record) -> Msg {
+        let values: Vec<_> = self.key.iter().map(|&i| &r.fields[i]).collect();
+        let key = super::kafka::key_bytes(&values, &mut self.key_buf).then(|| self.key_buf.clone().into_boxed_slice());
+        (key, r.raw.clone())
+    }
+
+    /// Hand one message to the producer, waiting while its queue is full.
+    fn send(&self, m: &Msg) -> OpResult {
+        let mut rec: BaseRecord<'_, [u8], str> = BaseRecord::to(&self.topic).payload(&*m.1);
+        if let Some(k) = &m.0 {
+            rec = rec.key(&**k);
+        }
+        loop {
+            match self.producer.send(rec) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // Backpressure: the background thread drains the queue.
+                    self.producer.context().base.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                    rec = back;
+                }
+                Err((e, _)) => return Err(OpError::Data(format!("{}: producing to `{}`: {e}", self.who, self.topic))),
+            }
+        }
+    }
+
+    /// Wait until every message sent is acknowledged (or failed), for at
+    /// most the broker timeout; fail on any delivery error.
+    fn flush(&self) -> OpResult {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.producer.flush(Duration::from_secs(1)) {
+                Ok(()) => break,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(who = %self.who, error = %e, "Kafka flush is waiting for the brokers.");
+                    self.producer.context().base.check()?;
+                }
+                Err(e) => {
+                    return Err(OpError::Data(format!(
+                        "{}: messages to `{}` not acknowledged within {:?} (broker_timeout): {e}",
+                        self.who, self.topic, self.timeout
+                    )))
+                }
+            }
+        }
+        if let Some(e) = self.producer.context().failed.lock().expect("failed lock").take() {
+            return Err(OpError::Data(format!("{}: delivery to `{}` failed: {e}", self.who, self.topic)));
+        }
+        Ok(())
+    }
+
+    fn txn_err(&self, what: &str, e: KafkaError) -> OpError {
+        OpError::Data(format!("{}: {what}: {e}", self.who))
+    }
+
+    /// Send into the open transaction, beginning one if needed.
+    fn send_in_txn(&mut self, m: Msg) -> OpResult {
+        let txn = self.txn.as_ref().expect("exactly-once");
+        if !txn.open {
+            self.producer.begin_transaction().map_err(|e| self.txn_err("begin_transaction", e))?;
+            self.txn.as_mut().expect("exactly-once").open = true;
+        }
+        self.send(&m)?;
+        self.txn.as_mut().expect("exactly-once").records.push(m);
+        Ok(())
+    }
+
+    /// Add marker `id` to the open transaction.
+    fn add_marker(&self, id: u64) -> OpResult {
+        let txn = self.txn.as_ref().expect("exactly-once");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(id as i64)).map_err(|e| self.txn_err("marker", e))?;
+        let cgm =
+            txn.marker.group_metadata().ok_or_else(|| OpError::Data(format!("{}: marker consumer has no group metadata", self.who)))?;
+        self.producer.send_offsets_to_transaction(&tpl, &cgm, self.timeout).map_err(|e| self.txn_err("send_offsets_to_transaction", e))
+    }
+
+    /// The newest checkpoint whose transaction was committed (0: none).
+    fn committed_marker(&self) -> Result<u64, OpError> {
+        let txn = self.txn.as_ref().expect("exactly-once");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topic, 0);
+        let got = txn.marker.committed_offsets(tpl, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))?;
+        Ok(match got.find_partition(&self.topic, 0).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) if o > 0 => o as u64,
+            _ => 0,
+        })
+    }
+
+    fn commit(&mut self) -> OpResult {
+        faults::get().crash_point("before_sink_commit");
+        self.producer.commit_transaction(self.timeout).map_err(|e| self.txn_err("commit_transaction", e))?;
+        let txn = self.txn.as_mut().expect("exactly-once");
+        txn.open = false;
+        txn.records.clear();
+        txn.staged = None;
+        Ok(())
+    }
+}
+
+fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
+    let mut out = id.to_be_bytes().to_vec();
+    for (k, v) in records {
+        match k {
+            Some(k) => {
+                out.extend_from_slice(&(k.len() as u32).to_be_bytes());
+                out.extend_from_slice(k);
+            }
+            None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
+        }
+        out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+        out.extend_from_slice(v.as_bytes());
+    }
+    out
+}
+
+fn decode_txn(b: &[u8]) -> Result<(u64, Vec<Msg>), String> {
+    let bad = || "malformed staged Kafka transaction in state".to_string();
+    let mut r = b;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let (h, t) = r.split_at_checked(n).ok_or_else(bad)?;
+        r = t;
+        Ok(h)
+    };
+    let id = u64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+    let mut records = Vec::new();
+    while let Ok(head) = take(4) {
+        let klen = u32::from_be_bytes(head.try_into().expect("4 bytes"));
+        let key = if klen == u32::MAX { None } else { Some(take(klen as usize)?.to_vec().into_boxed_slice()) };
+        let vlen = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+        let value = String::from_utf8(take(vlen)?.to_vec()).map_err(|_| bad())?;
+        records.push((key, value.into_boxed_str()));
+    }
+    Ok((id, records))
+}
+
+impl Operator for KafkaSink {
+    fn tables(&self) -> Vec<TableSpec> {
+        match self.txn {
+            Some(_) => vec![TableSpec { name: "kafka_txn", kind: TableKind::Point }],
+            None => Vec::new(),
+        }
+    }
+
+    fn process(&mut self, batch: Vec<Record>, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        self.producer.context().base.check()?;
+        for r in &batch {
+            let m = self.message(r);
+            let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
+            match waiting {
+                None => self.send(&m)?,
+                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(m),
+                Some(false) => self.send_in_txn(m)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        let Some(t) = &mut self.txn else { return self.flush() };
+        // The previous staged transaction was not committed (its checkpoint
+        // aborted, or it was a savepoint): extend it.
+        let held = std::mem::take(&mut t.held);
+        for m in held {
+            self.send_in_txn(m)?;
+        }
+        let kg = ctx.state.key_groups().start;
+        let t = self.txn.as_ref().expect("exactly-once");
+        if !t.open {
+            ctx.state.delete(TXN, kg, TXN_KEY)?;
+            return Ok(());
+        }
+        self.flush()?;
+        self.add_marker(id)?;
+        let t = self.txn.as_mut().expect("exactly-once");
+        t.staged = Some(id);
+        ctx.state.put(TXN, kg, TXN_KEY, &encode_txn(id, &t.records))?;
+        Ok(())
+    }
+
+    fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        let Some(t) = &self.txn else { return Ok(()) };
+        if t.staged.is_none_or(|s| s > id) {
+            return Ok(());
+        }
+        self.commit()?;
+        ctx.state.delete(TXN, ctx.state.key_groups().start, TXN_KEY)?;
+        let held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
+        for m in held {
+            self.send_in_txn(m)?;
+        }
+        Ok(())
+    }
+
+    fn on_restore(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        if self.txn.is_none() {
+            return Ok(());
+        }
+        let kg = ctx.state.key_groups().start;
+        let mut buf = Vec::new();
+        if !ctx.state.get(TXN, kg, TXN_KEY, &mut buf)? {
+            return Ok(());
+        }
+        let (staged, records) = decode_txn(&buf).map_err(OpError::Data)?;
+        // init_transactions (at open) already ended the crashed run's open
+        // transaction: committed if its commit had reached the broker, else aborted.
+        let committed = self.committed_marker()?;
+        if committed >= staged {
+            tracing::info!(who = %self.who, checkpoint = id, staged, committed, "Transaction of the restored checkpoint was committed before the crash.");
+        } else {
+            let n = records.len();
+            for m in records {
+                self.send_in_txn(m)?;
+            }
+            self.flush()?;
+            self.add_marker(staged)?;
+            self.commit()?;
+            tracing::warn!(
+                who = %self.who,
+                checkpoint = id,
+                staged,
+                committed,
+                records = n,
+                "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
+            );
+        }
+        ctx.state.delete(TXN, kg, TXN_KEY)?;
+        Ok(())
+    }
+
+    fn close(&mut self, _ctx: &mut Context<'_>) -> OpResult {
+        match &self.txn {
+            None => self.flush(),
+            Some(t) => {
+                // Records after the last checkpoint: a restore produces them
+                // again. A staged transaction stays for the restore to decide.
+                if t.open && t.staged.is_none() {
+                    if let Err(e) = self.producer.abort_transaction(self.timeout) {
+                        tracing::warn!(who = %self.who, error = %e, "Aborting the open transaction at close failed.");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_transactions_round_trip() {
+        let recs: Vec<Msg> = vec![(Some(b"k".to_vec().into_boxed_slice()), "{\"a\":1}".into()), (None, "{}".into())];
+        let (id, back) = decode_txn(&encode_txn(42, &recs)).unwrap();
+        assert_eq!(id, 42);
+        assert_eq!(back, recs);
+        assert!(decode_txn(&encode_txn(1, &recs)[..12]).is_err());
+    }
+
+    #[test]
+    fn default_transaction_timeout_covers_a_checkpoint() {
+        let s = Duration::from_secs;
+        assert_eq!(default_transaction_timeout(s(1), s(60)), s(122));
+        assert_eq!(default_transaction_timeout(s(1), s(5)), s(60));
+        assert_eq!(default_transaction_timeout(s(600), s(600)), s(900));
+    }
+}

@@ -1,0 +1,521 @@
+//! The Kafka source: JSON messages from one or more topics.
+//!
+//! Partitions are dealt to subtasks deterministically (every (topic,
+//! partition) of the matching topics, sorted, round-robin), with a manual
+//! `assign`: no consumer-group rebalancing, no auto-commit. The next offset
+//! of every partition is the source's checkpoint position, so a restore
+//! resumes exactly where the checkpoint was taken. After a checkpoint
+//! completes, its offsets may also be committed to the consumer group, for
+//! lag monitoring only: the checkpoint stays the truth.
+//!
+//! The position is self-describing — a list of (topic, partition, next
+//! offset, stop offset) — so a restore can take the union of every old
+//! subtask's list and keep the partitions this subtask owns now.
+//!
+//! `poll` never waits: it takes what librdkafka has already fetched
+//! (`poll(0)`), so a runtime worker is never blocked by the network.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::kafka::{client_config, is_connectivity, WeirContext};
+use super::source::{Extent, Source, SourcePoll};
+use super::{DeadLetter, OpError, OperatorMetrics};
+use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OnError};
+use crate::format::json::JsonParser;
+use crate::types::{Millis, Record, MIN_WATERMARK};
+
+/// Position format: magic and version.
+const POSITION_MAGIC: &[u8; 4] = b"WKS1";
+/// While the brokers are down, probe them this often.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+
+type Tp = (String, i32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Part {
+    /// Offset of the next message to read.
+    next: i64,
+    /// Bounded: read offsets below this only.
+    stop: Option<i64>,
+}
+
+/// Event-time progress of one partition (not part of the position: after a
+/// restore the watermark restarts from the checkpoint's).
+#[derive(Debug, Clone, Copy)]
+struct PartTime {
+    max_ts: Millis,
+    last_data: Instant,
+}
+
+impl Part {
+    fn done(&self) -> bool {
+        self.stop.is_some_and(|s| self.next >= s)
+    }
+}
+
+pub struct KafkaSource {
+    who: String,
+    consumer: BaseConsumer<WeirContext>,
+    parts: BTreeMap<Tp, Part>,
+    /// A partition silent this long does not hold the watermark back.
+    idle_timeout: Option<Duration>,
+    /// Turns messages into records (apart from the consumer, which the
+    /// messages borrow).
+    dec: Decoder,
+    commit_offsets: bool,
+    /// Positions recorded by checkpoints not yet complete (for the group commit).
+    pending_commits: VecDeque<(u64, Vec<(Tp, i64)>)>,
+    last_probe: Instant,
+}
+
+struct Decoder {
+    who: String,
+    times: BTreeMap<Tp, PartTime>,
+    parser: JsonParser,
+    on_error: OnError,
+    dead_letter: Option<DeadLetter>,
+    key_field: Option<String>,
+    message_timestamp: bool,
+    raw: String,
+}
+
+/// Every (topic, partition) of the matching topics, sorted; the share of `subtask`.
+pub fn assign_partitions(mut all: Vec<Tp>, parallelism: u16, subtask: u16) -> Vec<Tp> {
+    all.sort();
+    all.into_iter().enumerate().filter(|(i, _)| *i % parallelism as usize == subtask as usize).map(|(_, tp)| tp).collect()
+}
+
+impl KafkaSource {
+    /// Connect (waiting at most `broker_timeout`), find and deal the
+    /// partitions, resolve the start offsets and assign.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        name: &str,
+        spec: &KafkaSourceSpec,
+        pipeline: &str,
+        subtask: u16,
+        parallelism: u16,
+        parser: JsonParser,
+        on_error: OnError,
+        dead_letter: Option<DeadLetter>,
+        idle_timeout: Option<Duration>,
+    ) -> Result<Self, String> {
+        let who = format!("source `{name}`[{subtask}]");
+        let mut config = client_config(&spec.brokers, &[]);
+        config
+            .set("group.id", spec.group_id.clone().unwrap_or_else(|| format!("weir-{pipeline}-{name}")))
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in &spec.properties {
+            config.set(k, v);
+        }
+        // Offsets live in checkpoints; the partition end is watched (bounded reads).
+        config.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false").set("enable.partition.eof", "true");
+        let context = WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout);
+        let consumer: BaseConsumer<WeirContext> =
+            config.create_with_context(context).map_err(|e| format!("creating the Kafka consumer: {e}"))?;
+        let t = spec.broker_timeout;
+        let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{}` within {t:?} (broker_timeout): {e}", spec.brokers);
+        let metadata = consumer.fetch_metadata(None, t).map_err(unreachable)?;
+        let mut all: Vec<Tp> = Vec::new();
+        match &spec.topics {
+            KafkaTopics::Names(names) => {
+                for n in names {
+                    let topic = metadata.topics().iter().find(|m| m.name() == n && !m.partitions().is_empty());
+                    let Some(topic) = topic else {
+                        return Err(format!("topic `{n}` does not exist on Kafka brokers `{}` (create it first)", spec.brokers));
+                    };
+                    all.extend(topic.partitions().iter().map(|p| (n.clone(), p.id())));
+                }
+            }
+            KafkaTopics::Pattern(p) => {
+                let re = regex::Regex::new(p).map_err(|e| format!("invalid topic_pattern: {e}"))?;
+                for topic in metadata.topics().iter().filter(|m| re.is_match(m.name()) && !m.name().starts_with("__")) {
+                    all.extend(topic.partitions().iter().map(|p| (topic.name().to_string(), p.id())));
+                }
+                if all.is_empty() {
+                    tracing::warn!(%who, pattern = %p, "No topic matches the topic pattern; this subtask reads nothing.");
+                }
+            }
+        }
+        let mine = assign_partitions(all, parallelism, subtask);
+        let committed = match (spec.start, mine.is_empty()) {
+            (KafkaStart::GroupOffsets, false) => {
+                let mut tpl = TopicPartitionList::new();
+                for (topic, p) in &mine {
+                    tpl.add_partition(topic, *p);
+                }
+                Some(consumer.committed_offsets(tpl, t).map_err(unreachable)?)
+            }
+            _ => None,
+        };
+        let mut parts = BTreeMap::new();
+        for (topic, p) in mine {
+            let (low, high) = consumer.fetch_watermarks(&topic, p, t).map_err(unreachable)?;
+            let group = committed.as_ref().and_then(|c| c.find_partition(&topic, p)).and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            });
+            let next = match spec.start {
+                KafkaStart::Earliest => low,
+                KafkaStart::Latest => high,
+                KafkaStart::GroupOffsets => group.unwrap_or(low),
+            };
+            parts.insert((topic, p), Part { next, stop: spec.bounded.then_some(high) });
+        }
+        tracing::info!(%who, partitions = ?parts.keys().collect::<Vec<_>>(), "Kafka partitions assigned.");
+        let now = Instant::now();
+        let times = parts.keys().map(|tp| (tp.clone(), PartTime { max_ts: MIN_WATERMARK, last_data: now })).collect();
+        let dec = Decoder {
+            who: who.clone(),
+            times,
+            parser,
+            on_error,
+            dead_letter,
+            key_field: spec.key_field.clone(),
+            message_timestamp: spec.message_timestamp,
+            raw: String::new(),
+        };
+        let src = KafkaSource {
+            who,
+            consumer,
+            parts,
+            idle_timeout,
+            dec,
+            commit_offsets: spec.commit_offsets,
+            pending_commits: VecDeque::new(),
+            last_probe: Instant::now(),
+        };
+        src.assign()?;
+        Ok(src)
+    }
+
+    /// Assign every unfinished partition at its next offset.
+    fn assign(&self) -> Result<(), String> {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, p), part) in self.parts.iter().filter(|(_, part)| !part.done()) {
+            tpl.add_partition_offset(topic, *p, Offset::Offset(part.next)).map_err(|e| e.to_string())?;
+        }
+        self.consumer.assign(&tpl).map_err(|e| format!("{}: assigning partitions: {e}", self.who))
+    }
+
+    /// The partition end was reached: librdkafka's fetch position (past
+    /// transaction markers and aborted records, which read_committed never
+    /// delivers) is where reading resumes.
+    fn on_partition_eof(&mut self) {
+        let Ok(positions) = self.consumer.position() else { return };
+        for e in positions.elements() {
+            if let (Offset::Offset(o), Some(part)) = (e.offset(), self.parts.get_mut(&(e.topic().to_string(), e.partition()))) {
+                let o = part.stop.map_or(o, |s| o.min(s));
+                if o > part.next {
+                    part.next = o;
+                }
+            }
+        }
+    }
+
+    fn snapshot_offsets(&self) -> Vec<(Tp, i64)> {
+        self.parts.iter().map(|(tp, p)| (tp.clone(), p.next)).collect()
+    }
+}
+
+impl Decoder {
+    fn bad_record(&self, place: &str, text: &str, reason: &str, metrics: &OperatorMetrics) -> Result<(), OpError> {
+        OperatorMetrics::add(&metrics.records_dropped, 1);
+        match &self.on_error {
+            OnError::Fail => Err(OpError::Data(format!("bad record at {place}: {reason}: {}", truncate(text, 200)))),
+            OnError::Skip => Ok(()),
+            OnError::DeadLetter(_) => {
+                let dl = self.dead_letter.as_ref().expect("dead letter opened for on_error: dead_letter");
+                dl.write(&format!("{}@{place}", self.who), reason, text)
+                    .map_err(|e| OpError::io(format!("writing dead letter {}", dl.path().display()), e))
+            }
+        }
+    }
+
+    /// Parse one message into `out` (or hand it to `on_error`).
+    fn take(
+        &mut self,
+        tp: &Tp,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        out: &mut Vec<Record>,
+        metrics: &OperatorMetrics,
+    ) -> Result<bool, OpError> {
+        if let Some(t) = self.times.get_mut(tp) {
+            t.last_data = Instant::now();
+        }
+        let payload = m.payload().unwrap_or_default();
+        OperatorMetrics::add(&metrics.bytes_in, payload.len() as u64);
+        let place = || format!("{}/{}@{}", m.topic(), m.partition(), m.offset());
+        let text = match std::str::from_utf8(payload) {
+            Ok(t) => t.trim(),
+            Err(e) => {
+                let lossy = String::from_utf8_lossy(payload).into_owned();
+                self.bad_record(&place(), &lossy, &format!("not UTF-8: {e}"), metrics)?;
+                return Ok(false);
+            }
+        };
+        let text = match &self.key_field {
+            Some(field) => {
+                with_key_field(field, m.key(), text, &mut self.raw);
+                self.raw.as_str()
+            }
+            None => text,
+        };
+        match self.parser.parse(text) {
+            Ok(mut r) => {
+                if self.message_timestamp {
+                    r.event_time = m.timestamp().to_millis();
+                }
+                if let (Some(ts), Some(t)) = (r.event_time, self.times.get_mut(tp)) {
+                    t.max_ts = t.max_ts.max(ts);
+                }
+                out.push(r);
+                Ok(true)
+            }
+            Err(reason) => {
+                let text = text.to_string();
+                self.bad_record(&place(), &text, &reason, metrics)?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Put the message key into a JSON object as its first field.
+fn with_key_field(field: &str, key: Option<&[u8]>, object: &str, out: &mut String) {
+    out.clear();
+    let Some(rest) = object.strip_prefix('{') else {
+        // Not an object: the parser reports it.
+        out.push_str(object);
+        return;
+    };
+    out.push('{');
+    out.push_str(&serde_json::to_string(field).expect("a string serializes"));
+    out.push(':');
+    match key {
+        Some(k) => out.push_str(&serde_json::to_string(&String::from_utf8_lossy(k)).expect("a string serializes")),
+        None => out.push_str("null"),
+    }
+    if !rest.trim_start().starts_with('}') {
+        out.push(',');
+    }
+    out.push_str(rest);
+}
+
+impl Source for KafkaSource {
+    fn poll(&mut self, max: usize, out: &mut Vec<Record>, metrics: &OperatorMetrics) -> Result<SourcePoll, OpError> {
+        if self.parts.values().all(Part::done) {
+            return Ok(SourcePoll::Finished);
+        }
+        let mut produced = 0;
+        let mut received = false;
+        let mut eof = false;
+        while produced < max {
+            let Some(result) = self.consumer.poll(Duration::ZERO) else { break };
+            match result {
+                Ok(m) => {
+                    received = true;
+                    let tp = (m.topic().to_string(), m.partition());
+                    let Some(part) = self.parts.get(&tp).copied() else { continue };
+                    // Past a bounded partition's end, or before the position
+                    // (a fetch that was under way at a re-assign): not ours.
+                    if part.done() || m.offset() < part.next || part.stop.is_some_and(|s| m.offset() >= s) {
+                        continue;
+                    }
+                    if self.dec.take(&tp, &m, out, metrics)? {
+                        produced += 1;
+                    }
+                    let part = self.parts.get_mut(&tp).expect("present");
+                    part.next = m.offset() + 1;
+                }
+                Err(KafkaError::PartitionEOF(_)) => {
+                    received = true;
+                    eof = true;
+                }
+                Err(e) => match e.rdkafka_error_code() {
+                    Some(code) if is_connectivity(code) => self.consumer.context().broker_failed(&e.to_string()),
+                    _ => tracing::warn!(who = %self.who, error = %e, "Kafka consumer error."),
+                },
+            }
+        }
+        if eof {
+            self.on_partition_eof();
+        }
+        let cx = self.consumer.context();
+        if received {
+            cx.broker_ok();
+        } else if cx.is_down() && self.last_probe.elapsed() >= PROBE_EVERY {
+            // No message says the brokers are back while a topic is quiet: ask.
+            self.last_probe = Instant::now();
+            if let Some((topic, p)) = self.parts.keys().next() {
+                match self.consumer.fetch_watermarks(topic, *p, PROBE_TIMEOUT) {
+                    Ok(_) => cx.broker_ok(),
+                    Err(e) => cx.broker_failed(&e.to_string()),
+                }
+            }
+        }
+        cx.check()?;
+        if self.parts.values().all(Part::done) {
+            return Ok(if produced > 0 { SourcePoll::More } else { SourcePoll::Finished });
+        }
+        Ok(if produced > 0 { SourcePoll::More } else { SourcePoll::Pending })
+    }
+
+    fn extent(&self) -> Option<Extent> {
+        None
+    }
+
+    fn event_time_progress(&self) -> Option<Millis> {
+        let now = Instant::now();
+        let idle = |t: &PartTime| self.idle_timeout.is_some_and(|d| now.duration_since(t.last_data) >= d);
+        let times = &self.dec.times;
+        let active = self.parts.iter().filter(|(_, p)| !p.done()).filter_map(|(tp, _)| times.get(tp)).filter(|t| !idle(t));
+        match active.map(|t| t.max_ts).min() {
+            Some(t) => Some(t),
+            // All idle or finished: nothing holds event time back.
+            None => times.values().map(|t| t.max_ts).max(),
+        }
+    }
+
+    fn position(&self) -> Vec<u8> {
+        encode_position(self.parts.iter())
+    }
+
+    fn restore(&mut self, position: &[u8]) -> Result<(), String> {
+        self.restore_union(&[position])
+    }
+
+    fn on_checkpoint(&mut self, id: u64) {
+        if self.commit_offsets {
+            let offsets = self.snapshot_offsets();
+            self.pending_commits.push_back((id, offsets));
+        }
+    }
+
+    fn on_checkpoint_complete(&mut self, id: u64) {
+        let mut newest = None;
+        while self.pending_commits.front().is_some_and(|(c, _)| *c <= id) {
+            newest = self.pending_commits.pop_front().map(|(_, o)| o);
+        }
+        let Some(offsets) = newest else { return };
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, p), next) in &offsets {
+            let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(*next));
+        }
+        if tpl.count() > 0 {
+            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+                tracing::warn!(who = %self.who, error = %e, "Committing offsets to the consumer group failed (monitoring only).");
+            }
+        }
+    }
+}
+
+impl KafkaSource {
+    /// Resume from the positions of any number of old subtasks: every
+    /// partition this subtask owns takes the recorded offsets; a partition
+    /// no position names (new since) keeps its start offset.
+    pub fn restore_union(&mut self, positions: &[&[u8]]) -> Result<(), String> {
+        let mut recorded: BTreeMap<Tp, Part> = BTreeMap::new();
+        for p in positions {
+            recorded.extend(decode_position(p)?);
+        }
+        for (tp, part) in self.parts.iter_mut() {
+            if let Some(r) = recorded.get(tp) {
+                *part = *r;
+            }
+        }
+        self.assign()
+    }
+}
+
+fn encode_position<'a>(parts: impl Iterator<Item = (&'a Tp, &'a Part)>) -> Vec<u8> {
+    let parts: Vec<_> = parts.collect();
+    let mut out = POSITION_MAGIC.to_vec();
+    out.extend_from_slice(&(parts.len() as u32).to_be_bytes());
+    for ((topic, p), part) in parts {
+        out.extend_from_slice(&(topic.len() as u16).to_be_bytes());
+        out.extend_from_slice(topic.as_bytes());
+        out.extend_from_slice(&p.to_be_bytes());
+        out.extend_from_slice(&part.next.to_be_bytes());
+        out.extend_from_slice(&part.stop.unwrap_or(-1).to_be_bytes());
+    }
+    out
+}
+
+fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part)>, String> {
+    let bad = || format!("Kafka source position of {} bytes is malformed", b.len());
+    let mut r = b.strip_prefix(POSITION_MAGIC.as_slice()).ok_or_else(|| "not a Kafka source position".to_string())?;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let (head, tail) = r.split_at_checked(n).ok_or_else(bad)?;
+        r = tail;
+        Ok(head)
+    };
+    let count = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
+    let mut out = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = u16::from_be_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
+        let topic = String::from_utf8(take(len)?.to_vec()).map_err(|_| bad())?;
+        let p = i32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
+        let next = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+        let stop = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+        out.push(((topic, p), Part { next, stop: (stop >= 0).then_some(stop) }));
+    }
+    if !r.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_round_trip_and_union() {
+        let a: Tp = ("in".into(), 0);
+        let b: Tp = ("in".into(), 1);
+        let pa = Part { next: 17, stop: None };
+        let pb = Part { next: 3, stop: Some(9) };
+        let one = encode_position([(&a, &pa)].into_iter());
+        let two = encode_position([(&b, &pb)].into_iter());
+        assert_eq!(decode_position(&one).unwrap(), vec![(a.clone(), pa)]);
+        assert_eq!(decode_position(&two).unwrap(), vec![(b.clone(), pb)]);
+        assert!(decode_position(&one[..one.len() - 1]).is_err());
+        assert!(decode_position(b"xx").is_err());
+    }
+
+    #[test]
+    fn partitions_are_dealt_deterministically() {
+        let all: Vec<Tp> = vec![("b".into(), 0), ("a".into(), 1), ("a".into(), 0), ("b".into(), 1), ("a".into(), 2)];
+        let p0 = assign_partitions(all.clone(), 2, 0);
+        let p1 = assign_partitions(all.clone(), 2, 1);
+        assert_eq!(p0, vec![("a".to_string(), 0), ("a".to_string(), 2), ("b".to_string(), 1)]);
+        assert_eq!(p1, vec![("a".to_string(), 1), ("b".to_string(), 0)]);
+    }
+
+    #[test]
+    fn key_field_goes_first_in_the_object() {
+        let mut out = String::new();
+        with_key_field("k", Some(b"u\"1"), r#"{"a":1}"#, &mut out);
+        assert_eq!(out, r#"{"k":"u\"1","a":1}"#);
+        with_key_field("k", None, "{ }", &mut out);
+        assert_eq!(out, r#"{"k":null}"#.replace('}', " }"));
+        with_key_field("k", Some(b"x"), "[1]", &mut out);
+        assert_eq!(out, "[1]");
+    }
+}
