@@ -144,6 +144,8 @@ impl ClientContext for WeirContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         match error.rdkafka_error_code() {
+            // The end of a partition: normal, and handled by the source.
+            Some(RDKafkaErrorCode::PartitionEOF) => {}
             Some(code) if is_connectivity(code) => self.broker_failed(reason),
             _ => tracing::warn!(who = %self.who, %error, reason, "Kafka client error."),
         }

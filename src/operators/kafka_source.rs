@@ -16,10 +16,14 @@
 //! (`poll(0)`), so a runtime worker is never blocked by the network.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::error::KafkaResult;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -62,7 +66,12 @@ impl Part {
 
 pub struct KafkaSource {
     who: String,
-    consumer: BaseConsumer<WeirContext>,
+    consumer: Arc<BaseConsumer<WeirContext>>,
+    /// One queue per assigned partition, read in turn, so every partition
+    /// advances at about the same pace (librdkafka's shared queue would hand
+    /// out whatever it prefetched, one partition's backlog after another's,
+    /// and the per-partition watermark would wait for the last one).
+    queues: Vec<PartitionQueue<WeirContext>>,
     parts: BTreeMap<Tp, Part>,
     /// A partition silent this long does not hold the watermark back.
     idle_timeout: Option<Duration>,
@@ -183,9 +192,10 @@ impl KafkaSource {
             message_timestamp: spec.message_timestamp,
             raw: String::new(),
         };
-        let src = KafkaSource {
+        let mut src = KafkaSource {
             who,
-            consumer,
+            consumer: Arc::new(consumer),
+            queues: Vec::new(),
             parts,
             idle_timeout,
             dec,
@@ -197,13 +207,21 @@ impl KafkaSource {
         Ok(src)
     }
 
-    /// Assign every unfinished partition at its next offset.
-    fn assign(&self) -> Result<(), String> {
+    /// Assign every unfinished partition at its next offset, each with a
+    /// queue of its own.
+    fn assign(&mut self) -> Result<(), String> {
         let mut tpl = TopicPartitionList::new();
-        for ((topic, p), part) in self.parts.iter().filter(|(_, part)| !part.done()) {
-            tpl.add_partition_offset(topic, *p, Offset::Offset(part.next)).map_err(|e| e.to_string())?;
+        let open: Vec<&Tp> = self.parts.iter().filter(|(_, part)| !part.done()).map(|(tp, _)| tp).collect();
+        for (topic, p) in &open {
+            tpl.add_partition_offset(topic, *p, Offset::Offset(self.parts[&(topic.clone(), *p)].next)).map_err(|e| e.to_string())?;
         }
-        self.consumer.assign(&tpl).map_err(|e| format!("{}: assigning partitions: {e}", self.who))
+        self.queues.clear();
+        self.consumer.assign(&tpl).map_err(|e| format!("{}: assigning partitions: {e}", self.who))?;
+        for (topic, p) in open {
+            let q = self.consumer.split_partition_queue(topic, *p).ok_or_else(|| format!("{}: no queue for {topic}/{p}", self.who))?;
+            self.queues.push(q);
+        }
+        Ok(())
     }
 
     /// The partition end was reached: librdkafka's fetch position (past
@@ -289,6 +307,51 @@ impl Decoder {
     }
 }
 
+#[derive(Default)]
+struct PollState {
+    produced: usize,
+    received: bool,
+    eof: bool,
+}
+
+/// Take one item of a consumer or partition queue; false if it was empty.
+fn handle(
+    parts: &mut BTreeMap<Tp, Part>,
+    dec: &mut Decoder,
+    cx: &WeirContext,
+    item: Option<KafkaResult<BorrowedMessage<'_>>>,
+    out: &mut Vec<Record>,
+    metrics: &OperatorMetrics,
+    st: &mut PollState,
+) -> Result<bool, OpError> {
+    let Some(result) = item else { return Ok(false) };
+    match result {
+        Ok(m) => {
+            st.received = true;
+            let tp = (m.topic().to_string(), m.partition());
+            let Some(part) = parts.get(&tp).copied() else { return Ok(true) };
+            // Past a bounded partition's end, or before the position (a
+            // fetch that was under way at a re-assign): not ours.
+            if part.done() || m.offset() < part.next || part.stop.is_some_and(|s| m.offset() >= s) {
+                return Ok(true);
+            }
+            if dec.take(&tp, &m, out, metrics)? {
+                st.produced += 1;
+            }
+            parts.get_mut(&tp).expect("present").next = m.offset() + 1;
+        }
+        Err(KafkaError::PartitionEOF(_)) => {
+            st.received = true;
+            st.eof = true;
+        }
+        Err(e) => match e.rdkafka_error_code() {
+            Some(code) if is_connectivity(code) => cx.broker_failed(&e.to_string()),
+            _ => tracing::warn!(who = %dec.who, error = %e, "Kafka consumer error."),
+        },
+    }
+    Ok(true)
+}
+
 /// Put the message key into a JSON object as its first field.
 fn with_key_field(field: &str, key: Option<&[u8]>, object: &str, out: &mut String) {
     out.clear();
@@ -315,37 +378,25 @@ impl Source for KafkaSource {
         if self.parts.values().all(Part::done) {
             return Ok(SourcePoll::Finished);
         }
-        let mut produced = 0;
-        let mut received = false;
-        let mut eof = false;
-        while produced < max {
-            let Some(result) = self.consumer.poll(Duration::ZERO) else { break };
-            match result {
-                Ok(m) => {
-                    received = true;
-                    let tp = (m.topic().to_string(), m.partition());
-                    let Some(part) = self.parts.get(&tp).copied() else { continue };
-                    // Past a bounded partition's end, or before the position
-                    // (a fetch that was under way at a re-assign): not ours.
-                    if part.done() || m.offset() < part.next || part.stop.is_some_and(|s| m.offset() >= s) {
-                        continue;
-                    }
-                    if self.dec.take(&tp, &m, out, metrics)? {
-                        produced += 1;
-                    }
-                    let part = self.parts.get_mut(&tp).expect("present");
-                    part.next = m.offset() + 1;
-                }
-                Err(KafkaError::PartitionEOF(_)) => {
-                    received = true;
-                    eof = true;
-                }
-                Err(e) => match e.rdkafka_error_code() {
-                    Some(code) if is_connectivity(code) => self.consumer.context().broker_failed(&e.to_string()),
-                    _ => tracing::warn!(who = %self.who, error = %e, "Kafka consumer error."),
-                },
+        let mut st = PollState::default();
+        // Events (errors) and messages buffered before the split.
+        while st.produced < max {
+            let item = self.consumer.poll(Duration::ZERO);
+            if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), item, out, metrics, &mut st)? {
+                break;
             }
         }
+        // Then the partitions in turn, a share of `max` each.
+        let share = (max / self.queues.len().max(1)).max(1);
+        for q in &self.queues {
+            let goal = (st.produced + share).min(max);
+            while st.produced < goal {
+                if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), q.poll(Duration::ZERO), out, metrics, &mut st)? {
+                    break;
+                }
+            }
+        }
+        let (produced, received, eof) = (st.produced, st.received, st.eof);
         if eof {
             self.on_partition_eof();
         }
