@@ -174,7 +174,7 @@ struct KJob {
 
 impl KJob {
     /// Input topic (3 partitions) filled with the events; the pipeline file
-    /// made from `yaml` with IN, OUT and BROKERS replaced.
+    /// made from `yaml` with @NAME@, @IN@, @OUT@ and @BROKERS@ replaced.
     fn new(what: &str, yaml: &str, fill: bool) -> KJob {
         let b = broker();
         let (input, output) = (topic(&format!("{what}-in")), topic(&format!("{what}-out")));
@@ -183,7 +183,10 @@ impl KJob {
             produce(b, &input, &events());
         }
         let dir = tmp();
-        let text = yaml.replace("BROKERS", b).replace("IN", &input).replace("OUT", &output);
+        // The pipeline name makes the transactional ids: one per test, or
+        // concurrent tests would fence each other's producers.
+        let name = format!("{}-{}", what, std::process::id());
+        let text = yaml.replace("@BROKERS@", b).replace("@IN@", &input).replace("@OUT@", &output).replace("@NAME@", &name);
         let pipeline = write_pipeline(dir.path(), what, &text);
         KJob { dir, pipeline, input, output }
     }
@@ -202,15 +205,15 @@ impl KJob {
 }
 
 /// Kafka -> dedup by id -> 500 ms tumbling count/sum per user -> Kafka.
-const WINDOWED: &str = r#"name: kafka_windows
+const WINDOWED: &str = r#"name: @NAME@
 parallelism: 2
 state: {dir: unused}
 checkpoint: {interval: 150ms}
 sources:
   - name: events
     type: kafka
-    brokers: BROKERS
-    topics: [IN]
+    brokers: @BROKERS@
+    topics: [@IN@]
     bounded: true
     rate_limit: 700
     broker_timeout: 10s
@@ -225,7 +228,7 @@ operators:
     window: {type: tumbling, size: 500ms}
     aggregates: [{fn: count, as: n}, {fn: sum, field: amount, as: total}]
 sinks:
-  - {name: out, type: kafka, input: per_user, brokers: BROKERS, topic: OUT, key: [user], delivery: exactly_once}
+  - {name: out, type: kafka, input: per_user, brokers: @BROKERS@, topic: @OUT@, key: [user], delivery: exactly_once}
 "#;
 
 fn canon(lines: &[String]) -> Vec<String> {
@@ -297,17 +300,17 @@ fn kafka_crash_before_sink_commit_is_exactly_once() {
 
 #[test]
 fn kafka_at_least_once_loses_nothing() {
-    let yaml = r#"name: kafka_alo
+    let yaml = r#"name: @NAME@
 parallelism: 2
 state: {dir: unused}
 checkpoint: {interval: 150ms, mode: at_least_once}
 sources:
-  - {name: events, type: kafka, brokers: BROKERS, topics: [IN], bounded: true, rate_limit: 700,
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@], bounded: true, rate_limit: 700,
      properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
 operators:
   - {name: unique, type: dedup, input: events, key: [id], ttl: 1h}
 sinks:
-  - {name: out, type: kafka, input: unique, brokers: BROKERS, topic: OUT, key: [id], delivery: at_least_once}
+  - {name: out, type: kafka, input: unique, brokers: @BROKERS@, topic: @OUT@, key: [id], delivery: at_least_once}
 "#;
     let job = KJob::new("alo", yaml, true);
     let mut rng = Rng::from_env("kafka at least once");
@@ -375,15 +378,15 @@ fn kafka_broker_gone_mid_run_retries_then_fails() {
 fn kafka_restore_from_savepoint_resumes_at_the_recorded_offsets() {
     // Unbounded passthrough: half the input, stop with a savepoint, the
     // other half, restore: every record exactly once.
-    let yaml = r#"name: kafka_sp
+    let yaml = r#"name: @NAME@
 parallelism: 2
 state: {dir: unused}
 checkpoint: {interval: 200ms}
 sources:
-  - {name: events, type: kafka, brokers: BROKERS, topics: [IN],
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@],
      properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
 sinks:
-  - {name: out, type: kafka, input: events, brokers: BROKERS, topic: OUT, delivery: exactly_once}
+  - {name: out, type: kafka, input: events, brokers: @BROKERS@, topic: @OUT@, delivery: exactly_once}
 "#;
     let job = KJob::new("savepoint", yaml, false);
     let all = events();
