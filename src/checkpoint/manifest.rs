@@ -76,6 +76,9 @@ pub struct Metadata {
     pub max_parallelism: u16,
     pub bundles: Vec<BundleId>,
     pub operators: Vec<String>,
+    /// What each keyed operator's state is keyed by (`Pipeline::state_keys`).
+    #[serde(default)]
+    pub keys: std::collections::BTreeMap<String, String>,
     pub crc32c: u32,
 }
 
@@ -164,6 +167,7 @@ pub(crate) mod tests {
             max_parallelism: 128,
             bundles,
             operators: vec!["orders".into(), "unique".into()],
+            keys: [("unique".to_string(), "dedup by [order_id]".to_string())].into(),
             crc32c: 0,
         }
     }

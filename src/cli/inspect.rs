@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::checkpoint::layout::{Layout, MANIFEST_FILE, METADATA_FILE};
 use crate::checkpoint::manifest::{BundleManifest, Document, Metadata};
 use crate::checkpoint::{store, validate};
+use crate::types::key_group_range;
 
 /// The report, and whether everything shown validates.
 pub fn inspect(path: &Path) -> Result<(String, bool), String> {
@@ -25,23 +26,29 @@ pub fn inspect(path: &Path) -> Result<(String, bool), String> {
 /// One line per checkpoint and savepoint of a state directory.
 fn state_dir(layout: &Layout) -> (String, bool) {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<12} {:<10} {:<24} {:>7} {:>12}  VALID", "CHECKPOINT", "KIND", "CREATED (UTC)", "BUNDLES", "BYTES");
+    let _ = writeln!(
+        out,
+        "{:<12} {:<10} {:<24} {:>9} {:>7} {:>10} {:>12}  VALID",
+        "CHECKPOINT", "KIND", "CREATED (UTC)", "OPERATORS", "BUNDLES", "KEY GROUPS", "BYTES"
+    );
     let mut all_valid = true;
     let ids = store::list_checkpoint_ids(layout).unwrap_or_default();
     let mut dirs: Vec<(String, PathBuf)> = ids.into_iter().map(|id| (id.to_string(), layout.checkpoint_dir(id))).collect();
     dirs.extend(savepoint_dirs(layout).into_iter().map(|d| (d.file_name().unwrap_or_default().to_string_lossy().into_owned(), d)));
     for (label, dir) in dirs {
-        let (kind, created, bundles, bytes, valid) = match validate::validate_dir(&dir) {
+        let (kind, created, operators, bundles, groups, bytes, valid) = match validate::validate_dir(&dir) {
             Ok(v) => {
                 let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();
-                (format!("{:?}", v.metadata.kind).to_lowercase(), time(v.metadata.created_ms), v.manifests.len(), bytes, "yes".into())
+                let md = &v.metadata;
+                let kind = format!("{:?}", md.kind).to_lowercase();
+                (kind, time(md.created_ms), md.operators.len(), v.manifests.len(), md.max_parallelism, bytes, "yes".into())
             }
             Err(e) => {
                 all_valid = false;
-                ("?".into(), "?".into(), 0, 0, format!("no: {e}"))
+                ("?".into(), "?".into(), 0, 0, 0, 0, format!("no: {e}"))
             }
         };
-        let _ = writeln!(out, "{label:<12} {kind:<10} {created:<24} {bundles:>7} {bytes:>12}  {valid}");
+        let _ = writeln!(out, "{label:<12} {kind:<10} {created:<24} {operators:>9} {bundles:>7} {groups:>10} {bytes:>12}  {valid}");
     }
     (out, all_valid)
 }
@@ -67,6 +74,9 @@ fn checkpoint(dir: &Path) -> (String, bool) {
             let _ = writeln!(out, "created     {}", time(md.created_ms));
             let _ = writeln!(out, "parallelism {} (max {} key groups)", md.parallelism, md.max_parallelism);
             let _ = writeln!(out, "operators   {}", md.operators.join(", "));
+            for (op, key) in &md.keys {
+                let _ = writeln!(out, "  {op}: {key}");
+            }
             let _ = writeln!(out, "bundles     {}", md.bundles.len());
             for b in &md.bundles {
                 let bdir = dir.join(crate::checkpoint::layout::bundle_dir_name(*b));
@@ -75,6 +85,11 @@ fn checkpoint(dir: &Path) -> (String, bool) {
                     Ok(m) => {
                         let voters: Vec<String> = m.voters.iter().map(|v| format!("{}/{}", v.chain, v.subtask)).collect();
                         let _ = writeln!(out, "  subtasks (chain/subtask): {}", voters.join(" "));
+                        let ranges = m.voters.iter().map(|v| key_group_range(v.subtask, md.parallelism, md.max_parallelism));
+                        let (lo, hi) = ranges.fold((u16::MAX, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
+                        if lo < hi {
+                            let _ = writeln!(out, "  key groups {lo}..{hi}");
+                        }
                         let _ = writeln!(out, "  {:<40} {:>12} {:>10}", "FILE", "BYTES", "CRC32C");
                         for f in &m.files {
                             let _ = writeln!(out, "  {:<40} {:>12} {:>#10x}", f.name, f.size, f.crc32c);

@@ -64,6 +64,10 @@ pub enum SavepointCommand {
         /// commit, and the pipeline exits.
         #[arg(long)]
         stop: bool,
+        /// With --stop: advance event time to the end first, so every
+        /// window fires and its result is committed with the savepoint.
+        #[arg(long, requires = "stop")]
+        drain: bool,
         /// Give up waiting for the answer after this long.
         #[arg(long, value_name = "D", default_value = "5m", value_parser = humantime::parse_duration)]
         timeout: Duration,
@@ -115,8 +119,8 @@ pub struct RunOptions {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
 
-    /// Run with this parallelism (same as `--set parallelism=N`); restoring
-    /// needs the checkpoint's or savepoint's parallelism.
+    /// Run with this parallelism (same as `--set parallelism=N`). A restore
+    /// may change it: key groups and source positions are dealt anew.
     #[arg(long, short = 'p', value_name = "N")]
     pub parallelism: Option<u32>,
 
@@ -127,6 +131,11 @@ pub struct RunOptions {
     /// Use the state directory even if another pipeline wrote it.
     #[arg(long)]
     pub force: bool,
+
+    /// Restore even if the checkpoint or savepoint holds state of operators
+    /// the pipeline no longer has; that state is dropped (and listed).
+    #[arg(long)]
+    pub allow_non_restored_state: bool,
 }
 
 /// An error the user must fix in their input (exit 2), as opposed to a
@@ -174,10 +183,15 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
         savepoint::SavepointError::Failed(m) => anyhow::anyhow!(m),
     };
     match command {
-        SavepointCommand::Trigger { pipeline, target, stop, timeout } => {
+        SavepointCommand::Trigger { pipeline, target, stop, drain, timeout } => {
             let p = checkpointed(&pipeline)?;
             let socket = crate::checkpoint::layout::Layout::new(&p.state.dir).control_socket();
-            let path = savepoint::trigger(&socket, &p.name, target.as_deref(), stop, timeout).map_err(to_anyhow)?;
+            let end = match (stop, drain) {
+                (false, _) => savepoint::Ending::KeepRunning,
+                (true, false) => savepoint::Ending::Stop,
+                (true, true) => savepoint::Ending::StopAndDrain,
+            };
+            let path = savepoint::trigger(&socket, &p.name, target.as_deref(), end, timeout).map_err(to_anyhow)?;
             println!("Savepoint completed. Path: {}", path.display());
         }
         SavepointCommand::Dispose { path } => {
@@ -223,7 +237,11 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         path => RestoreFrom::Path(path.into()),
     });
     let start = match (&pipeline.checkpoint, &restore) {
-        (Some(_), _) => Some(restore::prepare(&pipeline, restore.as_ref(), args.options.force).map_err(|e| UsageError(e.to_string()))?),
+        (Some(_), _) => {
+            let policy =
+                restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
+            Some(restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?)
+        }
         (None, Some(_)) => {
             return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())
         }

@@ -21,13 +21,27 @@ pub enum SavepointError {
     Failed(String),
 }
 
+/// What the pipeline does after the savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    KeepRunning,
+    Stop,
+    /// Fire every window first (event time to the end), then stop.
+    StopAndDrain,
+}
+
 /// Ask the process listening on `socket` for a savepoint; returns its path.
-pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, stop: bool, timeout: Duration) -> Result<PathBuf, SavepointError> {
+pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
     let target = match target {
         Some(t) => Some(std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?),
         None => None,
     };
-    let request = Request::Savepoint(SavepointRequest { target, stop });
+    let (stop, drain) = match end {
+        Ending::KeepRunning => (false, false),
+        Ending::Stop => (true, false),
+        Ending::StopAndDrain => (true, true),
+    };
+    let request = Request::Savepoint(SavepointRequest { target, stop, drain });
     let response = call(socket, pipeline, &request, timeout)?;
     match response.get("path").and_then(|p| p.as_str()) {
         Some(path) if response["ok"] == true => Ok(PathBuf::from(path)),

@@ -254,6 +254,18 @@ impl Pipeline {
         self.nodes.iter().enumerate().filter(move |(_, n)| n.input == Some(id)).map(|(i, _)| i)
     }
 
+    /// For each keyed operator, what its state is keyed by ("dedup by
+    /// [order_id]"). Recorded in checkpoints: restoring keyed state into an
+    /// operator keyed differently would put entries under the wrong keys.
+    pub fn state_keys(&self) -> std::collections::BTreeMap<String, String> {
+        let keyed = |n: &Node| match &n.kind {
+            NodeKind::Dedup(d) => Some(format!("dedup by [{}]", d.key.join(", "))),
+            NodeKind::Aggregate(a) => Some(format!("aggregate by [{}]", a.key.join(", "))),
+            NodeKind::Source(_) | NodeKind::Sink(_) => None,
+        };
+        self.nodes.iter().filter_map(|n| keyed(n).map(|k| (n.name.clone(), k))).collect()
+    }
+
     /// True if any source of the pipeline declares event time.
     pub fn has_event_time(&self) -> bool {
         self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))

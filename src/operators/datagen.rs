@@ -2,10 +2,15 @@
 //!
 //! Row n's content is a pure function of (seed, n), and subtask i of p
 //! generates rows i, i+p, i+2p, ... So the same pipeline produces the same
-//! rows at any parallelism, and a checkpoint only needs the next row number.
+//! rows at any parallelism. Such an arithmetic sequence is a lane; the
+//! position is the list of a subtask's lanes (next row, step), so a restore
+//! at another parallelism deals the lanes out anew, halving lanes when there
+//! are fewer than subtasks. A subtask with several lanes merges them by row
+//! number, which keeps event time in order.
 
-use super::source::{Extent, Source, SourcePoll};
+use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
 use super::{OpError, OperatorMetrics};
+use crate::codec::{Dec, Enc};
 use crate::config::{DatagenSpec, GenField};
 use crate::types::{Millis, Record, Value};
 
@@ -15,8 +20,10 @@ pub struct Datagen {
     projection: Vec<usize>,
     /// Index of the generated field that is the event time, if any.
     event_time: Option<usize>,
-    next: u64,
-    step: u64,
+    subtask: u16,
+    parallelism: u16,
+    /// (next row, step) of each lane.
+    lanes: Vec<(u64, u64)>,
     values: Vec<Value>,
     raw: Vec<u8>,
 }
@@ -32,8 +39,9 @@ impl Datagen {
             spec,
             projection,
             event_time,
-            next: subtask as u64,
-            step: parallelism as u64,
+            subtask,
+            parallelism,
+            lanes: vec![(subtask as u64, parallelism as u64)],
             raw: Vec::with_capacity(128),
         })
     }
@@ -86,11 +94,15 @@ fn random(seed: u64, row: u64, field: u64) -> u64 {
 impl Source for Datagen {
     fn poll(&mut self, max: usize, out: &mut Vec<Record>, metrics: &OperatorMetrics) -> Result<SourcePoll, OpError> {
         for _ in 0..max {
-            if self.spec.rows.is_some_and(|rows| self.next >= rows) {
+            let Some(lane) = self.lanes.iter_mut().min_by_key(|(next, _)| *next) else {
+                // Restored at a parallelism that dealt this subtask no lane.
+                return Ok(SourcePoll::Finished);
+            };
+            let n = lane.0;
+            if self.spec.rows.is_some_and(|rows| n >= rows) {
                 return Ok(SourcePoll::Finished);
             }
-            let n = self.next;
-            self.next += self.step;
+            lane.0 += lane.1;
             self.generate(n);
             let fields = self.projection.iter().map(|&i| self.values[i].clone()).collect();
             let event_time = self.event_time.and_then(|i| self.values[i].as_f64()).map(|t| t as Millis);
@@ -102,21 +114,57 @@ impl Source for Datagen {
     }
 
     fn extent(&self) -> Option<Extent> {
-        self.spec.rows.map(|rows| Extent::Rows(rows.saturating_sub(self.next).div_ceil(self.step)))
+        self.spec.rows.map(|rows| Extent::Rows(self.lanes.iter().map(|(next, step)| rows.saturating_sub(*next).div_ceil(*step)).sum()))
     }
 
     fn position(&self) -> Vec<u8> {
-        self.next.to_be_bytes().to_vec()
+        let mut p = Vec::with_capacity(4 + 16 * self.lanes.len());
+        p.put_u32(self.lanes.len() as u32);
+        for (next, step) in &self.lanes {
+            p.put_u64(*next);
+            p.put_u64(*step);
+        }
+        p
     }
 
-    fn restore(&mut self, position: &[u8]) -> Result<(), String> {
-        let next = u64::from_be_bytes(position.try_into().map_err(|_| "datagen position is not 8 bytes".to_string())?);
-        if next % self.step != self.next % self.step {
-            return Err(format!("datagen position {next} belongs to another subtask"));
-        }
-        self.next = next;
+    fn restore(&mut self, restored: &RestoredPositions) -> Result<(), String> {
+        let lanes = match restored.own(self.subtask, self.parallelism) {
+            Some(own) => decode_lanes(own)?,
+            None => {
+                let mut all = Vec::new();
+                for p in &restored.by_subtask {
+                    all.extend(decode_lanes(p)?);
+                }
+                // Lanes are never lost, only split: a lane (n, s) is the rows
+                // n, n+2s, ... and n+s, n+3s, ...
+                while all.len() < self.parallelism as usize {
+                    let (n, s) = all.remove(0);
+                    all.extend([(n, 2 * s), (n + s, 2 * s)]);
+                }
+                deal(all, self.parallelism, self.subtask)
+            }
+        };
+        self.lanes = lanes;
         Ok(())
     }
+}
+
+fn decode_lanes(position: &[u8]) -> Result<Vec<(u64, u64)>, String> {
+    let err = |e: crate::codec::DecodeError| format!("datagen position: {e}");
+    let mut d = Dec::new(position);
+    let n = d.u32("lane count").map_err(err)?;
+    let mut lanes = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let (next, step) = (d.u64("next row").map_err(err)?, d.u64("step").map_err(err)?);
+        if step == 0 {
+            return Err("datagen position: a lane with step 0".into());
+        }
+        lanes.push((next, step));
+    }
+    if !d.is_empty() {
+        return Err("datagen position: trailing bytes".into());
+    }
+    Ok(lanes)
 }
 
 #[cfg(test)]
@@ -164,13 +212,39 @@ mod tests {
         g.poll(2, &mut out, &OperatorMetrics::default()).unwrap();
         let pos = g.position();
         let mut h = Datagen::new(spec(10), &[], None, 1, 2).unwrap();
-        h.restore(&pos).unwrap();
+        h.restore(&RestoredPositions { parallelism: 2, by_subtask: vec![vec![], pos] }).unwrap();
         let (mut a, mut b) = (Vec::new(), Vec::new());
         while g.poll(3, &mut a, &OperatorMetrics::default()).unwrap() != SourcePoll::Finished {}
         while h.poll(3, &mut b, &OperatorMetrics::default()).unwrap() != SourcePoll::Finished {}
         assert_eq!(a, b);
         assert_eq!(a.len(), 3);
-        assert!(Datagen::new(spec(10), &[], None, 0, 2).unwrap().restore(&pos).is_err());
+    }
+
+    #[test]
+    fn restore_at_another_parallelism_generates_the_rest_exactly_once() {
+        for (old_p, new_p) in [(1, 4), (4, 2), (3, 5), (2, 1)] {
+            let mut got = Vec::new();
+            let mut positions = Vec::new();
+            for s in 0..old_p {
+                let mut g = Datagen::new(spec(100), &[], None, s, old_p).unwrap();
+                let mut out = Vec::new();
+                g.poll(3 + s as usize, &mut out, &OperatorMetrics::default()).unwrap();
+                got.extend(out.into_iter().map(|r| r.raw.to_string()));
+                positions.push(g.position());
+            }
+            let restored = RestoredPositions { parallelism: old_p, by_subtask: positions };
+            for s in 0..new_p {
+                let mut g = Datagen::new(spec(100), &[], Some("ts"), s, new_p).unwrap();
+                g.restore(&restored).unwrap();
+                let mut out = Vec::new();
+                while g.poll(8, &mut out, &OperatorMetrics::default()).unwrap() != SourcePoll::Finished {}
+                let times: Vec<_> = out.iter().map(|r| r.event_time).collect();
+                assert!(times.is_sorted(), "{old_p} -> {new_p}: merged lanes keep event time in order");
+                got.extend(out.into_iter().map(|r| r.raw.to_string()));
+            }
+            got.sort();
+            assert_eq!(got, rows(1), "{old_p} -> {new_p}");
+        }
     }
 
     #[test]

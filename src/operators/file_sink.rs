@@ -10,8 +10,13 @@
 //! in state under that checkpoint's id; when the checkpoint completes, the
 //! staged parts are renamed to their final names. On restore the parts the
 //! restored checkpoint staged are published (the crash may have come between
-//! `_metadata` and the rename) and any other hidden part of this subtask is
-//! deleted: its records will be produced again from the restored position.
+//! `_metadata` and the rename). Any other hidden part of this subtask is a
+//! leftover of the crashed run, deleted once the first checkpoint after the
+//! restore completes: its records are produced again from the restored
+//! position. Waiting for that checkpoint matters after a rescale, when the
+//! parts another old subtask staged are published by whichever new subtask
+//! now owns that key group — by the time a checkpoint completes, every
+//! subtask has finished its restore.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -21,7 +26,7 @@ use std::path::{Path, PathBuf};
 use super::{Context, OpError, OpResult, Operator};
 use crate::faults;
 use crate::state::{TableKind, TableSpec};
-use crate::types::Record;
+use crate::types::{KeyGroup, Record};
 
 /// Staged parts: hidden file name → checkpoint id (0 = closed, not staged yet).
 const PARTS: usize = 0;
@@ -35,6 +40,9 @@ pub struct FileSink {
     /// Sequence number of the next part file of this subtask.
     next_seq: u64,
     current: Option<Part>,
+    /// After a restore: hidden parts of this subtask numbered below this are
+    /// leftovers, removed when the next checkpoint completes.
+    leftovers_below: Option<u64>,
 }
 
 struct Part {
@@ -62,7 +70,7 @@ impl FileSink {
     pub fn new(dir: &Path, max_file_bytes: u64, subtask: u16, transactional: bool) -> Result<Self, OpError> {
         fs::create_dir_all(dir).map_err(|e| OpError::io(format!("creating output directory {}", dir.display()), e))?;
         let next_seq = next_free_seq(dir, subtask).map_err(|e| OpError::io(format!("listing {}", dir.display()), e))?;
-        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None })
+        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None, leftovers_below: None })
     }
 
     fn open_part(&mut self) -> Result<&mut Part, OpError> {
@@ -93,36 +101,67 @@ impl FileSink {
         }
     }
 
-    /// Staged parts as (hidden name, checkpoint id).
-    fn staged(&self, ctx: &Context<'_>) -> Result<Vec<(String, u64)>, OpError> {
+    /// Staged parts as (hidden name, checkpoint id, key group). New parts are
+    /// staged in the first owned key group; after a rescale, parts other old
+    /// subtasks staged arrive in the other key groups this subtask now owns.
+    fn staged(&self, ctx: &Context<'_>) -> Result<Vec<(String, u64, KeyGroup)>, OpError> {
         let mut parts = Vec::new();
-        ctx.state.scan_all(PARTS, ctx.state.key_groups().start, &mut |k, v| {
-            let id = v.try_into().map(u64::from_be_bytes).unwrap_or(0);
-            parts.push((String::from_utf8_lossy(k).into_owned(), id));
-            ControlFlow::Continue(())
-        })?;
+        for kg in ctx.state.key_groups() {
+            ctx.state.scan_all(PARTS, kg, &mut |k, v| {
+                let id = v.try_into().map(u64::from_be_bytes).unwrap_or(0);
+                parts.push((String::from_utf8_lossy(k).into_owned(), id, kg));
+                ControlFlow::Continue(())
+            })?;
+        }
         parts.sort();
         Ok(parts)
     }
 
     /// Publish every part staged for a checkpoint <= `id`.
     fn publish_up_to(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let due: Vec<String> = self.staged(ctx)?.into_iter().filter(|(_, c)| *c != 0 && *c <= id).map(|(n, _)| n).collect();
+        let due: Vec<(String, KeyGroup)> =
+            self.staged(ctx)?.into_iter().filter(|(_, c, _)| *c != 0 && *c <= id).map(|(n, _, kg)| (n, kg)).collect();
         if due.is_empty() {
             return Ok(());
         }
         faults::get().crash_point("before_sink_commit");
-        for hidden in &due {
+        for (hidden, kg) in &due {
             let Some(name) = final_name(hidden) else { continue };
             let (from, to) = (self.dir.join(hidden), self.dir.join(name));
             // Already renamed before a crash: the final file is the proof.
             if from.exists() || !to.exists() {
                 fs::rename(&from, &to).map_err(|e| OpError::io(format!("publishing {}", to.display()), e))?;
             }
-            ctx.state.delete(PARTS, ctx.state.key_groups().start, hidden.as_bytes())?;
+            ctx.state.delete(PARTS, *kg, hidden.as_bytes())?;
         }
         File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| OpError::io(format!("syncing directory {}", self.dir.display()), e))
     }
+}
+
+impl FileSink {
+    /// Remove hidden parts no checkpoint will publish: this subtask's
+    /// numbered below `below` (written before the restore), and those of old
+    /// subtasks beyond the current parallelism that map to this one.
+    fn remove_leftovers(&self, below: u64, parallelism: u16) -> OpResult {
+        let entries = fs::read_dir(&self.dir).map_err(|e| OpError::io(format!("listing {}", self.dir.display()), e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((subtask, seq)) = final_name(&name).and_then(parse_part_name) else { continue };
+            let ours = subtask == self.subtask && seq < below;
+            let orphaned = subtask >= parallelism && subtask % parallelism == self.subtask;
+            if ours || orphaned {
+                fs::remove_file(entry.path()).map_err(|e| OpError::io(format!("removing {}", entry.path().display()), e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// (subtask, sequence number) of a final part name.
+fn parse_part_name(name: &str) -> Option<(u16, u64)> {
+    let rest = name.strip_prefix("part-")?.strip_suffix(".jsonl")?;
+    let (subtask, seq) = rest.split_once('-')?;
+    Some((subtask.parse().ok()?, seq.parse().ok()?))
 }
 
 /// One past the highest part number this subtask already has in `dir`, so
@@ -162,8 +201,7 @@ impl Operator for FileSink {
 
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         self.close_part(ctx)?;
-        let kg = ctx.state.key_groups().start;
-        for (hidden, staged) in self.staged(ctx)? {
+        for (hidden, staged, kg) in self.staged(ctx)? {
             if staged == 0 {
                 ctx.state.put(PARTS, kg, hidden.as_bytes(), &id.to_be_bytes())?;
             }
@@ -172,23 +210,17 @@ impl Operator for FileSink {
     }
 
     fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        self.publish_up_to(id, ctx)
+        self.publish_up_to(id, ctx)?;
+        if let Some(below) = self.leftovers_below.take() {
+            self.remove_leftovers(below, ctx.info.parallelism)?;
+        }
+        Ok(())
     }
 
     fn on_restore(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         self.publish_up_to(id, ctx)?;
-        // Hidden parts of this subtask that no checkpoint staged are leftovers
-        // of the crashed run: their records come again from the restored position.
-        let staged: Vec<String> = self.staged(ctx)?.into_iter().map(|(n, _)| n).collect();
-        let prefix = format!(".part-{:04}-", self.subtask);
-        let entries = fs::read_dir(&self.dir).map_err(|e| OpError::io(format!("listing {}", self.dir.display()), e))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&prefix) && name.ends_with(".inprogress") && !staged.contains(&name) {
-                fs::remove_file(entry.path()).map_err(|e| OpError::io(format!("removing {}", entry.path().display()), e))?;
-            }
-        }
         self.next_seq = next_free_seq(&self.dir, self.subtask).map_err(|e| OpError::io(format!("listing {}", self.dir.display()), e))?;
+        self.leftovers_below = Some(self.next_seq);
         Ok(())
     }
 
@@ -236,9 +268,18 @@ mod tests {
         assert_eq!(names(dir.path()), [".part-0000-000000.jsonl.inprogress", ".part-0000-000001.jsonl.inprogress"]);
         h.run(|s, ctx, _| s.on_checkpoint_complete(1, ctx));
         assert_eq!(names(dir.path()), [".part-0000-000001.jsonl.inprogress", "part-0000-000000.jsonl"]);
-        // A crash now, then a restore from checkpoint 1: the open part is a leftover.
+        // A crash now, then a restore from checkpoint 1: the open part is a
+        // leftover, removed when the first checkpoint after the restore completes.
+        h.op = sink(dir.path());
         h.run(|s, ctx, _| s.on_restore(1, ctx));
-        assert_eq!(names(dir.path()), ["part-0000-000000.jsonl"]);
+        h.run(|s, ctx, out| s.process(vec![rec("c")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(2, ctx));
+        assert_eq!(
+            names(dir.path()),
+            [".part-0000-000001.jsonl.inprogress", ".part-0000-000002.jsonl.inprogress", "part-0000-000000.jsonl"]
+        );
+        h.run(|s, ctx, _| s.on_checkpoint_complete(2, ctx));
+        assert_eq!(names(dir.path()), ["part-0000-000000.jsonl", "part-0000-000002.jsonl"]);
         assert_eq!(fs::read_to_string(dir.path().join("part-0000-000000.jsonl")).unwrap(), "a\n");
     }
 
@@ -255,5 +296,33 @@ mod tests {
         assert_eq!(names(dir.path()), ["part-0000-000000.jsonl"]);
         h.run(|s, ctx, _| s.on_restore(7, ctx));
         assert_eq!(names(dir.path()), ["part-0000-000000.jsonl"], "idempotent");
+    }
+
+    #[test]
+    fn after_a_rescale_parts_staged_by_other_subtasks_are_published_and_orphans_removed() {
+        use crate::codec::Dec;
+        use crate::state::{memory::MemoryState, snapshot};
+        let dir = tempfile::tempdir().unwrap();
+        // Old layout, parallelism 2: subtask 1 owns key groups 2..4 of 4.
+        let mut old = Harness::new(FileSink::new(dir.path(), 1 << 20, 1, true).unwrap(), "out", 2..4, 4);
+        old.info.index = 1;
+        old.info.parallelism = 2;
+        old.run(|s, ctx, out| s.process(vec![rec("staged")], ctx, out));
+        old.run(|s, ctx, _| s.on_checkpoint(5, ctx));
+        old.run(|s, ctx, out| s.process(vec![rec("after the barrier")], ctx, out));
+        let tables = old.op.tables();
+        let mut bytes = Vec::new();
+        snapshot::write(&old.state, &tables, &mut bytes).unwrap();
+        assert_eq!(names(dir.path()), [".part-0001-000000.jsonl.inprogress", ".part-0001-000001.jsonl.inprogress"]);
+        // Restored at parallelism 1: subtask 0 owns every key group.
+        let mut new = Harness::new(sink(dir.path()), "out", 0..4, 4);
+        new.state = MemoryState::new(&tables, 0..4);
+        snapshot::read(&mut Dec::new(&bytes), &tables, &mut new.state).unwrap();
+        new.run(|s, ctx, _| s.on_restore(5, ctx));
+        assert_eq!(names(dir.path()), [".part-0001-000001.jsonl.inprogress", "part-0001-000000.jsonl"]);
+        new.run(|s, ctx, _| s.on_checkpoint(6, ctx));
+        new.run(|s, ctx, _| s.on_checkpoint_complete(6, ctx));
+        assert_eq!(names(dir.path()), ["part-0001-000000.jsonl"], "the orphan of old subtask 1 is gone");
+        assert_eq!(fs::read_to_string(dir.path().join("part-0001-000000.jsonl")).unwrap(), "staged\n");
     }
 }

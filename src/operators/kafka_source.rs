@@ -28,7 +28,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::kafka::{client_config, is_connectivity, WeirContext};
-use super::source::{Extent, Source, SourcePoll};
+use super::source::{Extent, RestoredPositions, Source, SourcePoll};
 use super::{DeadLetter, OpError, OperatorMetrics};
 use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OnError};
 use crate::format::json::JsonParser;
@@ -424,7 +424,7 @@ impl Source for KafkaSource {
         None
     }
 
-    fn event_time_progress(&self) -> Option<Millis> {
+    fn event_time_bound(&self) -> Option<Millis> {
         let now = Instant::now();
         let idle = |t: &PartTime| self.idle_timeout.is_some_and(|d| now.duration_since(t.last_data) >= d);
         let times = &self.dec.times;
@@ -440,8 +440,10 @@ impl Source for KafkaSource {
         encode_position(self.parts.iter())
     }
 
-    fn restore(&mut self, position: &[u8]) -> Result<(), String> {
-        self.restore_union(&[position])
+    /// The union of every old subtask's partitions: works at any old parallelism.
+    fn restore(&mut self, restored: &RestoredPositions) -> Result<(), String> {
+        let all: Vec<&[u8]> = restored.by_subtask.iter().map(Vec::as_slice).filter(|p| !p.is_empty()).collect();
+        self.restore_union(&all)
     }
 
     fn on_checkpoint(&mut self, id: u64) {

@@ -1,6 +1,6 @@
 //! The source side of the dataflow: something that produces records.
 
-use crate::types::Record;
+use crate::types::{Millis, Record};
 
 use super::{OpError, OperatorMetrics};
 
@@ -34,17 +34,18 @@ pub trait Source: Send {
     /// Where reading would resume: recorded in every checkpoint.
     fn position(&self) -> Vec<u8>;
 
-    /// Resume from a position taken by `position` (same subtask layout).
-    fn restore(&mut self, position: &[u8]) -> Result<(), String>;
-
-    /// For a source that tracks event time per partition: the greatest
-    /// event time every active partition has reached (idle and finished
-    /// partitions do not count). The task derives the watermark from it
-    /// instead of from the largest event time of each batch, so one
-    /// partition read ahead does not make the others late. None: not tracked.
-    fn event_time_progress(&self) -> Option<crate::types::Millis> {
+    /// A subtask reading several inputs one after another (files, Kafka
+    /// partitions) must not let the watermark run ahead of an input it has
+    /// not finished: this is the lowest of their highest event times so far
+    /// (`Millis::MIN` for one not started). None: no such bound.
+    fn event_time_bound(&self) -> Option<Millis> {
         None
     }
+
+    /// Resume from the positions every subtask of this source recorded in
+    /// the restored checkpoint, which may have run at another parallelism:
+    /// each source takes the part of the input it now owns.
+    fn restore(&mut self, restored: &RestoredPositions) -> Result<(), String>;
 
     /// Checkpoint `id` just recorded `position()`.
     fn on_checkpoint(&mut self, _id: u64) {}
@@ -52,4 +53,31 @@ pub trait Source: Send {
     /// Checkpoint `id` is complete (the Kafka source may commit its offsets
     /// to a consumer group, for monitoring).
     fn on_checkpoint_complete(&mut self, _id: u64) {}
+}
+
+/// The positions of one source, as the restored checkpoint recorded them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoredPositions {
+    /// The parallelism the checkpoint was taken at.
+    pub parallelism: u16,
+    /// `position()` of each old subtask, by old subtask index.
+    pub by_subtask: Vec<Vec<u8>>,
+}
+
+impl RestoredPositions {
+    /// Same parallelism: this subtask's own position, unchanged layout.
+    pub fn own(&self, subtask: u16, parallelism: u16) -> Option<&[u8]> {
+        (self.parallelism == parallelism).then(|| self.by_subtask.get(subtask as usize).map(Vec::as_slice)).flatten()
+    }
+
+    /// One subtask's position, for tests and single-subtask callers.
+    pub fn single(position: Vec<u8>) -> Self {
+        RestoredPositions { parallelism: 1, by_subtask: vec![position] }
+    }
+}
+
+/// Deal `items` (in a deterministic order) round-robin over `parallelism`
+/// subtasks; returns those of `subtask`.
+pub fn deal<T>(items: impl IntoIterator<Item = T>, parallelism: u16, subtask: u16) -> Vec<T> {
+    items.into_iter().enumerate().filter(|(i, _)| *i % parallelism as usize == subtask as usize).map(|(_, t)| t).collect()
 }

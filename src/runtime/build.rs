@@ -113,6 +113,10 @@ pub fn build(
         }
     }
 
+    let clock = restored.as_deref().map(|r| {
+        let tasks = plan.chains.len() * p as usize;
+        Arc::new(super::restore::RestoreClock::new(r.id, r.started, tasks))
+    });
     let mut tasks = Vec::new();
     let mut extents = Vec::new();
     let mut controls = Vec::new();
@@ -143,8 +147,12 @@ pub fn build(
                 done: w.done.clone(),
                 notified: 0,
             });
-            let task_restored =
-                restored.as_deref_mut().map(|r| Restored { id: r.id, snapshot: r.tasks.remove(&task_id).unwrap_or_default() });
+            let task_restored = restored.as_deref_mut().map(|r| {
+                let nodes: Vec<String> = chain.iter().map(|&id| plan.pipeline.nodes[id].name.clone()).collect();
+                let source = matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)).then(|| nodes[0].as_str());
+                let (snapshot, positions) = r.for_task(task_id, &nodes, source);
+                Restored { id: r.id, snapshot, positions, clock: clock.clone().expect("a clock when restoring") }
+            });
             let task = match &plan.pipeline.nodes[head].kind {
                 NodeKind::Source(spec) => {
                     let source = source(plan, head, spec, i, &mut dead_letters)?;
@@ -238,7 +246,14 @@ fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters
             };
             let parser = JsonParser::new(plan.projections[id].clone(), event_field);
             let splits = splits_for(&sized, plan.pipeline.parallelism, subtask, spec.event_time.is_some());
-            Ok(Box::new(FileSource::new(&node.name, splits, parser, spec.on_error.clone(), dead_letter)))
+            Ok(Box::new(FileSource::new(
+                &node.name,
+                (subtask, plan.pipeline.parallelism),
+                splits,
+                parser,
+                spec.on_error.clone(),
+                dead_letter,
+            )))
         }
         SourceKind::Kafka(k) => {
             let dead_letter = match &spec.on_error {

@@ -46,6 +46,8 @@ pub struct DriverSetup {
     pub parallelism: u16,
     pub max_parallelism: u16,
     pub operators: Vec<String>,
+    /// `Pipeline::state_keys`, recorded in every `_metadata`.
+    pub keys: std::collections::BTreeMap<String, String>,
     /// Members of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
     pub first_id: CheckpointId,
@@ -88,6 +90,7 @@ struct PendingSavepoint {
     id: Option<CheckpointId>,
     target: Option<PathBuf>,
     stop: bool,
+    drain: bool,
     reply: oneshot::Sender<Result<PathBuf, String>>,
 }
 
@@ -235,8 +238,9 @@ impl Driver {
             }
         }
         tracing::debug!(checkpoint = t.id, "Checkpoint triggered.");
+        let drain = t.kind == Kind::Savepoint && self.savepoint.as_ref().is_some_and(|sp| sp.id == Some(t.id) && sp.drain);
         for c in &self.controls {
-            let _ = c.send(Control::Trigger { id: t.id, then_stop: self.final_wanted });
+            let _ = c.send(Control::Trigger { id: t.id, then_stop: self.final_wanted, drain });
         }
     }
 
@@ -301,6 +305,7 @@ impl Driver {
             max_parallelism: self.setup.max_parallelism,
             bundles: (0..self.setup.bundles.len() as BundleId).collect(),
             operators: self.setup.operators.clone(),
+            keys: self.setup.keys.clone(),
             crc32c: 0,
         };
         let (dir, written) = match kind {
@@ -423,7 +428,8 @@ impl Driver {
             self.final_queued = true;
         }
         self.coordinator.trigger_now(Kind::Savepoint);
-        self.savepoint = Some(PendingSavepoint { id: None, target: request.target, stop: request.stop, reply });
+        let (stop, drain) = (request.stop, request.stop && request.drain);
+        self.savepoint = Some(PendingSavepoint { id: None, target: request.target, stop, drain, reply });
     }
 
     fn aborted(&mut self, outcome: AbortOutcome) -> Result<(), DriverError> {

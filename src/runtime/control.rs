@@ -33,6 +33,10 @@ pub struct SavepointRequest {
     /// Stop-with-savepoint: the savepoint is the final checkpoint.
     #[serde(default)]
     pub stop: bool,
+    /// With `stop`: advance event time to the end first, so every window
+    /// fires and is committed with the savepoint.
+    #[serde(default)]
+    pub drain: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,9 +216,11 @@ mod tests {
     #[test]
     fn requests_parse_as_documented() {
         let r: Request = serde_json::from_str(r#"{"savepoint": {"target": null, "stop": true}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { target: None, stop: true }));
+        assert_eq!(r, Request::Savepoint(SavepointRequest { target: None, stop: true, drain: false }));
         let r: Request = serde_json::from_str(r#"{"savepoint": {"target": "/tmp/sp"}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { target: Some("/tmp/sp".into()), stop: false }));
+        assert_eq!(r, Request::Savepoint(SavepointRequest { target: Some("/tmp/sp".into()), stop: false, drain: false }));
+        let r: Request = serde_json::from_str(r#"{"savepoint": {"stop": true, "drain": true}}"#).unwrap();
+        assert_eq!(r, Request::Savepoint(SavepointRequest { target: None, stop: true, drain: true }));
         assert_eq!(serde_json::from_str::<Request>(r#"{"status": {}}"#).unwrap(), Request::Status(StatusRequest {}));
         assert!(serde_json::from_str::<Request>(r#"{"savepoint": {"stopp": true}}"#).is_err());
     }

@@ -102,6 +102,7 @@ impl Engine {
             parallelism: plan.pipeline.parallelism,
             max_parallelism: plan.pipeline.max_parallelism,
             operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
+            keys: plan.pipeline.state_keys(),
             bundles: built.bundles,
             first_id: start.first_id,
             retained: start.retained,

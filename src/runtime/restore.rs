@@ -14,6 +14,8 @@ use crate::checkpoint::manifest::{Metadata, TaskId};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::{store, CheckpointId};
 use crate::config::Pipeline;
+use crate::operators::source::RestoredPositions;
+use crate::types::Millis;
 
 /// What `--restore` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,8 +31,14 @@ pub enum RestoreError {
     Invalid { path: PathBuf, reason: String },
     #[error("{0} (use --force to take the directory over)")]
     OtherPipeline(String),
-    #[error("checkpoint {id} was taken at {what} {found}, this pipeline has {expected}; restoring with a different {what} is not supported yet: run with the same {what}")]
+    #[error("checkpoint {id} was taken with {what} {found}, this pipeline has {expected}; the {what} must match")]
     Mismatch { id: CheckpointId, what: &'static str, found: String, expected: String },
+    #[error("checkpoint {id} holds state of operators this pipeline does not have: {}; rerun with --allow-non-restored-state to drop it", .operators.join(", "))]
+    NotRestored { id: CheckpointId, operators: Vec<String> },
+    #[error("checkpoint {id}: operator `{operator}` was {found}, this pipeline has it {expected}; its state cannot be restored under other keys (rename the operator to start it empty)")]
+    KeyChanged { id: CheckpointId, operator: String, found: String, expected: String },
+    #[error("checkpoint {id} is unaligned and holds in-flight records of the old layout; it can only be restored at parallelism {parallelism} with the same operators (take a savepoint to rescale)")]
+    InFlight { id: CheckpointId, parallelism: u16 },
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
 }
@@ -46,17 +54,34 @@ pub struct StartPoint {
 pub struct RestoredState {
     pub id: CheckpointId,
     pub dir: PathBuf,
-    pub tasks: HashMap<TaskId, TaskSnapshot>,
+    /// Same parallelism and operators as the checkpoint: each task takes
+    /// back its own snapshot, in-flight records included.
+    same_layout: bool,
+    tasks: HashMap<TaskId, TaskSnapshot>,
+    /// Each source's positions by old subtask, by source name.
+    positions: HashMap<String, RestoredPositions>,
+    /// When loading began.
+    pub started: std::time::Instant,
+}
+
+/// How strict a restore is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RestorePolicy {
+    /// Take over a state directory written by another pipeline.
+    pub force: bool,
+    /// Drop the state of operators the pipeline no longer has.
+    pub allow_non_restored_state: bool,
 }
 
 /// Prepare the state directory and resolve `restore`.
-pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, force: bool) -> Result<StartPoint, RestoreError> {
+pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<StartPoint, RestoreError> {
+    let force = policy.force;
     let layout = Layout::new(&pipeline.state.dir);
     // An explicit path is validated before anything on disk is touched.
     let explicit = match restore {
         Some(RestoreFrom::Path(p)) => {
             let valid = validate_path(p)?;
-            check_compatible(pipeline, &valid.metadata)?;
+            check_compatible(pipeline, &valid.metadata, policy)?;
             Some(valid)
         }
         _ => None,
@@ -96,7 +121,7 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, force: bool) 
     let mut retained = store::list_checkpoint_ids(&layout)?;
     retained.sort_unstable();
     let restored = match chosen {
-        Some(valid) => Some(load(pipeline, valid)?),
+        Some(valid) => Some(load(pipeline, valid, policy)?),
         None => None,
     };
     Ok(StartPoint { restored, first_id, retained })
@@ -125,33 +150,52 @@ fn validate_path(path: &Path) -> Result<ValidCheckpoint, RestoreError> {
     validate::validate_dir(dir).map_err(|e| RestoreError::Invalid { path: e.path.clone(), reason: e.reason.to_string() })
 }
 
-/// Refuse a checkpoint or savepoint of another pipeline, parallelism,
-/// `max_parallelism` or operator list.
-fn check_compatible(pipeline: &Pipeline, md: &Metadata) -> Result<(), RestoreError> {
+/// Refuse a checkpoint or savepoint of another pipeline or
+/// `max_parallelism`, one holding state of operators the pipeline lacks
+/// (unless allowed), or one whose operators were keyed differently. The
+/// parallelism may differ: key groups and source positions are dealt anew.
+fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy) -> Result<(), RestoreError> {
     let id = md.checkpoint_id;
     if md.pipeline != pipeline.name {
         return Err(RestoreError::Mismatch { id, what: "pipeline", found: md.pipeline.clone(), expected: pipeline.name.clone() });
-    }
-    if md.parallelism != pipeline.parallelism {
-        let (found, expected) = (md.parallelism.to_string(), pipeline.parallelism.to_string());
-        return Err(RestoreError::Mismatch { id, what: "parallelism", found, expected });
     }
     if md.max_parallelism != pipeline.max_parallelism {
         let (found, expected) = (md.max_parallelism.to_string(), pipeline.max_parallelism.to_string());
         return Err(RestoreError::Mismatch { id, what: "max_parallelism", found, expected });
     }
-    let names: Vec<String> = pipeline.nodes.iter().map(|n| n.name.clone()).collect();
-    if md.operators != names {
-        let (found, expected) = (md.operators.join(", "), names.join(", "));
-        return Err(RestoreError::Mismatch { id, what: "operators", found, expected });
+    let dropped: Vec<String> = md.operators.iter().filter(|o| !pipeline.nodes.iter().any(|n| &n.name == *o)).cloned().collect();
+    if !dropped.is_empty() {
+        if !policy.allow_non_restored_state {
+            return Err(RestoreError::NotRestored { id, operators: dropped });
+        }
+        tracing::warn!(checkpoint = id, operators = %dropped.join(", "), "Dropping the state of operators this pipeline does not have.");
+    }
+    let keys = pipeline.state_keys();
+    for (op, found) in &md.keys {
+        match keys.get(op) {
+            Some(expected) if expected != found => {
+                let (operator, found, expected) = (op.clone(), found.clone(), expected.clone());
+                return Err(RestoreError::KeyChanged { id, operator, found, expected });
+            }
+            None if pipeline.nodes.iter().any(|n| &n.name == op) => {
+                let (operator, found, expected) = (op.clone(), found.clone(), "without keyed state".to_string());
+                return Err(RestoreError::KeyChanged { id, operator, found, expected });
+            }
+            _ => {}
+        }
+    }
+    for n in pipeline.nodes.iter().filter(|n| !md.operators.contains(&n.name)) {
+        tracing::info!(checkpoint = id, operator = %n.name, "New operator: it starts with empty state.");
     }
     Ok(())
 }
 
 /// Read every task's snapshot of a valid checkpoint.
-fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, RestoreError> {
-    check_compatible(pipeline, &valid.metadata)?;
-    let id = valid.metadata.checkpoint_id;
+fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> Result<RestoredState, RestoreError> {
+    let started = std::time::Instant::now();
+    let md = &valid.metadata;
+    check_compatible(pipeline, md, policy)?;
+    let id = md.checkpoint_id;
     let mut tasks = HashMap::new();
     for m in &valid.manifests {
         let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
@@ -162,6 +206,86 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, Re
             tasks.insert(*voter, snap);
         }
     }
+    let names: Vec<String> = pipeline.nodes.iter().map(|n| n.name.clone()).collect();
+    let same_layout = md.parallelism == pipeline.parallelism && md.operators == names;
+    let in_flight = tasks.values().any(|t: &TaskSnapshot| !t.output_records.is_empty() || !t.input_records.is_empty());
+    if !same_layout && in_flight {
+        return Err(RestoreError::InFlight { id, parallelism: md.parallelism });
+    }
+    let mut positions: HashMap<String, RestoredPositions> = HashMap::new();
+    for (task, snap) in &tasks {
+        if let Some((source, bytes)) = &snap.source_position {
+            let p = positions.entry(source.clone()).or_insert_with(|| RestoredPositions {
+                parallelism: md.parallelism,
+                by_subtask: vec![Vec::new(); md.parallelism as usize],
+            });
+            if let Some(slot) = p.by_subtask.get_mut(task.subtask as usize) {
+                *slot = bytes.clone();
+            }
+        }
+    }
+    if md.parallelism != pipeline.parallelism {
+        tracing::info!(
+            checkpoint = id,
+            from = md.parallelism,
+            to = pipeline.parallelism,
+            "Rescaling: key groups and source positions are dealt anew."
+        );
+    }
     tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, tasks })
+    Ok(RestoredState { id, dir: valid.dir, same_layout, tasks, positions, started })
+}
+
+/// Times the restore of all tasks: from loading the checkpoint until the
+/// last task has its state back.
+#[derive(Debug)]
+pub struct RestoreClock {
+    id: CheckpointId,
+    started: std::time::Instant,
+    remaining: std::sync::atomic::AtomicUsize,
+}
+
+impl RestoreClock {
+    pub fn new(id: CheckpointId, started: std::time::Instant, tasks: usize) -> Self {
+        RestoreClock { id, started, remaining: tasks.into() }
+    }
+
+    pub fn task_done(&self) {
+        if self.remaining.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            let ms = self.started.elapsed().as_millis() as u64;
+            tracing::info!(checkpoint = self.id, restore_ms = ms, "State restored.");
+        }
+    }
+}
+
+impl RestoredState {
+    /// What the new task `task` restores: `nodes` are the names of the
+    /// operators chained in it, the source first if it has one.
+    pub fn for_task(&mut self, task: TaskId, nodes: &[String], source: Option<&str>) -> (TaskSnapshot, Option<RestoredPositions>) {
+        let positions = source.and_then(|s| self.positions.get(s).cloned());
+        if self.same_layout {
+            return (self.tasks.remove(&task).unwrap_or_default(), positions);
+        }
+        // Another layout: every old snapshot of these operators, each
+        // filtered to the new task's key groups when it is read.
+        let mut snap = TaskSnapshot { watermark: Millis::MAX, ..TaskSnapshot::default() };
+        for old in self.tasks.values() {
+            let holds = |name: &String| nodes.contains(name);
+            let mine = old.operators.iter().filter(|(name, _)| holds(name));
+            let mut any = old.source_position.as_ref().is_some_and(|(s, _)| holds(s));
+            for (name, state) in mine {
+                snap.operators.push((name.clone(), state.clone()));
+                any = true;
+            }
+            // The lowest watermark of the old subtasks that ran these
+            // operators: nothing they had not yet seen is taken as late.
+            if any {
+                snap.watermark = snap.watermark.min(old.watermark);
+            }
+        }
+        if snap.watermark == Millis::MAX {
+            snap.watermark = crate::types::MIN_WATERMARK;
+        }
+        (snap, positions)
+    }
 }

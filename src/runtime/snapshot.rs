@@ -8,12 +8,13 @@ use crate::checkpoint::manifest::TaskId;
 use crate::codec::{Dec, DecodeError, Enc};
 use crate::types::{Millis, Record};
 
-const MAGIC: &[u8; 8] = b"WEIRTSK1";
+const MAGIC: &[u8; 8] = b"WEIRTSK2";
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct TaskSnapshot {
     pub watermark: Millis,
-    pub source_position: Option<Vec<u8>>,
+    /// (source name, its position): matched by name on restore.
+    pub source_position: Option<(String, Vec<u8>)>,
     /// (operator name, keyed state in `state::snapshot` form)
     pub operators: Vec<(String, Vec<u8>)>,
     /// Records this task had emitted that the barrier overtook: re-emitted
@@ -35,8 +36,9 @@ impl TaskSnapshot {
         out.extend_from_slice(MAGIC);
         out.put_i64(self.watermark);
         match &self.source_position {
-            Some(p) => {
+            Some((name, p)) => {
                 out.put_u8(1);
+                out.put_str(name);
                 out.put_bytes(p);
             }
             None => out.put_u8(0),
@@ -63,7 +65,7 @@ impl TaskSnapshot {
         let watermark = d.i64("watermark")?;
         let source_position = match d.u8("position flag")? {
             0 => None,
-            _ => Some(d.bytes("source position")?.to_vec()),
+            _ => Some((d.str("source name")?.to_string(), d.bytes("source position")?.to_vec())),
         };
         let n = d.u16("operator count")?;
         let mut operators = Vec::with_capacity(n as usize);
@@ -95,7 +97,7 @@ mod tests {
     fn round_trips_and_rejects_damage() {
         let s = TaskSnapshot {
             watermark: 42,
-            source_position: Some(vec![1, 2, 3]),
+            source_position: Some(("orders".into(), vec![1, 2, 3])),
             operators: vec![("agg".into(), vec![9; 10])],
             output_records: vec![Record::new(vec![Value::Int(1)], "{}".into(), Some(5))],
             input_records: vec![],

@@ -17,7 +17,7 @@ use super::snapshot::TaskSnapshot;
 use super::task_checkpoint::{completed_changed, Control, Event, PendingSnapshot, SnapshotStats, TaskCheckpointing};
 use super::watermark::{WatermarkChange, WatermarkTracker};
 use crate::faults;
-use crate::operators::source::{Source, SourcePoll};
+use crate::operators::source::{RestoredPositions, Source, SourcePoll};
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::types::{Millis, MAX_WATERMARK, MIN_WATERMARK};
 
@@ -46,6 +46,10 @@ pub struct SourceTiming {
 pub struct Restored {
     pub id: u64,
     pub snapshot: TaskSnapshot,
+    /// Source tasks: every old subtask's position of this source.
+    pub positions: Option<RestoredPositions>,
+    /// Shared by all tasks: the last one to finish logs the restore time.
+    pub clock: Arc<super::restore::RestoreClock>,
 }
 
 pub struct SourceCheckpointing {
@@ -124,14 +128,12 @@ impl SourceTask {
                 idle_sent = false;
                 produced += batch.len() as u64;
                 OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
-                max_ts = match self.source.event_time_progress() {
-                    Some(t) => max_ts.max(t),
-                    None => batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max),
-                };
+                max_ts = batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max);
                 let out = self.chain.process(0, batch)?;
                 self.output.push(out);
                 if let Some(ooo) = self.timing.max_out_of_orderness {
-                    let wm = max_ts.saturating_sub(ooo).saturating_sub(1);
+                    let bounded = self.source.event_time_bound().map_or(max_ts, |b| b.min(max_ts));
+                    let wm = bounded.saturating_sub(ooo).saturating_sub(1);
                     if wm > emitted_wm {
                         emitted_wm = wm;
                         if !self.emit_watermark(wm).await? {
@@ -142,10 +144,10 @@ impl SourceTask {
                 if self.output.flush().await.is_err() {
                     return Ok(TaskEnd::Stopped);
                 }
-            } else if let (Some(ooo), Some(t)) = (self.timing.max_out_of_orderness, self.source.event_time_progress()) {
-                // No data, but a partition may have gone idle or finished.
-                max_ts = max_ts.max(t);
-                let wm = max_ts.saturating_sub(ooo).saturating_sub(1);
+            } else if let (Some(ooo), Some(b)) = (self.timing.max_out_of_orderness, self.source.event_time_bound()) {
+                // No data, but the bound may have moved (a Kafka partition
+                // went idle or reached its end).
+                let wm = b.min(max_ts).saturating_sub(ooo).saturating_sub(1);
                 if wm > emitted_wm {
                     emitted_wm = wm;
                     if !self.emit_watermark(wm).await? {
@@ -222,10 +224,11 @@ impl SourceTask {
     }
 
     async fn restore(&mut self, r: Restored) -> Result<Millis, TaskError> {
-        if let Some(p) = &r.snapshot.source_position {
+        if let Some(p) = &r.positions {
             self.source.restore(p).map_err(|e| TaskError::new(&self.info, OpError::Data(format!("restoring position: {e}"))))?;
         }
         self.chain.restore(r.id, r.snapshot.watermark, &r.snapshot.operators)?;
+        r.clock.task_done();
         if let Some(s) = &mut self.checkpointing {
             s.ck.notified = r.id;
         }
@@ -240,9 +243,17 @@ impl SourceTask {
 
     /// A trigger: record the position, snapshot the chain, emit the barrier.
     async fn on_control(&mut self, c: Control, watermark: Millis, producing: &mut bool) -> Result<(), TaskError> {
-        let Control::Trigger { id, then_stop } = c;
+        let Control::Trigger { id, then_stop, drain } = c;
         let Some(s) = &self.checkpointing else { return Ok(()) };
         let unaligned = s.unaligned;
+        let watermark = if drain && watermark < MAX_WATERMARK {
+            if !self.emit_watermark(MAX_WATERMARK).await? {
+                return Ok(());
+            }
+            MAX_WATERMARK
+        } else {
+            watermark
+        };
         if let Some(d) = faults::get().barrier_delay {
             tokio::time::sleep(d).await;
         }
@@ -253,7 +264,7 @@ impl SourceTask {
         let sync = Instant::now();
         let mut snapshot = TaskSnapshot {
             watermark,
-            source_position: Some(self.source.position()),
+            source_position: Some((self.info.operator.clone(), self.source.position())),
             operators: self.chain.snapshot(id)?,
             ..TaskSnapshot::default()
         };
@@ -510,6 +521,7 @@ impl OperatorTask {
 
     async fn restore(&mut self, r: Restored) -> Result<(), TaskError> {
         self.chain.restore(r.id, r.snapshot.watermark, &r.snapshot.operators)?;
+        r.clock.task_done();
         if let Some(c) = &mut self.checkpointing {
             c.ck.notified = r.id;
         }

@@ -43,7 +43,9 @@ pub enum Event {
 pub enum Control {
     /// Record the position, emit Barrier(id). With `then_stop`, produce no
     /// more records afterwards (a final checkpoint on stop).
-    Trigger { id: CheckpointId, then_stop: bool },
+    /// With `drain` (only with `then_stop`), advance event time to the end
+    /// before the barrier, so every window fires into this checkpoint.
+    Trigger { id: CheckpointId, then_stop: bool, drain: bool },
 }
 
 /// Everything a task needs to take part in checkpoints.

@@ -182,3 +182,13 @@ fn datagen_rows_and_windows_do_not_depend_on_parallelism() {
     let expected = tumbling_10s(&rows, aggs);
     check_aggregate("pipelines/quickstart.yaml", &expected, |w| w);
 }
+
+#[test]
+fn one_subtask_reading_files_of_the_same_time_range_one_after_another_drops_nothing() {
+    // The two event files cover the same event times. At parallelism 1 one
+    // subtask reads them one after the other: the watermark must wait for
+    // the second file instead of making all of it late.
+    let state = tmp();
+    let lines = run_to_sink(super::ckpt::PIPELINE, 1, |w| super::ckpt::fast(w).set("state.dir", state.path()));
+    assert_same_records("checkpointed.yaml -p 1", &lines, &super::ckpt::reference_output());
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::ckpt::{assert_exactly_once, fast, Job, PIPELINE};
-use super::util::{part_files, tmp, wait_until, weir, Outcome, Weir};
+use super::util::{part_files, tmp, wait_until, weir, weir_run, Outcome, Weir};
 
 impl Job {
     /// `weir savepoint SUB pipelines/checkpointed.yaml` on this job's state dir.
@@ -79,12 +79,15 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
     assert_exactly_once("stop-with-savepoint then restore", job.lines());
     let _ = std::fs::remove_dir_all(moved.parent().unwrap());
 
-    // Restoring at another parallelism is refused with the reason, and
-    // nothing is written (not even a new state directory).
+    // Restoring with another max_parallelism is refused with the reason,
+    // and nothing is written (not even a new state directory).
     let fresh = job.dir.path().join("fresh-state");
-    let o = weir(&["restore", &first.display().to_string(), PIPELINE, "--no-progress", "-p", "3"]).set("state.dir", &fresh).run();
+    let o = weir(&["restore", &first.display().to_string(), PIPELINE, "--no-progress"])
+        .set("state.dir", &fresh)
+        .set("max_parallelism", "64")
+        .run();
     o.expect_code(2);
-    o.expect_stderr_contains("parallelism 2, this pipeline has 3");
+    o.expect_stderr_contains("max_parallelism 128, this pipeline has 64");
     assert!(!fresh.exists(), "a refused restore created {}", fresh.display());
 
     // Dispose: a symlink to it is refused, the savepoint itself goes.
@@ -94,6 +97,82 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
     assert!(first.join("_metadata").exists());
     weir(&["savepoint", "dispose", &first.display().to_string()]).run().expect_code(0);
     assert!(!first.exists());
+}
+
+/// Run (or restore) at `p`, slowly, until some output is published and
+/// more than `after` lines; then stop with a savepoint into `target`.
+fn stop_with_savepoint_at(job: &Job, p: u32, restore: Option<&Path>, after: usize, target: &Path) {
+    let mut cmd = match restore {
+        Some(sp) => weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress", "-p", &p.to_string()]),
+        None => weir_run(PIPELINE, p),
+    };
+    cmd = cmd.set("state.dir", &job.state).set("sinks.out.path", &job.out).set("sources.events.rate_limit", "600");
+    let run = cmd.spawn();
+    job.wait_for_socket();
+    assert!(wait_until(Duration::from_secs(30), || job.lines().len() > after), "no new output published at parallelism {p}");
+    let stop = job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).run();
+    assert_eq!(savepoint_path(&stop), target);
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(!o.stderr.contains("Input exhausted"), "the run at parallelism {p} ended by its input, not by the stop");
+    if restore.is_some() {
+        o.expect_stderr_contains("Rescaling: key groups and source positions are dealt anew.");
+    }
+}
+
+#[test]
+fn savepoints_restore_at_another_parallelism_exactly_once() {
+    // 1 -> 4 -> 2, each step a stop-with-savepoint in the middle of the input.
+    let job = Job::new();
+    let (sp1, sp2) = (job.dir.path().join("sp-p1"), job.dir.path().join("sp-p4"));
+    stop_with_savepoint_at(&job, 1, None, 0, &sp1);
+    let after_first = job.lines().len();
+    stop_with_savepoint_at(&job, 4, Some(&sp1), after_first, &sp2);
+    let restore = weir(&["restore", &sp2.display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
+    let o = fast(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out)).run();
+    o.expect_code(0);
+    o.expect_stderr_contains("Rescaling");
+    job.assert_no_in_progress_files();
+    assert_exactly_once("savepoints at parallelism 1 -> 4 -> 2", job.lines());
+}
+
+#[test]
+fn restore_refuses_dropped_operators_unless_allowed_and_changed_keys() {
+    let job = Job::new();
+    let sp = job.dir.path().join("sp");
+    stop_with_savepoint_at(&job, 2, None, 0, &sp);
+    let text = std::fs::read_to_string(super::util::repo().join(PIPELINE)).unwrap();
+    let variant = |name: &str, edits: &[(&str, &str)]| {
+        let mut yaml = text.clone();
+        for (from, to) in edits {
+            assert!(yaml.contains(from), "{PIPELINE} no longer has `{from}`");
+            yaml = yaml.replace(from, to);
+        }
+        let path = job.dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        path.display().to_string()
+    };
+    let restore = |pipeline: &str, state: &str| {
+        let w = weir(&["restore", &sp.display().to_string(), pipeline, "--no-progress"]);
+        fast(w.set("state.dir", job.dir.path().join(state)).set("sinks.out.path", job.dir.path().join(format!("out-{state}"))))
+    };
+
+    // Without the dedup operator: refused, naming it; allowed, it is dropped.
+    let dedup_line = "  - {name: unique, type: dedup, input: events, key: [id], ttl: 1h}\n";
+    let no_dedup = variant("no-dedup.yaml", &[(dedup_line, ""), ("input: unique", "input: events")]);
+    let o = restore(&no_dedup, "a").run();
+    o.expect_code(2);
+    o.expect_stderr_contains("holds state of operators this pipeline does not have: unique");
+    o.expect_stderr_contains("--allow-non-restored-state");
+    let o = restore(&no_dedup, "b").arg("--allow-non-restored-state").run();
+    o.expect_code(0);
+    o.expect_stderr_contains("Dropping the state of operators this pipeline does not have.");
+
+    // The aggregate keyed by another field: refused with both definitions.
+    let rekeyed = variant("rekeyed.yaml", &[("key: [user]", "key: [id]")]);
+    let o = restore(&rekeyed, "c").run();
+    o.expect_code(2);
+    o.expect_stderr_contains("operator `per_user` was aggregate by [user], this pipeline has it aggregate by [id]");
 }
 
 #[test]
@@ -177,4 +256,74 @@ fn unaligned_pipelines_refuse_savepoints_with_the_reason() {
     o.expect_stderr_contains("savepoints are always aligned");
     run.terminate();
     run.wait_for(Duration::from_secs(30)).expect_code(0);
+}
+
+/// Stop with a savepoint (drained or not) at parallelism 2; returns (sum of
+/// the published counts, records the dedup passed to the aggregate).
+fn counted_and_passed(drain: bool) -> (u64, u64) {
+    let job = Job::new();
+    let run = job.cmd().set("sources.events.rate_limit", "600").spawn();
+    job.wait_for_socket();
+    assert!(wait_until(Duration::from_secs(30), || !job.lines().is_empty()), "no output published");
+    let mut trigger = job.savepoint("trigger").arg("--stop").arg("--target").arg(job.dir.path().join("sp").display().to_string());
+    if drain {
+        trigger = trigger.arg("--drain");
+    }
+    savepoint_path(&trigger.run());
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(!o.stderr.contains("Input exhausted"), "the run ended by its input, not by the stop");
+    let summary = format!("{}{}", o.stdout, o.stderr);
+    let passed = summary
+        .split("unique ")
+        .nth(1)
+        .and_then(|r| r.split(" out").next())
+        .and_then(|r| r.split('/').nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary for `unique` in: {summary}"));
+    let counted = job.lines().iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["n"].as_u64().unwrap()).sum();
+    (counted, passed)
+}
+
+#[test]
+fn stop_with_drain_fires_every_window_into_the_savepoint() {
+    let (counted, passed) = counted_and_passed(true);
+    assert_eq!(counted, passed, "drained: every record the aggregate got is in a published window");
+    // Without --drain the windows still open at the stop stay in the savepoint.
+    let (counted, passed) = counted_and_passed(false);
+    assert!(counted < passed, "not drained: open windows are not published ({counted} of {passed})");
+}
+
+#[test]
+fn savepoint_completes_while_the_sink_is_backpressured() {
+    // Every event passes the dedup into a sink that takes 400 records a
+    // second: the channels fill up and the aligned barrier queues behind
+    // them. The savepoint still completes, and the socket stays responsive.
+    let job = Job::new();
+    let yaml = format!(
+        "name: backpressured\nparallelism: 2\nstate: {{dir: {}}}\ncheckpoint: {{interval: 1h, alignment: aligned}}\n\
+         sources:\n  - {{name: events, type: file, path: 'testdata/inputs/events/*.jsonl'}}\n\
+         operators:\n  - {{name: unique, type: dedup, input: events, key: [id]}}\n\
+         sinks:\n  - {{name: out, type: blackhole, input: unique, rate_limit: 400}}\n",
+        job.state.display()
+    );
+    let pipeline = job.dir.path().join("backpressured.yaml");
+    std::fs::write(&pipeline, yaml).unwrap();
+    let pipeline = pipeline.display().to_string();
+    let run = weir(&["run", &pipeline, "--no-progress"]).spawn();
+    job.wait_for_socket();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    let trigger = weir(&["savepoint", "trigger", &pipeline, "--timeout", "60s"]).spawn();
+    // While the barrier waits behind the queued records, status answers.
+    let status = ask(&job.state.join("control.sock"), r#"{"status": {}}"#);
+    assert_eq!(status["ok"], true, "{status}");
+    let sp = savepoint_path(&trigger.wait_for(Duration::from_secs(60)));
+    let took = started.elapsed();
+    assert_eq!(kind_of(&sp), "savepoint");
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(60));
+    o.expect_code(0);
+    // The sink's rate, not the machine, sets this: the barrier waited.
+    assert!(took > Duration::from_secs(1), "took {took:?}: the sink was not backpressured");
 }
