@@ -38,7 +38,8 @@ done
 quiet() { grep -v "GLIBC_2.39' not found" >&2 || true; }
 
 install() {
-    if [ -x "$VENV/bin/noida-db" ] && "$VENV/bin/pip" show noida-db 2>/dev/null | grep -q "^Version: $NOIDA_VERSION$"; then
+    # (Not `pip show | grep -q`: with pipefail, grep's early exit fails the pipe.)
+    if [ -x "$VENV/bin/noida-db" ] && [ "$("$VENV/bin/pip" show noida-db 2>/dev/null | sed -n 's/^Version: //p')" = "$NOIDA_VERSION" ]; then
         return
     fi
     echo "kafka-broker.sh: installing noida-db==$NOIDA_VERSION into $VENV" >&2
