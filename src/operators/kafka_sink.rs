@@ -36,6 +36,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
@@ -105,6 +106,13 @@ struct Txn {
 
 pub struct KafkaSink {
     who: String,
+    subtask: u16,
+    /// `weir-<pipeline>-<sink>-`: the transactional id of subtask i is this plus i.
+    txn_prefix: String,
+    /// Client settings of a marker consumer, without its group.
+    marker_config: ClientConfig,
+    /// The producer's settings (to fence the transactional id of another subtask).
+    producer_config: ClientConfig,
     topic: String,
     key: Vec<usize>,
     producer: ThreadedProducer<SinkContext>,
@@ -135,7 +143,14 @@ impl KafkaSink {
         let mut config = client_config(&spec.brokers, &[]);
         let bound_ms = spec.broker_timeout.as_millis().to_string();
         config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
-        let txn_id = format!("weir-{pipeline}-{name}-{subtask}");
+        let txn_prefix = format!("weir-{pipeline}-{name}-");
+        let txn_id = format!("{txn_prefix}{subtask}");
+        let mut marker_config = client_config(&spec.brokers, &[]);
+        marker_config.set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+        for (k, v) in spec.properties.iter().filter(|(k, _)| k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl."))
+        {
+            marker_config.set(k, v);
+        }
         if spec.delivery == Delivery::ExactlyOnce {
             let ms = transaction_timeout.as_millis().to_string();
             config.set("transactional.id", &txn_id).set("transaction.timeout.ms", &ms);
@@ -147,6 +162,7 @@ impl KafkaSink {
             config.set(k, v);
         }
         let context = SinkContext { base: WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout), failed: Mutex::new(None) };
+        let producer_config = config.clone();
         let producer: ThreadedProducer<SinkContext> =
             config.create_with_context(context).map_err(|e| format!("creating the Kafka producer: {e}"))?;
         let t = spec.broker_timeout;
@@ -157,22 +173,23 @@ impl KafkaSink {
             Delivery::AtLeastOnce => None,
             Delivery::ExactlyOnce => {
                 producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
-                let mut mc = client_config(&spec.brokers, &[]);
-                mc.set("group.id", format!("weir-txn-{txn_id}"))
-                    .set("enable.auto.commit", "false")
-                    .set("isolation.level", "read_committed");
-                for (k, v) in
-                    spec.properties.iter().filter(|(k, _)| k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl."))
-                {
-                    mc.set(k, v);
-                }
-                let marker = mc
-                    .create_with_context(WeirContext::new(format!("{who} marker"), &spec.brokers, t))
-                    .map_err(|e| format!("creating the marker consumer: {e}"))?;
+                let marker = marker_consumer(&marker_config, &txn_id, &who, &spec.brokers, t)?;
                 Some(Txn { marker, open: false, records: Vec::new(), staged: None, held: Vec::new() })
             }
         };
-        Ok(KafkaSink { who, topic: spec.topic.clone(), key, producer, txn, timeout: t, key_buf: Vec::new() })
+        Ok(KafkaSink {
+            who,
+            subtask,
+            txn_prefix,
+            marker_config,
+            producer_config,
+            topic: spec.topic.clone(),
+            key,
+            producer,
+            txn,
+            timeout: t,
+            key_buf: Vec::new(),
+        })
     }
 
     fn message(&mut self, r: &Record) -> Msg {
@@ -244,24 +261,80 @@ impl KafkaSink {
 
     /// Add marker `id` to the open transaction.
     fn add_marker(&self, id: u64) -> OpResult {
-        let txn = self.txn.as_ref().expect("exactly-once");
+        self.add_marker_for(&self.txn.as_ref().expect("exactly-once").marker, id)
+    }
+
+    /// Add marker `id` of the marker group of `marker` to the open transaction.
+    fn add_marker_for(&self, marker: &BaseConsumer<WeirContext>, id: u64) -> OpResult {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, 0, Offset::Offset(id as i64)).map_err(|e| self.txn_err("marker", e))?;
-        let cgm =
-            txn.marker.group_metadata().ok_or_else(|| OpError::Data(format!("{}: marker consumer has no group metadata", self.who)))?;
+        let cgm = marker.group_metadata().ok_or_else(|| OpError::Data(format!("{}: marker consumer has no group metadata", self.who)))?;
         self.producer.send_offsets_to_transaction(&tpl, &cgm, self.timeout).map_err(|e| self.txn_err("send_offsets_to_transaction", e))
     }
 
     /// The newest checkpoint whose transaction was committed (0: none).
     fn committed_marker(&self) -> Result<u64, OpError> {
-        let txn = self.txn.as_ref().expect("exactly-once");
+        self.committed_marker_of(&self.txn.as_ref().expect("exactly-once").marker)
+    }
+
+    fn committed_marker_of(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.topic, 0);
-        let got = txn.marker.committed_offsets(tpl, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))?;
+        let got = marker.committed_offsets(tpl, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))?;
         Ok(match got.find_partition(&self.topic, 0).map(|e| e.offset()) {
             Some(Offset::Offset(o)) if o > 0 => o as u64,
             _ => 0,
         })
+    }
+
+    /// Transaction `staged` of subtask `origin` was pre-committed in the
+    /// restored checkpoint. init_transactions (at open) already ended the
+    /// crashed run's transaction of this subtask: committed if its commit
+    /// had reached the broker, else aborted. If the marker of `origin` says
+    /// it was not committed, send its records again and commit them with the
+    /// marker (of `origin` too, so a second restore does not send them again).
+    fn repair(&mut self, id: u64, origin: u16, staged: u64, records: Vec<Msg>) -> OpResult {
+        let other = if origin == self.subtask {
+            None
+        } else {
+            // A subtask that no longer exists: end its transaction first, as
+            // its own restart would have (init_transactions fences it).
+            let txn_id = format!("{}{origin}", self.txn_prefix);
+            let mut c = self.producer_config.clone();
+            c.set("transactional.id", &txn_id);
+            let fence: rdkafka::producer::BaseProducer = c.create().map_err(|e| self.txn_err("creating a fencing producer", e))?;
+            fence.init_transactions(self.timeout).map_err(|e| self.txn_err(&format!("init_transactions of `{txn_id}`"), e))?;
+            drop(fence);
+            Some(marker_consumer(&self.marker_config, &txn_id, &self.who, "", self.timeout).map_err(OpError::Data)?)
+        };
+        let committed = match &other {
+            None => self.committed_marker()?,
+            Some(m) => self.committed_marker_of(m)?,
+        };
+        if committed >= staged {
+            tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, "Transaction of the restored checkpoint was committed before the crash.");
+            return Ok(());
+        }
+        let n = records.len();
+        for m in records {
+            self.send_in_txn(m)?;
+        }
+        self.flush()?;
+        self.add_marker(staged)?;
+        if let Some(m) = &other {
+            self.add_marker_for(m, staged)?;
+        }
+        self.commit()?;
+        tracing::warn!(
+            who = %self.who,
+            checkpoint = id,
+            origin,
+            staged,
+            committed,
+            records = n,
+            "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
+        );
+        Ok(())
     }
 
     fn commit(&mut self) -> OpResult {
@@ -273,6 +346,20 @@ impl KafkaSink {
         txn.staged = None;
         Ok(())
     }
+}
+
+/// A consumer of the marker group of `txn_id` (it never reads; it answers
+/// and carries the group in transactions).
+fn marker_consumer(
+    config: &ClientConfig,
+    txn_id: &str,
+    who: &str,
+    brokers: &str,
+    t: Duration,
+) -> Result<BaseConsumer<WeirContext>, String> {
+    let mut c = config.clone();
+    c.set("group.id", format!("weir-txn-{txn_id}"));
+    c.create_with_context(WeirContext::new(format!("{who} marker"), brokers, t)).map_err(|e| format!("creating the marker consumer: {e}"))
 }
 
 fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
@@ -351,7 +438,9 @@ impl Operator for KafkaSink {
         self.add_marker(id)?;
         let t = self.txn.as_mut().expect("exactly-once");
         t.staged = Some(id);
-        ctx.state.put(TXN, kg, TXN_KEY, &encode_txn(id, &t.records))?;
+        let mut value = self.subtask.to_be_bytes().to_vec();
+        value.extend_from_slice(&encode_txn(id, &t.records));
+        ctx.state.put(TXN, kg, TXN_KEY, &value)?;
         Ok(())
     }
 
@@ -373,35 +462,20 @@ impl Operator for KafkaSink {
         if self.txn.is_none() {
             return Ok(());
         }
-        let kg = ctx.state.key_groups().start;
+        // A staged transaction is kept at the first key group of the subtask
+        // that staged it; after a change of parallelism it may be anywhere
+        // in this subtask's range, and of another transactional id.
         let mut buf = Vec::new();
-        if !ctx.state.get(TXN, kg, TXN_KEY, &mut buf)? {
-            return Ok(());
-        }
-        let (staged, records) = decode_txn(&buf).map_err(OpError::Data)?;
-        // init_transactions (at open) already ended the crashed run's open
-        // transaction: committed if its commit had reached the broker, else aborted.
-        let committed = self.committed_marker()?;
-        if committed >= staged {
-            tracing::info!(who = %self.who, checkpoint = id, staged, committed, "Transaction of the restored checkpoint was committed before the crash.");
-        } else {
-            let n = records.len();
-            for m in records {
-                self.send_in_txn(m)?;
+        for kg in ctx.state.key_groups() {
+            if !ctx.state.get(TXN, kg, TXN_KEY, &mut buf)? {
+                continue;
             }
-            self.flush()?;
-            self.add_marker(staged)?;
-            self.commit()?;
-            tracing::warn!(
-                who = %self.who,
-                checkpoint = id,
-                staged,
-                committed,
-                records = n,
-                "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
-            );
+            let origin =
+                buf.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or_else(|| OpError::Data("empty staged transaction".into()))?;
+            let (staged, records) = decode_txn(&buf[2..]).map_err(OpError::Data)?;
+            self.repair(id, origin, staged, records)?;
+            ctx.state.delete(TXN, kg, TXN_KEY)?;
         }
-        ctx.state.delete(TXN, kg, TXN_KEY)?;
         Ok(())
     }
 

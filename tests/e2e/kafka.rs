@@ -192,7 +192,11 @@ impl KJob {
     }
 
     fn cmd(&self) -> Weir {
-        weir_run(&self.pipeline, 2).set("state.dir", self.dir.path().join("state"))
+        self.cmd_p(2)
+    }
+
+    fn cmd_p(&self, p: u32) -> Weir {
+        weir_run(&self.pipeline, p).set("state.dir", self.dir.path().join("state"))
     }
 
     fn restore(&self) -> Weir {
@@ -274,12 +278,17 @@ fn kafka_crash_loop_read_committed_sees_exactly_the_clean_result() {
 
 /// Crash at the `n`th `point`, restore, and compare with the clean run.
 fn kafka_crash_at(point: &str, n: u32) -> Outcome {
+    kafka_crash_at_then_restore_with(point, n, 2)
+}
+
+/// The same, restoring at parallelism `p` (the crashed run had 2).
+fn kafka_crash_at_then_restore_with(point: &str, n: u32, p: u32) -> Outcome {
     let want = canon(clean_windowed());
-    let job = KJob::new(&format!("crash-{}", point.replace('_', "-")), WINDOWED, true);
+    let job = KJob::new(&format!("crash-{}-p{p}", point.replace('_', "-")), WINDOWED, true);
     let crashed = job.cmd().env("WEIR_FAULTS", format!("crash={point}:{n}")).run();
     assert!(!crashed.status.success(), "crash={point}:{n} did not crash:\n{}", crashed.stderr);
     crashed.expect_stderr_contains(&format!("injected crash at {point}"));
-    let restored = job.restore().ok();
+    let restored = job.cmd_p(p).arg("--restore").arg("latest").ok();
     assert_same_multiset(&format!("kafka crash={point}:{n}, then --restore latest"), canon(&job.output()), want);
     restored
 }
@@ -301,6 +310,19 @@ fn kafka_crash_after_metadata_sends_the_lost_transaction_again() {
         }
     }
     panic!("after crash=after_metadata:{tried:?} no restore repaired a transaction (log line {REPAIRED:?})");
+}
+
+#[test]
+fn kafka_crash_after_metadata_then_restore_at_parallelism_1_is_exactly_once() {
+    // Subtask 1 is gone after the restore: its staged transaction is ended
+    // (fenced) and repaired by subtask 0 under subtask 1's marker; the source
+    // takes both old subtasks' partitions.
+    let mut seen = false;
+    for n in [6, 12] {
+        let restored = kafka_crash_at_then_restore_with("after_metadata", n, 1);
+        seen |= restored.stderr.lines().any(|l| l.contains("Transaction of the restored checkpoint") && l.contains("origin=1"));
+    }
+    assert!(seen, "no restore found a transaction staged by the vanished subtask 1");
 }
 
 #[test]
