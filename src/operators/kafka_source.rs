@@ -352,6 +352,23 @@ fn handle(
     Ok(true)
 }
 
+/// The lowest highest event time over the partitions that still hold event
+/// time back: not finished, and (with `idle_timeout`) not silent that long.
+/// When none does, the highest over all: nothing holds event time back.
+fn event_time_bound(
+    parts: &BTreeMap<Tp, Part>,
+    times: &BTreeMap<Tp, PartTime>,
+    idle_timeout: Option<Duration>,
+    now: Instant,
+) -> Option<Millis> {
+    let idle = |t: &PartTime| idle_timeout.is_some_and(|d| now.duration_since(t.last_data) >= d);
+    let active = parts.iter().filter(|(_, p)| !p.done()).filter_map(|(tp, _)| times.get(tp)).filter(|t| !idle(t));
+    match active.map(|t| t.max_ts).min() {
+        Some(t) => Some(t),
+        None => times.values().map(|t| t.max_ts).max(),
+    }
+}
+
 /// Put the message key into a JSON object as its first field.
 fn with_key_field(field: &str, key: Option<&[u8]>, object: &str, out: &mut String) {
     out.clear();
@@ -425,15 +442,7 @@ impl Source for KafkaSource {
     }
 
     fn event_time_bound(&self) -> Option<Millis> {
-        let now = Instant::now();
-        let idle = |t: &PartTime| self.idle_timeout.is_some_and(|d| now.duration_since(t.last_data) >= d);
-        let times = &self.dec.times;
-        let active = self.parts.iter().filter(|(_, p)| !p.done()).filter_map(|(tp, _)| times.get(tp)).filter(|t| !idle(t));
-        match active.map(|t| t.max_ts).min() {
-            Some(t) => Some(t),
-            // All idle or finished: nothing holds event time back.
-            None => times.values().map(|t| t.max_ts).max(),
-        }
+        event_time_bound(&self.parts, &self.dec.times, self.idle_timeout, Instant::now())
     }
 
     fn position(&self) -> Vec<u8> {
@@ -550,6 +559,29 @@ mod tests {
         assert_eq!(decode_position(&two).unwrap(), vec![(b.clone(), pb)]);
         assert!(decode_position(&one[..one.len() - 1]).is_err());
         assert!(decode_position(b"xx").is_err());
+    }
+
+    #[test]
+    fn idle_and_finished_partitions_do_not_hold_event_time_back() {
+        let now = Instant::now();
+        let (a, b, c): (Tp, Tp, Tp) = (("t".into(), 0), ("t".into(), 1), ("t".into(), 2));
+        let mut parts = BTreeMap::new();
+        for tp in [&a, &b, &c] {
+            parts.insert(tp.clone(), Part { next: 0, stop: None });
+        }
+        let mut times = BTreeMap::new();
+        times.insert(a.clone(), PartTime { max_ts: 500, last_data: now });
+        times.insert(b.clone(), PartTime { max_ts: 100, last_data: now - Duration::from_secs(10) });
+        times.insert(c.clone(), PartTime { max_ts: MIN_WATERMARK, last_data: now - Duration::from_secs(10) });
+        // Without an idle timeout the slowest partition (one with no data yet) holds it back.
+        assert_eq!(event_time_bound(&parts, &times, None, now), Some(MIN_WATERMARK));
+        // Silent for 10 s > 5 s: b and c no longer count.
+        assert_eq!(event_time_bound(&parts, &times, Some(Duration::from_secs(5)), now), Some(500));
+        // A partition read to its (bounded) end does not count either.
+        parts.insert(c.clone(), Part { next: 7, stop: Some(7) });
+        assert_eq!(event_time_bound(&parts, &times, None, now), Some(100));
+        // Everything idle or finished: nothing holds it back.
+        assert_eq!(event_time_bound(&parts, &times, Some(Duration::from_millis(1)), now + Duration::from_secs(1)), Some(500));
     }
 
     #[test]
