@@ -10,10 +10,13 @@ use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
-use crate::checkpoint::manifest::{Metadata, TaskId};
+use crate::checkpoint::manifest::{BundleManifest, FileEntry, Metadata, TaskId};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
+use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
+use crate::config::Backend;
 use crate::config::Pipeline;
+use crate::state::rocks::native::DB_SUBDIR;
 
 /// What `--restore` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +34,8 @@ pub enum RestoreError {
     OtherPipeline(String),
     #[error("checkpoint {id} was taken at {what} {found}, this pipeline has {expected}; restoring with a different {what} is not supported yet: run with the same {what}")]
     Mismatch { id: CheckpointId, what: &'static str, found: String, expected: String },
+    #[error("checkpoint {id} is an incremental RocksDB checkpoint: {reason}; to change that, restore it as it was taken, trigger a savepoint (always canonical) and restore the savepoint")]
+    Native { id: CheckpointId, reason: String },
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
 }
@@ -47,6 +52,22 @@ pub struct RestoredState {
     pub id: CheckpointId,
     pub dir: PathBuf,
     pub tasks: HashMap<TaskId, TaskSnapshot>,
+    /// The bundle MANIFESTs, in bundle order.
+    pub manifests: Vec<BundleManifest>,
+}
+
+impl RestoredState {
+    /// The files of bundle `b`'s native RocksDB checkpoint (shared SSTs and
+    /// `db/` private files), if the bundle has one.
+    pub fn native_files(&self, b: BundleId) -> Option<Vec<FileEntry>> {
+        native_files(self.manifests.iter().find(|m| m.bundle == b)?)
+    }
+}
+
+/// The native RocksDB files a bundle MANIFEST lists (None: none).
+fn native_files(m: &BundleManifest) -> Option<Vec<FileEntry>> {
+    let files: Vec<FileEntry> = m.files.iter().filter(|f| f.shared || f.name.starts_with(&format!("{DB_SUBDIR}/"))).cloned().collect();
+    (!files.is_empty()).then_some(files)
 }
 
 /// Prepare the state directory and resolve `restore`.
@@ -57,6 +78,7 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, force: bool) 
         Some(RestoreFrom::Path(p)) => {
             let valid = validate_path(p)?;
             check_compatible(pipeline, &valid.metadata)?;
+            check_native(pipeline, &valid)?;
             Some(valid)
         }
         _ => None,
@@ -92,6 +114,11 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, force: bool) 
     }
     for dir in &report.removed_bundle_dirs {
         tracing::info!(dir = %dir.display(), "Removed an orphaned bundle directory.");
+    }
+    match crate::checkpoint::shared::collect_garbage(&layout, true) {
+        Ok(removed) if !removed.is_empty() => tracing::info!(files = removed.len(), "Removed shared files no checkpoint references."),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files; keeping them all."),
     }
     let mut retained = store::list_checkpoint_ids(&layout)?;
     retained.sort_unstable();
@@ -148,9 +175,30 @@ fn check_compatible(pipeline: &Pipeline, md: &Metadata) -> Result<(), RestoreErr
     Ok(())
 }
 
+/// A checkpoint with native RocksDB bundles restores only into RocksDB with
+/// the same bundles (its DBs hold fixed key-group ranges of fixed subtasks).
+fn check_native(pipeline: &Pipeline, valid: &ValidCheckpoint) -> Result<(), RestoreError> {
+    if !valid.manifests.iter().any(|m| native_files(m).is_some()) {
+        return Ok(());
+    }
+    let id = valid.metadata.checkpoint_id;
+    if !matches!(pipeline.state.backend, Backend::RocksDb(_)) {
+        return Err(RestoreError::Native { id, reason: "it restores only into `state.backend: rocksdb`".into() });
+    }
+    let (found, expected) = (valid.metadata.bundles.len(), pipeline.bundles() as usize);
+    if found != expected {
+        let reason = format!(
+            "it has {found} bundles and restores only with the same parallelism and bundle size; this pipeline has {expected} bundles"
+        );
+        return Err(RestoreError::Native { id, reason });
+    }
+    Ok(())
+}
+
 /// Read every task's snapshot of a valid checkpoint.
 fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, RestoreError> {
     check_compatible(pipeline, &valid.metadata)?;
+    check_native(pipeline, &valid)?;
     let id = valid.metadata.checkpoint_id;
     let mut tasks = HashMap::new();
     for m in &valid.manifests {
@@ -163,5 +211,5 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint) -> Result<RestoredState, Re
         }
     }
     tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, tasks })
+    Ok(RestoredState { id, dir: valid.dir, tasks, manifests: valid.manifests })
 }

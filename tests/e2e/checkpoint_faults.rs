@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::ckpt::{abs, assert_exactly_once, assert_no_orphans, completed, durations_ms, fast, restored_from, write_pipeline, Job};
+use super::ckpt::{
+    abs, assert_exactly_once, assert_no_orphans, both_backends, completed, durations_ms, fast, restored_from, write_pipeline, Backend, Job,
+};
 use super::util::{part_files, tmp, wait_until, weir, weir_run};
 
 /// A run whose snapshot writes fail 30% of the time (seeded).
@@ -11,21 +13,17 @@ fn run_with_failing_writes(job: &Job) -> super::util::Outcome {
     job.cmd().set("checkpoint.tolerable_failures", "1000").env("WEIR_FAULTS", "state_write_fail=0.3,seed=42").ok()
 }
 
-#[test]
-fn failing_state_writes_abort_checkpoints_and_later_ones_succeed() {
-    let job = Job::new();
-    let o = run_with_failing_writes(&job);
-    o.expect_stderr_contains("Checkpoint aborted.");
-    o.expect_stderr_contains("Checkpoint complete.");
-    job.assert_no_in_progress_files();
-    assert_exactly_once("state_write_fail=0.3", job.lines());
-}
-
-#[test]
-fn aborted_checkpoints_leave_no_orphan_files() {
-    let job = Job::new();
-    run_with_failing_writes(&job);
-    assert_no_orphans(&job.state);
+both_backends! {
+    fn failing_state_writes_abort_checkpoints_and_later_ones_succeed(backend: Backend) {
+        let job = Job::with(backend);
+        let o = run_with_failing_writes(&job);
+        o.expect_stderr_contains("Checkpoint aborted.");
+        o.expect_stderr_contains("Checkpoint complete.");
+        job.assert_no_in_progress_files();
+        assert_exactly_once(&format!("state_write_fail=0.3 {backend:?}"), job.lines());
+        // Aborted checkpoints leave no orphan files.
+        assert_no_orphans(&job.state);
+    }
 }
 
 #[test]
