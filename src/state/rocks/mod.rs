@@ -117,8 +117,8 @@ fn cf_options(options: &RocksOptions, cache: &Cache) -> Options {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(cache);
     table.set_bloom_filter(10.0, false);
-    table.set_cache_index_and_filter_blocks(true);
-    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    // Index and filter blocks stay in the table readers (RocksDB's default):
+    // through the block cache, every lookup re-read a whole filter block.
     table.set_block_size(16 * 1024);
     let mut o = Options::default();
     o.set_block_based_table_factory(&table);
