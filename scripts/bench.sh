@@ -31,6 +31,7 @@ rate_of() { sed -n 's/^Finished in [0-9.]*s, \([0-9]*\) records\/s.*/\1/p' <<<"$
 secs_of() { sed -n 's/^Finished in \([0-9.]*\)s.*/\1/p' <<<"$1"; }
 
 rocksdb_bench() {
+  local restore_note=""
   echo "| job (rocksdb, no checkpoints) | parallelism | records | seconds | records/s | peak RSS (MiB) |"
   echo "|---|---|---|---|---|---|"
   for job in count_rocks dedup_rocks; do
@@ -73,7 +74,7 @@ $(cat "$log")"
     done
   done
   echo
-  echo "| restore of 10 M keys | rebuilt from | DB rebuild ms (max over bundles) | whole restore run, s |"
+  echo "| restore of $rows keys (final checkpoint) | rebuilt from | DB rebuild ms (max over bundles) | whole restore run, s |"
   echo "|---|---|---|---|"
   echo "${restore_note#?}"
 }
