@@ -140,3 +140,26 @@ fn restore_without_checkpointing_exits_2() {
     let o = weir(&["run", &abs("pipelines/dedup.yaml"), "--no-progress", "--restore", "/nonexistent/chk-0000001"]).run();
     o.expect_code(2);
 }
+
+#[test]
+fn an_incremental_rocksdb_checkpoint_restores_only_as_it_was_taken() {
+    let job = Job::with(Backend::RocksDb);
+    fast(job.cmd()).ok();
+    let chk = job.checkpoints().pop().expect("a retained checkpoint");
+    assert!(chk.join("bundle-000").join("db").join("CURRENT").is_file(), "not an incremental checkpoint: {}", chk.display());
+    // The same pipeline with bundles of 2 subtasks (one bundle instead of two).
+    let yaml = std::fs::read_to_string(super::util::repo().join(super::ckpt::PIPELINE)).unwrap().replace("testdata/", &abs("testdata/"));
+    let bundled = write_pipeline(job.dir.path(), "bundled", &format!("{yaml}bundles: {{size: 2}}\n"));
+    let bundled = Backend::RocksDb.apply(weir_run(&bundled, 2).set("state.dir", &job.state).set("sinks.out.path", &job.out));
+    for (what, cmd) in [("memory backend", fast(job.cmd()).set("state.backend", "memory")), ("another bundle size", fast(bundled))] {
+        let before = super::ckpt::tree(&job.state);
+        let o = cmd.arg("--restore").arg(chk.display().to_string()).run();
+        o.expect_code(2);
+        o.expect_stderr_contains("incremental RocksDB checkpoint");
+        o.expect_stderr_contains("savepoint");
+        assert!(super::ckpt::tree(&job.state) == before, "{what}: a refused restore changed the state dir");
+    }
+    // As it was taken, it restores (from the bundles' local checkpoints).
+    let o = fast(job.cmd()).arg("--restore").arg(chk.display().to_string()).ok();
+    o.expect_stderr_contains("Rebuilt the bundle's RocksDB.");
+}
