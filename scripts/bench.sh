@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Throughput benchmark: keyed count+sum, 10 s tumbling count and dedup over a
-# JSON-lines file, memory state, blackhole sink, at parallelism 1 and 2.
-# Prints records/s and peak RSS per run, as a Markdown table on stdout.
+# JSON-lines file, memory state, blackhole sink, at parallelism 1 and 2; then
+# the RocksDB backend: keyed count and dedup over 10 M distinct ids, checkpoint
+# size and duration (incremental vs full) and restore time.
+# Prints records/s and peak RSS per run, as Markdown tables on stdout.
 #
 #   scripts/bench.sh            # 10 M rows (generated once into target/bench/)
 #   BENCH_ROWS=1000000 scripts/bench.sh
+#   BENCH_ONLY=rocksdb scripts/bench.sh   # only the RocksDB part
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${BENCH_ROWS:-10000000}
@@ -21,6 +24,65 @@ if [ ! -f "$BENCH_DATA/.complete" ]; then
   touch "$BENCH_DATA/.complete"
 fi
 bytes=$(cat "$BENCH_DATA"/part-* | wc -c)
+export BENCH_STATE=$PWD/target/bench/state
+
+# The `Finished in 3.21s, 3115264 records/s: ...` summary of a run's output.
+rate_of() { sed -n 's/^Finished in [0-9.]*s, \([0-9]*\) records\/s.*/\1/p' <<<"$1"; }
+secs_of() { sed -n 's/^Finished in \([0-9.]*\)s.*/\1/p' <<<"$1"; }
+
+rocksdb_bench() {
+  local restore_note=""
+  echo "| job (rocksdb, no checkpoints) | parallelism | records | seconds | records/s | peak RSS (MiB) |"
+  echo "|---|---|---|---|---|---|"
+  for job in count_rocks dedup_rocks; do
+    for p in 1 2; do
+      rm -rf "$BENCH_STATE"
+      out=$( { /usr/bin/time -f 'rss_kb=%M' $weir run --no-progress --log-level warn -p "$p" "scripts/bench/$job.yaml" ; } 2>&1 )
+      rate=$(rate_of "$out"); rss=$(sed -n 's/^rss_kb=//p' <<<"$out")
+      [ -n "$rate" ] || { echo "run failed: $job p=$p" >&2; echo "$out" >&2; exit 1; }
+      echo "| $job | $p | $rows | $(secs_of "$out") | $rate | $((rss / 1024)) |"
+    done
+  done
+  echo
+  echo "| dedup, rocksdb, 1 s checkpoints | parallelism | records/s | checkpoints | median ms | max ms | max pause ms | median bytes | final checkpoint bytes (new + reused) | peak RSS (MiB) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for p in 1 2; do
+    for inc in true false; do
+      rm -rf "$BENCH_STATE"
+      log=$(mktemp)
+      out=$( { INCREMENTAL=$inc CHECKPOINT_INTERVAL=1s /usr/bin/time -f 'rss_kb=%M' $weir run --no-progress --log-level info -p "$p" scripts/bench/dedup_rocks.yaml 2>"$log" ; } 2>&1 )
+      out="$out
+$(cat "$log")"
+      rate=$(rate_of "$out"); rss=$(sed -n 's/^rss_kb=//p' <<<"$out")
+      [ -n "$rate" ] || { echo "run failed: dedup_rocks incremental=$inc p=$p" >&2; tail -20 "$log" >&2; exit 1; }
+      lines=$(grep 'Checkpoint complete' "$log" || true)
+      field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$lines"; }
+      n=$(grep -c . <<<"$lines")
+      med() { sort -n | sed -n "$(( (n + 1) / 2 ))p"; }
+      last_bytes=$(field bytes | tail -1); last_reused=$(field reused_bytes | tail -1)
+      name=$([ "$inc" = true ] && echo incremental || echo full)
+      echo "| $name | $p | $rate | $n | $(field duration_ms | med) | $(field duration_ms | sort -n | tail -1) | $(field pause_ms | sort -n | tail -1) | $(field bytes | med) | $last_bytes + $last_reused | $((rss / 1024)) |"
+      if [ "$inc" = true ]; then
+        # Restore the final checkpoint (all 10 M keys) from the local checkpoint.
+        rout=$( { /usr/bin/time -f 'wall_s=%e' $weir run --no-progress --log-level info -p "$p" scripts/bench/dedup_rocks.yaml --restore latest ; } 2>&1 )
+        rebuilt=$(sed -n 's/.*Rebuilt the bundle.s RocksDB.* ms=\([0-9]*\).*/\1/p' <<<"$rout" | sort -n | tail -1)
+        from=$(sed -n 's/.*Rebuilt the bundle.s RocksDB.* from="\{0,1\}\([a-z ]*\)"\{0,1\} .*/\1/p' <<<"$rout" | head -1)
+        restore_note="$restore_note
+| dedup p=$p | $from | $rebuilt | $(sed -n 's/^wall_s=//p' <<<"$rout") |"
+      fi
+      rm -f "$log"
+    done
+  done
+  echo
+  echo "| restore of $rows keys (final checkpoint) | rebuilt from | DB rebuild ms (max over bundles) | whole restore run, s |"
+  echo "|---|---|---|---|"
+  echo "${restore_note#?}"
+}
+
+if [ "${BENCH_ONLY:-}" = rocksdb ]; then
+  rocksdb_bench
+  exit 0
+fi
 
 echo "| job | parallelism | records | seconds | records/s | peak RSS (MiB) |"
 echo "|---|---|---|---|---|---|"
@@ -44,7 +106,6 @@ echo "Input: $rows rows, $((bytes / rows)) bytes/row, $(nproc) cores, $(uname -m
 
 # What checkpoints cost: keyed count with 1 s aligned checkpoints vs none,
 # alternated in the same session so machine noise hits both alike.
-export BENCH_STATE=$PWD/target/bench/state
 echo
 echo "| keyed count, p=1 | run | records/s |"
 echo "|---|---|---|"
@@ -80,3 +141,6 @@ for a in aligned unaligned; do
   echo "| $a | $n | $median | $(tail -1 <<<"$durations") |"
   rm -f "$log"
 done
+
+echo
+rocksdb_bench

@@ -3,6 +3,8 @@
 //! `WEIR_FAULTS` is a comma-separated list:
 //! - `state_write_fail=P`: each snapshot file write fails with probability P
 //!   (0..=1); the checkpoint aborts and a later one must succeed.
+//! - `shared_copy_fail=P`: each copy of an SST into `checkpoints/shared/`
+//!   (RocksDB incremental checkpoints) fails with probability P.
 //! - `crash=POINT` or `crash=POINT:N`: abort the process (like kill -9) the
 //!   Nth time (default 1st) the protocol reaches POINT, one of
 //!   `after_prepare` (a task wrote its snapshot, before voting),
@@ -22,6 +24,7 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct Faults {
     state_write_fail: f64,
+    shared_copy_fail: f64,
     crash: Option<(String, u64)>,
     crash_seen: AtomicU64,
     stall: Option<(String, u16, Duration)>,
@@ -41,6 +44,13 @@ impl Faults {
             match key {
                 "state_write_fail" => {
                     f.state_write_fail = value
+                        .parse()
+                        .ok()
+                        .filter(|p| (0.0..=1.0).contains(p))
+                        .ok_or_else(|| format!("`{item}`: expected a probability between 0 and 1"))?
+                }
+                "shared_copy_fail" => {
+                    f.shared_copy_fail = value
                         .parse()
                         .ok()
                         .filter(|p| (0.0..=1.0).contains(p))
@@ -75,6 +85,11 @@ impl Faults {
     /// Should this state write fail?
     pub fn fail_state_write(&self) -> bool {
         self.state_write_fail > 0.0 && self.random() < self.state_write_fail
+    }
+
+    /// Should this copy of a shared file fail?
+    pub fn fail_shared_copy(&self) -> bool {
+        self.shared_copy_fail > 0.0 && self.random() < self.shared_copy_fail
     }
 
     /// Abort the process if the configured crash point is reached for the Nth time.

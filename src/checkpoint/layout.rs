@@ -8,7 +8,10 @@
 //! <state_dir>/checkpoints/chk-0000007/_metadata        written last: the commit point
 //! <state_dir>/checkpoints/chk-0000007/bundle-003/MANIFEST
 //! <state_dir>/checkpoints/chk-0000007/bundle-003/<state files>
+//! <state_dir>/checkpoints/shared/b003-<incarnation>-000012.sst   SSTs of incremental checkpoints
 //! <state_dir>/savepoints/
+//! <state_dir>/local/bundle-003/db/                     working RocksDB of a bundle
+//! <state_dir>/local/bundle-003/chk-0000007/             its RocksDB checkpoint (hard links) for checkpoint 7
 //! ```
 
 use std::path::{Component, Path, PathBuf};
@@ -19,6 +22,8 @@ pub const PIPELINE_FILE: &str = "PIPELINE";
 pub const CONTROL_SOCKET: &str = "control.sock";
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
 pub const SAVEPOINTS_DIR: &str = "savepoints";
+pub const LOCAL_DIR: &str = "local";
+pub const SHARED_DIR: &str = "shared";
 pub const METADATA_FILE: &str = "_metadata";
 pub const MANIFEST_FILE: &str = "MANIFEST";
 
@@ -55,6 +60,21 @@ impl Layout {
 
     pub fn savepoints_dir(&self) -> PathBuf {
         self.state_dir.join(SAVEPOINTS_DIR)
+    }
+
+    /// `checkpoints/shared/`: files referenced by several checkpoints.
+    pub fn shared_dir(&self) -> PathBuf {
+        self.checkpoints_dir().join(SHARED_DIR)
+    }
+
+    /// Working state of the running process (RocksDB), never restored from directly.
+    pub fn local_dir(&self) -> PathBuf {
+        self.state_dir.join(LOCAL_DIR)
+    }
+
+    /// `local/bundle-003`: the working RocksDB of a bundle and its local checkpoints.
+    pub fn local_bundle_dir(&self, bundle: BundleId) -> PathBuf {
+        self.local_dir().join(bundle_dir_name(bundle))
     }
 
     pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
@@ -125,6 +145,7 @@ mod tests {
         assert_eq!(l.metadata(7), Path::new("/s/checkpoints/chk-0000007/_metadata"));
         assert_eq!(l.manifest(7, 3), Path::new("/s/checkpoints/chk-0000007/bundle-003/MANIFEST"));
         assert_eq!(l.state_dir(), Path::new("/s"));
+        assert_eq!(l.local_bundle_dir(3), Path::new("/s/local/bundle-003"));
     }
 
     #[test]

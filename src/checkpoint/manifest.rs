@@ -22,10 +22,26 @@ pub const FORMAT_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileEntry {
-    /// Relative to the bundle directory.
+    /// Relative to the bundle directory, or (`shared`) to `checkpoints/shared/`.
     pub name: String,
     pub size: u64,
     pub crc32c: u32,
+    /// A file of `checkpoints/shared/` (an SST of an incremental RocksDB
+    /// checkpoint), referenced by every checkpoint that needs it. Left out
+    /// of the JSON when false, so private-only manifests read as before.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shared: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl FileEntry {
+    /// A file inside the bundle directory.
+    pub fn private(name: impl Into<String>, size: u64, crc32c: u32) -> Self {
+        FileEntry { name: name.into(), size, crc32c, shared: false }
+    }
 }
 
 /// A subtask task that votes in a bundle: the task running `chain`, subtask `subtask`.
@@ -173,7 +189,7 @@ pub(crate) mod tests {
     }
 
     fn manifest() -> BundleManifest {
-        let files = vec![FileEntry { name: "op-unique.bin".into(), size: 12, crc32c: 0xdead_beef }];
+        let files = vec![FileEntry::private("op-unique.bin", 12, 0xdead_beef)];
         BundleManifest::new(7, 3, vec![TaskId { chain: 1, subtask: 0 }, TaskId { chain: 1, subtask: 1 }], files)
     }
 
@@ -186,6 +202,16 @@ pub(crate) mod tests {
         let md = metadata(7, vec![0, 1]);
         let back = Metadata::from_bytes(&md.to_bytes()).unwrap();
         assert_eq!(Metadata { crc32c: 0, ..back }, md);
+    }
+
+    #[test]
+    fn shared_entries_say_so_and_private_ones_keep_their_old_shape() {
+        let mut m = manifest();
+        let private = String::from_utf8(m.to_bytes()).unwrap();
+        assert!(!private.contains("shared"), "{private}");
+        m.files.push(FileEntry { name: "b000-0123456789abcdef-000012.sst".into(), size: 9, crc32c: 1, shared: true });
+        let back = BundleManifest::from_bytes(&m.to_bytes()).unwrap();
+        assert!(back.files[1].shared && !back.files[0].shared);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod layout;
 pub mod manifest;
+pub mod shared;
 pub mod store;
 pub mod validate;
 

@@ -89,7 +89,7 @@ impl StateFileWriter {
         let parent = parent_of(&path);
         fs::create_dir_all(parent).map_err(StoreError::io("create directory", parent))?;
         let file = File::create(&path).map_err(StoreError::io("create", &path))?;
-        Ok(StateFileWriter { file, path, entry: FileEntry { name: name.into(), size: 0, crc32c: 0 } })
+        Ok(StateFileWriter { file, path, entry: FileEntry::private(name, 0, 0) })
     }
 
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
@@ -116,7 +116,7 @@ pub fn write_state_file_in_existing_dir(dir: &Path, name: &str, bytes: &[u8]) ->
     }
     let path = dir.join(name);
     let file = File::create(&path).map_err(StoreError::io("create", &path))?;
-    let mut w = StateFileWriter { file, path, entry: FileEntry { name: name.into(), size: 0, crc32c: 0 } };
+    let mut w = StateFileWriter { file, path, entry: FileEntry::private(name, 0, 0) };
     w.write(bytes)?;
     w.finish()
 }
@@ -146,7 +146,7 @@ pub fn describe_file(dir: &Path, name: &str) -> Result<FileEntry, StoreError> {
         crc = crc32c::crc32c_append(crc, &buf[..n]);
         size += n as u64;
     }
-    Ok(FileEntry { name: name.into(), size, crc32c: crc })
+    Ok(FileEntry::private(name, size, crc))
 }
 
 /// Remove a checkpoint: `_metadata` first (made durable), so a crash midway
@@ -244,7 +244,7 @@ mod tests {
     fn state_files_carry_size_and_crc() {
         let tmp = tempfile::tempdir().unwrap();
         let e = write_state_file(tmp.path(), "db/000001.sst", b"hello world").unwrap();
-        assert_eq!(e, FileEntry { name: "db/000001.sst".into(), size: 11, crc32c: crc32c::crc32c(b"hello world") });
+        assert_eq!(e, FileEntry::private("db/000001.sst", 11, crc32c::crc32c(b"hello world")));
         assert_eq!(describe_file(tmp.path(), "db/000001.sst").unwrap(), e);
 
         let mut w = StateFileWriter::create(tmp.path(), "streamed").unwrap();

@@ -116,10 +116,20 @@ fn validate_bundle(dir: &Path, metadata: &Metadata, bundle: u32) -> Result<Bundl
             return Err(invalid(&path, Reason::DuplicateFile(entry.name.clone())));
         }
     }
+    let shared_dir = shared_dir_of(dir);
     for entry in &manifest.files {
-        check_file(&bundle_dir, entry)?;
+        if entry.shared && entry.name.contains('/') {
+            return Err(invalid(&path, Reason::UnsafeName(entry.name.clone())));
+        }
+        check_file(if entry.shared { &shared_dir } else { &bundle_dir }, entry)?;
     }
     Ok(manifest)
+}
+
+/// Where the shared files of the checkpoint in `dir` live: `shared/` next
+/// to it (a checkpoint is `checkpoints/chk-n`). Savepoints have none.
+pub fn shared_dir_of(dir: &Path) -> PathBuf {
+    dir.parent().unwrap_or(Path::new(".")).join(layout::SHARED_DIR)
 }
 
 fn check_file(bundle_dir: &Path, entry: &super::manifest::FileEntry) -> Result<(), Invalid> {

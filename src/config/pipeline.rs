@@ -27,8 +27,34 @@ pub struct Pipeline {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateSpec {
-    /// Holds `checkpoints/`, `savepoints/` and the control socket.
+    /// Holds `checkpoints/`, `savepoints/`, `local/` (working state) and the control socket.
     pub dir: PathBuf,
+    pub backend: Backend,
+}
+
+/// Where keyed state lives while the pipeline runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    RocksDb(RocksDbSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RocksDbSpec {
+    /// Checkpoints reference shared SST files (false: canonical full snapshots).
+    pub incremental: bool,
+    /// Bytes of the LRU block cache of one bundle's DB.
+    pub block_cache: u64,
+    /// Bytes of one column family's memtable.
+    pub write_buffer: u64,
+    pub compression: Compression,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Lz4,
+    Zstd,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

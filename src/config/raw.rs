@@ -334,12 +334,42 @@ pub struct RawState {
     /// Checkpoints, savepoints and local state (default `state/<name>`).
     #[serde(default)]
     pub dir: Option<String>,
+    /// RocksDB: incremental checkpoints (shared SST files); default true.
+    #[serde(default)]
+    pub incremental: Option<bool>,
+    /// RocksDB tuning knobs.
+    #[serde(default)]
+    pub rocksdb: Option<RawRocksDb>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum RawBackend {
     Memory,
+    #[serde(rename = "rocksdb")]
+    RocksDb,
+}
+
+/// `state.rocksdb`: sizes are bytes, as a number or with a unit (`64MiB`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRocksDb {
+    /// LRU block cache shared by the column families of one bundle's DB.
+    #[serde(default)]
+    pub block_cache: Option<serde_yaml::Value>,
+    /// Memtable size per column family.
+    #[serde(default)]
+    pub write_buffer: Option<serde_yaml::Value>,
+    #[serde(default)]
+    pub compression: Option<RawCompression>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawCompression {
+    None,
+    Lz4,
+    Zstd,
 }
 
 /// Present = checkpointing on.

@@ -29,6 +29,8 @@ const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_RETAIN: u32 = 3;
 const DEFAULT_BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_TOLERABLE_FAILURES: u32 = 3;
+const DEFAULT_BLOCK_CACHE: u64 = 256 << 20;
+const DEFAULT_WRITE_BUFFER: u64 = 64 << 20;
 
 /// Where errors go while compiling.
 pub(crate) struct Cx<'a> {
@@ -77,6 +79,26 @@ impl Cx<'_> {
         }
     }
 
+    /// A positive byte size (a YAML number or a string with a unit).
+    fn bytes(&mut self, at: &[Seg], key: &str, v: &Value) -> Option<u64> {
+        let parsed = match v {
+            Value::Number(n) => n.as_u64().ok_or_else(|| format!("`{key}` must be a positive whole number of bytes, got {n}")),
+            Value::String(t) => parse_bytes(t),
+            _ => Err(format!("`{key}` must be a size in bytes, e.g. `64MiB`")),
+        };
+        match parsed {
+            Ok(0) => {
+                self.err(at, format!("`{key}` must be greater than 0"));
+                None
+            }
+            Ok(n) => Some(n),
+            Err(e) => {
+                self.err(at, e);
+                None
+            }
+        }
+    }
+
     fn rate_limit(&mut self, base: &[Seg], rate: Option<f64>) -> Option<f64> {
         let r = rate?;
         if !(r > 0.0 && r.is_finite()) {
@@ -92,9 +114,57 @@ impl Cx<'_> {
     }
 }
 
-pub(crate) fn state(_cx: &mut Cx, raw: &RawPipeline) -> StateSpec {
+pub(crate) fn state(cx: &mut Cx, raw: &RawPipeline) -> StateSpec {
     let dir = raw.state.as_ref().and_then(|s| s.dir.clone());
-    StateSpec { dir: PathBuf::from(dir.unwrap_or_else(|| format!("state/{}", raw.name))) }
+    let dir = PathBuf::from(dir.unwrap_or_else(|| format!("state/{}", raw.name)));
+    let Some(s) = &raw.state else { return StateSpec { dir, backend: Backend::Memory } };
+    let at = [Seg::Key("state".into())];
+    let backend = match s.backend.unwrap_or(RawBackend::Memory) {
+        RawBackend::Memory => {
+            for (key, set) in [("incremental", s.incremental.is_some()), ("rocksdb", s.rocksdb.is_some())] {
+                if set {
+                    cx.err_key(&child(&at, key), format!("`{key}` applies to `backend: rocksdb` only"));
+                }
+            }
+            Backend::Memory
+        }
+        RawBackend::RocksDb => {
+            let r = s.rocksdb.as_ref();
+            let r_at = child(&at, "rocksdb");
+            let mut size = |key: &str, v: Option<&Value>, default: u64| match v {
+                Some(v) => cx.bytes(&child(&r_at, key), key, v).unwrap_or(default),
+                None => default,
+            };
+            let block_cache = size("block_cache", r.and_then(|r| r.block_cache.as_ref()), DEFAULT_BLOCK_CACHE);
+            let write_buffer = size("write_buffer", r.and_then(|r| r.write_buffer.as_ref()), DEFAULT_WRITE_BUFFER);
+            let compression = match r.and_then(|r| r.compression).unwrap_or(RawCompression::Lz4) {
+                RawCompression::None => Compression::None,
+                RawCompression::Lz4 => Compression::Lz4,
+                RawCompression::Zstd => Compression::Zstd,
+            };
+            Backend::RocksDb(RocksDbSpec { incremental: s.incremental.unwrap_or(true), block_cache, write_buffer, compression })
+        }
+    };
+    StateSpec { dir, backend }
+}
+
+/// Parse a byte size: an integer, or a number with a unit (`512KiB`, `64MiB`, `1GiB`, `10MB`).
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{text}` is not a size: expected bytes, e.g. `67108864` or `64MiB`"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "GiB" => 1 << 30,
+        other => return Err(format!("unknown size unit `{other}` in `{text}`: expected B, KB, KiB, MB, MiB, GB or GiB")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("`{text}` is too large"))
 }
 
 pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointSpec> {

@@ -312,12 +312,12 @@ mod tests {
         old.run(|s, ctx, out| s.process(vec![rec("after the barrier")], ctx, out));
         let tables = old.op.tables();
         let mut bytes = Vec::new();
-        snapshot::write(&old.state, &tables, &mut bytes).unwrap();
+        snapshot::write(old.state.as_ref(), &tables, &mut bytes).unwrap();
         assert_eq!(names(dir.path()), [".part-0001-000000.jsonl.inprogress", ".part-0001-000001.jsonl.inprogress"]);
         // Restored at parallelism 1: subtask 0 owns every key group.
         let mut new = Harness::new(sink(dir.path()), "out", 0..4, 4);
-        new.state = MemoryState::new(&tables, 0..4);
-        snapshot::read(&mut Dec::new(&bytes), &tables, &mut new.state).unwrap();
+        new.state = Box::new(MemoryState::new(&tables, 0..4));
+        snapshot::read(&mut Dec::new(&bytes), &tables, new.state.as_mut()).unwrap();
         new.run(|s, ctx, _| s.on_restore(5, ctx));
         assert_eq!(names(dir.path()), [".part-0001-000001.jsonl.inprogress", "part-0001-000000.jsonl"]);
         new.run(|s, ctx, _| s.on_checkpoint(6, ctx));

@@ -235,7 +235,7 @@ mod tests {
     }
 
     fn file(name: &str) -> FileEntry {
-        FileEntry { name: name.into(), size: 3, crc32c: 7 }
+        FileEntry::private(name, 3, 7)
     }
 
     fn prepared(id: CheckpointId, subtask: u16) -> Vote {

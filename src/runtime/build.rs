@@ -14,13 +14,16 @@ use super::channel::{self, Receiver};
 use super::input::Inputs;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
+use super::rendezvous::Rendezvous;
 use super::restore::RestoredState;
 use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming};
 use super::task_checkpoint::{Control, Event, TaskCheckpointing};
 use crate::checkpoint::layout::Layout;
+use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::manifest::TaskId;
 use crate::checkpoint::BundleId;
-use crate::config::{Alignment, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
+use crate::checkpoint::CheckpointId;
+use crate::config::{Alignment, Backend, Compression, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
 use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
@@ -36,6 +39,9 @@ use crate::operators::stdout_sink::StdoutSink;
 use crate::operators::{Operator, OperatorMetrics, SubtaskInfo};
 use crate::plan::{Edge, Plan};
 use crate::state::memory::MemoryState;
+use crate::state::rocks::native::{self, Uploader};
+use crate::state::rocks::{self, BundleDb, RocksState};
+use crate::state::KeyedState;
 use crate::types::key_group_range;
 
 /// Messages a channel holds before the sender waits (backpressure).
@@ -62,6 +68,8 @@ pub struct Built {
     pub controls: Vec<mpsc::UnboundedSender<Control>>,
     /// The tasks of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
+    /// Native (incremental) RocksDB checkpoints: each bundle's rendezvous.
+    pub rendezvous: Vec<Arc<Rendezvous>>,
 }
 
 /// The channels between tasks and the checkpoint driver.
@@ -117,6 +125,8 @@ pub fn build(
         let tasks = plan.chains.len() * p as usize;
         Arc::new(super::restore::RestoreClock::new(r.id, r.started, tasks))
     });
+    let mut backends = Backends::open(plan, restored.as_deref())?;
+    let rendezvous = backends.rendezvous(plan, wiring.is_some());
     let mut tasks = Vec::new();
     let mut extents = Vec::new();
     let mut controls = Vec::new();
@@ -133,7 +143,8 @@ pub fn build(
             let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
             let head = chain[0];
             let rest = if matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)) { &chain[1..] } else { &chain[..] };
-            let ops = rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters)).collect::<Result<Vec<_>, _>>()?;
+            let ops =
+                rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends)).collect::<Result<Vec<_>, _>>()?;
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
             let task_id = TaskId { chain: c as u32, subtask: i };
             let bundle = (i / bundle_size) as BundleId;
@@ -179,9 +190,12 @@ pub fn build(
                 }
                 _ => {
                     let inputs = Inputs::new(std::mem::take(&mut receivers[c][i as usize]));
+                    let member = rendezvous.get(bundle as usize).filter(|_| chain_is_native(plan, rest, &backends));
                     let checkpointing = ck.map(|ck| OperatorCheckpointing {
                         ck,
                         barriers: BarrierTracker::new(alignment.expect("checkpointing has an alignment"), inputs.len()),
+                        native: member.map(|rv| (rv.clone(), rv.ticket())),
+                        kind: (0, Kind::Checkpoint),
                     });
                     Task::Operator(OperatorTask { inputs, chain: Chain::new(ops), output, checkpointing, restored: task_restored })
                 }
@@ -192,7 +206,7 @@ pub fn build(
     for b in &mut bundles {
         b.sort();
     }
-    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles })
+    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous })
 }
 
 fn total_extent(extents: &[Option<Extent>]) -> Option<Extent> {
@@ -276,7 +290,130 @@ fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters
     }
 }
 
-fn chain_op(plan: &Plan, id: NodeId, subtask: u16, metrics: &[NodeMetrics], dead_letters: &mut DeadLetters) -> Result<ChainOp, BuildError> {
+/// Where the keyed state of each operator subtask lives.
+enum Backends {
+    Memory,
+    /// One working DB per bundle, and what uploads its native checkpoints.
+    RocksDb {
+        dbs: Vec<Arc<BundleDb>>,
+        uploaders: Vec<Option<Uploader>>,
+        incremental: bool,
+    },
+}
+
+impl Backends {
+    /// Open the working DBs: empty, or rebuilt from the restored checkpoint
+    /// when its bundles hold native RocksDB checkpoints.
+    fn open(plan: &Plan, restored: Option<&RestoredState>) -> Result<Backends, BuildError> {
+        let p = &plan.pipeline;
+        let Backend::RocksDb(spec) = &p.state.backend else { return Ok(Backends::Memory) };
+        let layout = Layout::new(&p.state.dir);
+        let options = rocks::RocksOptions {
+            block_cache: spec.block_cache,
+            write_buffer: spec.write_buffer,
+            compression: match spec.compression {
+                Compression::None => rocks::Compression::None,
+                Compression::Lz4 => rocks::Compression::Lz4,
+                Compression::Zstd => rocks::Compression::Zstd,
+            },
+        };
+        let cfs: Vec<String> = p.nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
+        let mut dbs = Vec::new();
+        let mut uploaders = Vec::new();
+        for b in 0..p.bundles() as BundleId {
+            let err = |e: crate::state::StateError| BuildError { node: format!("bundle {b}"), reason: e.to_string() };
+            let local = layout.local_bundle_dir(b);
+            let path = local.join("db");
+            let native = restored.and_then(|r| r.native_files(b).map(|files| (r, files)));
+            let (db, uploader) = match native {
+                Some((r, files)) => {
+                    let started = std::time::Instant::now();
+                    let bundle_dir = r.dir.join(crate::checkpoint::layout::bundle_dir_name(b));
+                    let shared = crate::checkpoint::validate::shared_dir_of(&r.dir);
+                    let from =
+                        native::NativeCheckpoint { id: r.id, bundle: b, files: &files, bundle_dir: &bundle_dir, shared_dir: &shared };
+                    let (db, uploader, source) = native::restore(&from, &path, &cfs, &options).map_err(err)?;
+                    tracing::info!(
+                        bundle = b,
+                        checkpoint = r.id,
+                        from = if source == native::RestoreSource::Local { "local checkpoint" } else { "checkpoint files" },
+                        ms = started.elapsed().as_millis() as u64,
+                        "Rebuilt the bundle's RocksDB."
+                    );
+                    native::retain_local(&local, Some(r.id), CheckpointId::MAX);
+                    (db, Some(uploader))
+                }
+                None => {
+                    native::retain_local(&local, None, CheckpointId::MAX);
+                    (BundleDb::create(&path, &cfs, &options).map_err(err)?, None)
+                }
+            };
+            dbs.push(db);
+            uploaders.push(uploader);
+        }
+        Ok(Backends::RocksDb { dbs, uploaders, incremental: spec.incremental })
+    }
+
+    /// One rendezvous per bundle when checkpoints are native: RocksDB,
+    /// `incremental`, aligned (or at-least-once) barriers.
+    fn rendezvous(&mut self, plan: &Plan, checkpointing: bool) -> Vec<Arc<Rendezvous>> {
+        let p = &plan.pipeline;
+        let Backends::RocksDb { dbs, uploaders, incremental: true } = self else { return Vec::new() };
+        let aligned = matches!(p.checkpoint.as_ref().map(|c| c.alignment), Some(Alignment::Aligned | Alignment::AtLeastOnce));
+        if !checkpointing || !aligned {
+            return Vec::new();
+        }
+        // Members: every subtask of a chain holding a keyed operator.
+        let native_chains = plan.chains.iter().filter(|chain| chain.iter().any(|&id| uses_rocksdb(&p.nodes[id].kind))).count();
+        let mut members = vec![0usize; dbs.len()];
+        for i in 0..p.parallelism {
+            members[(i / p.bundle_size) as usize] += native_chains;
+        }
+        dbs.iter()
+            .zip(uploaders.iter_mut())
+            .enumerate()
+            .map(|(b, (db, up))| {
+                let uploader = up.take().unwrap_or_else(|| Uploader::new(b as BundleId));
+                Rendezvous::new(b as BundleId, db.clone(), members[b], uploader)
+            })
+            .collect()
+    }
+
+    fn state(&self, plan: &Plan, id: NodeId, subtask: u16, op: &dyn Operator) -> Result<Box<dyn KeyedState>, BuildError> {
+        let p = &plan.pipeline;
+        let node = &p.nodes[id];
+        let key_groups = key_group_range(subtask, p.parallelism, p.max_parallelism);
+        match self {
+            Backends::RocksDb { dbs, .. } if uses_rocksdb(&node.kind) => {
+                let db = dbs[(subtask / p.bundle_size) as usize].clone();
+                let state = RocksState::new(db, &node.name, &op.tables(), key_groups)
+                    .map_err(|e| BuildError { node: node.name.clone(), reason: e.to_string() })?;
+                Ok(Box::new(state))
+            }
+            _ => Ok(Box::new(MemoryState::new(&op.tables(), key_groups))),
+        }
+    }
+}
+
+/// Whether the task running these chained nodes is a rendezvous member.
+fn chain_is_native(plan: &Plan, nodes: &[NodeId], backends: &Backends) -> bool {
+    matches!(backends, Backends::RocksDb { .. }) && nodes.iter().any(|&id| uses_rocksdb(&plan.pipeline.nodes[id].kind))
+}
+
+/// Keyed operators keep their state in RocksDB with `backend: rocksdb`;
+/// sinks keep their few entries (staged part files) in memory.
+fn uses_rocksdb(kind: &NodeKind) -> bool {
+    matches!(kind, NodeKind::Dedup(_) | NodeKind::Aggregate(_))
+}
+
+fn chain_op(
+    plan: &Plan,
+    id: NodeId,
+    subtask: u16,
+    metrics: &[NodeMetrics],
+    dead_letters: &mut DeadLetters,
+    backends: &Backends,
+) -> Result<ChainOp, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let input_schema = node.input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);
@@ -306,7 +443,7 @@ fn chain_op(plan: &Plan, id: NodeId, subtask: u16, metrics: &[NodeMetrics], dead
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
-    let state = Box::new(MemoryState::new(&op.tables(), key_group_range(subtask, p, plan.pipeline.max_parallelism)));
+    let state = backends.state(plan, id, subtask, op.as_ref())?;
     let m: Arc<OperatorMetrics> = metrics[id].subtasks[subtask as usize].clone();
     Ok(ChainOp::new(op, state, info(plan, id, subtask), m))
 }

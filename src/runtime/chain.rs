@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::codec::Dec;
 use crate::operators::{Context, OpError, Operator, OperatorMetrics, SubtaskInfo};
-use crate::state::{snapshot, KeyedState, TableSpec};
+use crate::state::rocks::native::NATIVE_MARKER;
+use crate::state::{snapshot, KeyedState, StateSnapshot, TableSpec};
 use crate::types::{Millis, Record, MIN_WATERMARK};
 
 /// A task failed: which operator, which subtask, and why.
@@ -127,19 +128,32 @@ impl Chain {
     }
 
     /// The synchronous part of checkpoint `id`: let each operator stage its
-    /// side effects, then copy its keyed state into bytes (written later,
-    /// off the task, while records keep flowing).
-    pub fn snapshot(&mut self, id: u64) -> Result<Vec<(String, Vec<u8>)>, TaskError> {
+    /// side effects, then take its keyed state's snapshot (copied into bytes,
+    /// or pinned by the backend; written later, off the task, while records
+    /// keep flowing).
+    ///
+    /// `native`: the bundle's native checkpoint captures the state of
+    /// operators whose state is native; they record only a marker.
+    pub fn snapshot(&mut self, id: u64, native: bool) -> Result<Vec<(String, StateSnapshot)>, TaskError> {
         let now = now_ms();
         let mut states = Vec::with_capacity(self.ops.len());
         for op in &mut self.ops {
             let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
             op.op.on_checkpoint(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
-            let mut bytes = Vec::new();
-            snapshot::write(op.state.as_ref(), &op.tables, &mut bytes).map_err(|e| TaskError::new(&op.info, e.into()))?;
-            states.push((op.info.operator.clone(), bytes));
+            let snap = if native && op.state.is_native() {
+                StateSnapshot::Bytes(NATIVE_MARKER.to_vec())
+            } else {
+                op.state.snapshot(&op.tables).map_err(|e| TaskError::new(&op.info, e.into()))?
+            };
+            states.push((op.info.operator.clone(), snap));
         }
         Ok(states)
+    }
+
+    /// Whether any operator keeps its state in a bundle DB (a member of the
+    /// bundle's rendezvous for native checkpoints).
+    pub fn has_native_state(&self) -> bool {
+        self.ops.iter().any(|op| op.state.is_native())
     }
 
     /// Load the operators' state from a checkpoint taken at `id` (matched by
@@ -149,6 +163,17 @@ impl Chain {
         self.watermark = self.watermark.max(watermark);
         for op in &mut self.ops {
             for (_, bytes) in states.iter().filter(|(name, _)| *name == op.info.operator) {
+                if bytes.starts_with(NATIVE_MARKER) {
+                    // In the bundle DB, which was rebuilt from the checkpoint's files.
+                    if !op.state.is_native() {
+                        let e = OpError::Data(
+                            "the checkpoint holds this operator's state in a RocksDB checkpoint; it restores only into `backend: rocksdb`"
+                                .into(),
+                        );
+                        return Err(TaskError::new(&op.info, e));
+                    }
+                    continue;
+                }
                 snapshot::read(&mut Dec::new(bytes), &op.tables, op.state.as_mut())
                     .map_err(|e| TaskError::new(&op.info, OpError::Data(format!("restoring state: {e}"))))?;
             }

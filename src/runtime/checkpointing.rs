@@ -20,9 +20,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+use std::sync::Arc;
+
 use super::arbiter::{ArbiterDecision, BundleArbiter};
 use super::control::{Command, SavepointRequest, Status};
 use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
+use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
@@ -53,6 +56,8 @@ pub struct DriverSetup {
     pub first_id: CheckpointId,
     /// Completed checkpoints already on disk, oldest first.
     pub retained: Vec<CheckpointId>,
+    /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
+    pub rendezvous: Vec<Arc<Rendezvous>>,
 }
 
 pub struct Driver {
@@ -103,6 +108,8 @@ struct Stats {
     alignment: Duration,
     write: Duration,
     bytes: u64,
+    reused_bytes: u64,
+    pause: Duration,
 }
 
 impl Driver {
@@ -152,6 +159,10 @@ impl Driver {
         self.remove_unremoved();
         for id in &self.unremoved {
             tracing::warn!(checkpoint = id, "Could not remove an aborted checkpoint; the next start removes it.");
+        }
+        if !self.setup.rendezvous.is_empty() {
+            // Uploads a late task finished after its checkpoint aborted.
+            self.collect_garbage().await;
         }
         // Whatever happened, no further checkpoint will be taken.
         let _ = self.done.send(true);
@@ -240,7 +251,7 @@ impl Driver {
         tracing::debug!(checkpoint = t.id, "Checkpoint triggered.");
         let drain = t.kind == Kind::Savepoint && self.savepoint.as_ref().is_some_and(|sp| sp.id == Some(t.id) && sp.drain);
         for c in &self.controls {
-            let _ = c.send(Control::Trigger { id: t.id, then_stop: self.final_wanted, drain });
+            let _ = c.send(Control::Trigger { id: t.id, kind: t.kind, then_stop: self.final_wanted, drain });
         }
     }
 
@@ -248,7 +259,9 @@ impl Driver {
         self.stats.sync = self.stats.sync.max(s.sync);
         self.stats.alignment = self.stats.alignment.max(s.alignment);
         self.stats.write = self.stats.write.max(s.write);
+        self.stats.pause = self.stats.pause.max(s.pause);
         self.stats.bytes += s.bytes;
+        self.stats.reused_bytes += s.reused_bytes;
     }
 
     /// Act on an arbiter decision; returns the id of a checkpoint that just completed.
@@ -330,7 +343,9 @@ impl Driver {
             sync_ms = s.sync.as_millis() as u64,
             async_ms = s.write.as_millis() as u64,
             alignment_ms = s.alignment.as_millis() as u64,
+            pause_ms = s.pause.as_millis() as u64,
             bytes = s.bytes,
+            reused_bytes = s.reused_bytes,
             bundles = self.setup.bundles.len(),
             "{}",
             if kind == Kind::Savepoint { "Savepoint complete." } else { "Checkpoint complete." }
@@ -346,10 +361,14 @@ impl Driver {
         if kind == Kind::Checkpoint || self.final_id == Some(id) {
             let _ = self.completed.send(id);
         }
+        let deleted = !done.delete.is_empty();
         for old in done.delete {
             if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
                 tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
             }
+        }
+        if deleted && !self.setup.rendezvous.is_empty() {
+            self.collect_garbage().await;
         }
         Ok(Some(id))
     }
@@ -373,6 +392,19 @@ impl Driver {
             let _ = std::fs::remove_dir_all(&dir);
         }
         (dir, result)
+    }
+
+    /// Delete the shared files no checkpoint on disk references any more.
+    /// Runs between checkpoints: no upload of a live checkpoint is in flight.
+    async fn collect_garbage(&self) {
+        let layout = self.setup.layout.clone();
+        let result = tokio::task::spawn_blocking(move || crate::checkpoint::shared::collect_garbage(&layout, false)).await;
+        match result {
+            Ok(Ok(removed)) if !removed.is_empty() => tracing::debug!(files = removed.len(), "Deleted subsumed shared files."),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files."),
+            Err(e) => tracing::warn!(error = %e, "Shared file cleanup panicked."),
+        }
     }
 
     /// A request from the control socket.
@@ -448,8 +480,18 @@ impl Driver {
             let then = if sp.stop { "; the pipeline stops with a final checkpoint instead" } else { "" };
             let _ = sp.reply.send(Err(format!("savepoint {id} aborted: {reason}{then}")));
         }
+        for rv in &self.setup.rendezvous {
+            rv.cancel(id, &reason);
+        }
         self.unremoved.push(id);
         self.remove_unremoved();
+        if !self.setup.rendezvous.is_empty() {
+            // The shared files the aborted checkpoint copied that nothing references.
+            let layout = self.setup.layout.clone();
+            if let Err(e) = crate::checkpoint::shared::collect_garbage(&layout, false) {
+                tracing::warn!(error = %e, "Cannot clean up shared checkpoint files.");
+            }
+        }
         match outcome {
             AbortOutcome::Fail { id, reason, failures } => Err(DriverError::TooManyFailures { id, reason, failures }),
             AbortOutcome::Aborted { .. } => Ok(()),

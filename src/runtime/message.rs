@@ -2,6 +2,7 @@
 //! ordered stream, so signals (watermarks, end of input and, later,
 //! checkpoint barriers) stay in order with the records around them.
 
+use crate::checkpoint::manifest::Kind;
 use crate::types::{Millis, Record};
 
 #[derive(Debug)]
@@ -11,8 +12,10 @@ pub enum Message {
     Watermark(Millis),
     /// The sender has no data for a while: don't hold the watermark back.
     Idle,
-    /// Checkpoint `n`: everything before it on this channel belongs to n.
-    Barrier(u64),
+    /// Checkpoint (or savepoint) `n`: everything before it on this channel
+    /// belongs to n. The kind tells tasks how to snapshot: a savepoint is
+    /// always canonical, a checkpoint may be native (RocksDB incremental).
+    Barrier(u64, Kind),
     /// Bounded input is exhausted: no records follow (barriers still may,
     /// until the final checkpoint is taken and the channel closes).
     EndOfInput,

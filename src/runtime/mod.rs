@@ -16,6 +16,7 @@ pub mod input;
 pub mod message;
 pub mod metrics;
 pub mod output;
+pub mod rendezvous;
 pub mod restore;
 pub mod snapshot;
 pub mod task;
@@ -106,6 +107,7 @@ impl Engine {
             bundles: built.bundles,
             first_id: start.first_id,
             retained: start.retained,
+            rendezvous: built.rendezvous,
         };
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();
         let control = Some((setup.layout.control_socket(), commands_tx));

@@ -10,11 +10,14 @@ use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
-use crate::checkpoint::manifest::{Metadata, TaskId};
+use crate::checkpoint::manifest::{BundleManifest, FileEntry, Metadata, TaskId};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
+use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
+use crate::config::Backend;
 use crate::config::Pipeline;
 use crate::operators::source::RestoredPositions;
+use crate::state::rocks::native::DB_SUBDIR;
 use crate::types::Millis;
 
 /// What `--restore` asked for.
@@ -39,6 +42,8 @@ pub enum RestoreError {
     KeyChanged { id: CheckpointId, operator: String, found: String, expected: String },
     #[error("checkpoint {id} is unaligned and holds in-flight records of the old layout; it can only be restored at parallelism {parallelism} with the same operators (take a savepoint to rescale)")]
     InFlight { id: CheckpointId, parallelism: u16 },
+    #[error("checkpoint {id} is an incremental RocksDB checkpoint: {reason}; to change that, restore it as it was taken, trigger a savepoint (always canonical) and restore the savepoint")]
+    Native { id: CheckpointId, reason: String },
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
 }
@@ -62,6 +67,22 @@ pub struct RestoredState {
     positions: HashMap<String, RestoredPositions>,
     /// When loading began.
     pub started: std::time::Instant,
+    /// The bundle MANIFESTs, in bundle order.
+    pub manifests: Vec<BundleManifest>,
+}
+
+impl RestoredState {
+    /// The files of bundle `b`'s native RocksDB checkpoint (shared SSTs and
+    /// `db/` private files), if the bundle has one.
+    pub fn native_files(&self, b: BundleId) -> Option<Vec<FileEntry>> {
+        native_files(self.manifests.iter().find(|m| m.bundle == b)?)
+    }
+}
+
+/// The native RocksDB files a bundle MANIFEST lists (None: none).
+fn native_files(m: &BundleManifest) -> Option<Vec<FileEntry>> {
+    let files: Vec<FileEntry> = m.files.iter().filter(|f| f.shared || f.name.starts_with(&format!("{DB_SUBDIR}/"))).cloned().collect();
+    (!files.is_empty()).then_some(files)
 }
 
 /// How strict a restore is.
@@ -82,6 +103,7 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
         Some(RestoreFrom::Path(p)) => {
             let valid = validate_path(p)?;
             check_compatible(pipeline, &valid.metadata, policy)?;
+            check_native(pipeline, &valid)?;
             Some(valid)
         }
         _ => None,
@@ -117,6 +139,11 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
     }
     for dir in &report.removed_bundle_dirs {
         tracing::info!(dir = %dir.display(), "Removed an orphaned bundle directory.");
+    }
+    match crate::checkpoint::shared::collect_garbage(&layout, true) {
+        Ok(removed) if !removed.is_empty() => tracing::info!(files = removed.len(), "Removed shared files no checkpoint references."),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files; keeping them all."),
     }
     let mut retained = store::list_checkpoint_ids(&layout)?;
     retained.sort_unstable();
@@ -190,11 +217,42 @@ fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy) -
     Ok(())
 }
 
+/// A checkpoint with native RocksDB bundles restores only into RocksDB with
+/// the same bundles (its DBs hold fixed key-group ranges of fixed subtasks).
+fn check_native(pipeline: &Pipeline, valid: &ValidCheckpoint) -> Result<(), RestoreError> {
+    if !valid.manifests.iter().any(|m| native_files(m).is_some()) {
+        return Ok(());
+    }
+    let id = valid.metadata.checkpoint_id;
+    if !matches!(pipeline.state.backend, Backend::RocksDb(_)) {
+        return Err(RestoreError::Native { id, reason: "it restores only into `state.backend: rocksdb`".into() });
+    }
+    let (found, expected) = (valid.metadata.bundles.len(), pipeline.bundles() as usize);
+    if found != expected || valid.metadata.parallelism != pipeline.parallelism {
+        let reason = format!(
+            "it was taken at parallelism {} in {found} bundles and restores only with the same parallelism and bundle size; this pipeline has parallelism {} in {expected} bundles",
+            valid.metadata.parallelism, pipeline.parallelism
+        );
+        return Err(RestoreError::Native { id, reason });
+    }
+    let names: Vec<&String> = pipeline.nodes.iter().map(|n| &n.name).collect();
+    if valid.metadata.operators.iter().collect::<Vec<_>>() != names {
+        let reason = format!(
+            "it holds operators {}, this pipeline has {}",
+            valid.metadata.operators.join(", "),
+            pipeline.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
+        return Err(RestoreError::Native { id, reason });
+    }
+    Ok(())
+}
+
 /// Read every task's snapshot of a valid checkpoint.
 fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> Result<RestoredState, RestoreError> {
     let started = std::time::Instant::now();
+    check_compatible(pipeline, &valid.metadata, policy)?;
+    check_native(pipeline, &valid)?;
     let md = &valid.metadata;
-    check_compatible(pipeline, md, policy)?;
     let id = md.checkpoint_id;
     let mut tasks = HashMap::new();
     for m in &valid.manifests {
@@ -233,7 +291,7 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         );
     }
     tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, same_layout, tasks, positions, started })
+    Ok(RestoredState { id, dir: valid.dir, same_layout, tasks, positions, started, manifests: valid.manifests })
 }
 
 /// Times the restore of all tasks: from loading the checkpoint until the

@@ -13,9 +13,12 @@ use super::chain::{Chain, TaskError};
 use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
+use super::rendezvous::Rendezvous;
 use super::snapshot::TaskSnapshot;
-use super::task_checkpoint::{completed_changed, Control, Event, PendingSnapshot, SnapshotStats, TaskCheckpointing};
+use super::task_checkpoint::{completed_changed, Control, Event, NativePart, PendingSnapshot, SnapshotStats, TaskCheckpointing};
 use super::watermark::{WatermarkChange, WatermarkTracker};
+use crate::checkpoint::manifest::Kind;
+use crate::checkpoint::CheckpointId;
 use crate::faults;
 use crate::operators::source::{RestoredPositions, Source, SourcePoll};
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
@@ -243,7 +246,7 @@ impl SourceTask {
 
     /// A trigger: record the position, snapshot the chain, emit the barrier.
     async fn on_control(&mut self, c: Control, watermark: Millis, producing: &mut bool) -> Result<(), TaskError> {
-        let Control::Trigger { id, then_stop, drain } = c;
+        let Control::Trigger { id, kind, then_stop, drain } = c;
         let Some(s) = &self.checkpointing else { return Ok(()) };
         let unaligned = s.unaligned;
         let watermark = if drain && watermark < MAX_WATERMARK {
@@ -262,27 +265,29 @@ impl SourceTask {
             return Ok(());
         }
         let sync = Instant::now();
+        // Keyed operators are never chained into a source (their input is
+        // repartitioned by key), so a source has no native state.
+        let states = self.chain.snapshot(id, false)?;
         let mut snapshot = TaskSnapshot {
             watermark,
             source_position: Some((self.info.operator.clone(), self.source.position())),
-            operators: self.chain.snapshot(id)?,
             ..TaskSnapshot::default()
         };
         self.source.on_checkpoint(id);
         let sent = if unaligned {
             // The barrier jumps the queue; what it overtook is channel state.
-            self.output.broadcast_overtaking(|| Message::Barrier(id)).map(|overtaken| snapshot.output_records = overtaken)
+            self.output.broadcast_overtaking(|| Message::Barrier(id, kind)).map(|overtaken| snapshot.output_records = overtaken)
         } else {
             Ok(())
         };
         let stats = SnapshotStats { sync: sync.elapsed(), ..SnapshotStats::default() };
         let s = self.checkpointing.as_ref().expect("checked above");
-        s.ck.write_and_vote(id, snapshot, stats);
+        s.ck.write_and_vote(id, snapshot, states, stats, None);
         if then_stop {
             *producing = false;
         }
         if !unaligned {
-            let _ = self.output.broadcast(|| Message::Barrier(id)).await;
+            let _ = self.output.broadcast(|| Message::Barrier(id, kind)).await;
         } else if sent.is_ok() {
             let _ = self.output.flush().await;
         }
@@ -336,6 +341,21 @@ impl SourceTask {
 pub struct OperatorCheckpointing {
     pub ck: TaskCheckpointing,
     pub barriers: BarrierTracker,
+    /// Native (incremental) checkpoints: the bundle's rendezvous and this
+    /// task's ticket in it. None: every snapshot is canonical.
+    pub native: Option<(Arc<Rendezvous>, usize)>,
+    /// The kind of the newest barrier seen.
+    pub kind: (CheckpointId, Kind),
+}
+
+impl OperatorCheckpointing {
+    fn kind_of(&self, id: CheckpointId) -> Kind {
+        if self.kind.0 == id {
+            self.kind.1
+        } else {
+            Kind::Checkpoint
+        }
+    }
 }
 
 pub struct OperatorTask {
@@ -419,9 +439,12 @@ impl OperatorTask {
                     Message::Watermark(wm) => (tracker.on_watermark(i, wm), Vec::new()),
                     Message::Idle => (tracker.on_idle(i), Vec::new()),
                     Message::EndOfInput => (tracker.on_finished(i), Vec::new()),
-                    Message::Barrier(id) => match &mut self.checkpointing {
+                    Message::Barrier(id, kind) => match &mut self.checkpointing {
                         Some(c) => {
                             let now = Instant::now();
+                            if c.kind.0 < id {
+                                c.kind = (id, kind);
+                            }
                             if first_barrier.is_none_or(|(b, _)| b != id) {
                                 first_barrier = Some((id, now));
                             }
@@ -429,7 +452,7 @@ impl OperatorTask {
                         }
                         // A barrier without checkpointing can't happen; pass it on.
                         None => {
-                            let _ = self.output.broadcast(|| Message::Barrier(id)).await;
+                            let _ = self.output.broadcast(|| Message::Barrier(id, kind)).await;
                             (WatermarkChange::Unchanged, Vec::new())
                         }
                     },
@@ -494,21 +517,43 @@ impl OperatorTask {
                     self.output.flush().await.map_err(|_| TaskStop::Disconnected)?;
                 }
                 let sync = Instant::now();
-                let operators = self.chain.snapshot(id).map_err(TaskStop::Failed)?;
-                let snapshot = TaskSnapshot { watermark: self.chain.watermark(), operators, ..TaskSnapshot::default() };
+                // Savepoints are canonical; so is every snapshot that is not aligned.
+                let native = c.native.is_some() && !unaligned && c.kind_of(id) == Kind::Checkpoint;
+                let states = self.chain.snapshot(id, native).map_err(TaskStop::Failed)?;
+                let snapshot = TaskSnapshot { watermark: self.chain.watermark(), ..TaskSnapshot::default() };
                 let first = first_barrier.map(|(_, t)| t).unwrap_or(sync);
-                *pending = Some(PendingSnapshot::take(id, unaligned, snapshot, sync, first));
+                let mut p = PendingSnapshot::take(id, unaligned, snapshot, states, sync, first);
+                p.native = native;
+                *pending = Some(p);
             }
-            Action::ForwardBarrier(id) => match pending.as_mut() {
-                Some(p) if p.id == id && p.unaligned => {
-                    let overtaken = self.output.broadcast_overtaking(|| Message::Barrier(id)).map_err(|_| TaskStop::Disconnected)?;
-                    p.snapshot.output_records = overtaken;
+            Action::ForwardBarrier(id) => {
+                let kind = c.kind_of(id);
+                match pending.as_mut() {
+                    Some(p) if p.id == id && p.unaligned => {
+                        let overtaken =
+                            self.output.broadcast_overtaking(|| Message::Barrier(id, kind)).map_err(|_| TaskStop::Disconnected)?;
+                        p.snapshot.output_records = overtaken;
+                    }
+                    _ => self.output.broadcast(|| Message::Barrier(id, kind)).await.map_err(|_| TaskStop::Disconnected)?,
                 }
-                _ => self.output.broadcast(|| Message::Barrier(id)).await.map_err(|_| TaskStop::Disconnected)?,
-            },
+                // Native: the barrier is out; no record is processed until
+                // the bundle's DB checkpoint is taken.
+                if let (Some(p), Some((rv, ticket))) = (pending.as_mut().filter(|p| p.id == id && p.native), &c.native) {
+                    if p.arrival.is_none() {
+                        p.arrival = Some(rv.arrive(*ticket, id).await);
+                    }
+                }
+            }
             Action::Complete(id) => {
                 if let Some(p) = pending.take().filter(|p| p.id == id) {
-                    c.ck.write_and_vote(id, p.snapshot, p.stats);
+                    let native = match (p.native, &c.native) {
+                        (true, Some((rv, _))) => Some(NativePart {
+                            rendezvous: rv.clone(),
+                            arrival: p.arrival.unwrap_or_else(|| Err("the task did not reach its bundle's rendezvous".into())),
+                        }),
+                        _ => None,
+                    };
+                    c.ck.write_and_vote(id, p.snapshot, p.states, p.stats, native);
                 }
             }
             Action::AbortStale(id) => {
@@ -535,8 +580,13 @@ impl OperatorTask {
     }
 
     fn notify_completed(&mut self) -> Result<(), TaskError> {
-        if let Some(id) = self.checkpointing.as_mut().and_then(|c| c.ck.newly_completed()) {
-            self.chain.notify_complete(id)?;
+        if let Some(c) = self.checkpointing.as_mut() {
+            if let Some(id) = c.ck.newly_completed() {
+                if let Some((rv, _)) = &c.native {
+                    rv.completed(id);
+                }
+                self.chain.notify_complete(id)?;
+            }
         }
         Ok(())
     }

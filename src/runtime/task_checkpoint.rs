@@ -1,16 +1,19 @@
 //! A task's side of checkpointing: the channels to the checkpoint driver,
 //! and the asynchronous part of a snapshot (encode, write, fsync, vote).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
 use super::arbiter::Vote;
+use super::rendezvous::{Arrival, Rendezvous};
 use super::snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::Layout;
-use crate::checkpoint::manifest::TaskId;
+use crate::checkpoint::manifest::{Kind, TaskId};
 use crate::checkpoint::{store, BundleId, CheckpointId};
 use crate::faults;
+use crate::state::StateSnapshot;
 
 /// How long a snapshot took, for the checkpoint log line and metrics.
 #[derive(Debug, Clone, Copy, Default)]
@@ -22,7 +25,19 @@ pub struct SnapshotStats {
     /// The asynchronous part: encoding, writing and fsyncing the file,
     /// while the task goes on processing records.
     pub write: Duration,
+    /// Bytes this checkpoint wrote (task files; for a native checkpoint
+    /// also the SSTs copied into `shared/` and the DB's private files).
     pub bytes: u64,
+    /// Native checkpoints: bytes of SSTs referenced that earlier checkpoints copied.
+    pub reused_bytes: u64,
+    /// Native checkpoints: how long the task waited at its bundle's rendezvous.
+    pub pause: Duration,
+}
+
+/// A task's part in its bundle's native checkpoint.
+pub struct NativePart {
+    pub rendezvous: Arc<Rendezvous>,
+    pub arrival: Result<Arrival, String>,
 }
 
 /// From tasks to the checkpoint driver.
@@ -45,7 +60,7 @@ pub enum Control {
     /// more records afterwards (a final checkpoint on stop).
     /// With `drain` (only with `then_stop`), advance event time to the end
     /// before the barrier, so every window fires into this checkpoint.
-    Trigger { id: CheckpointId, then_stop: bool, drain: bool },
+    Trigger { id: CheckpointId, kind: Kind, then_stop: bool, drain: bool },
 }
 
 /// Everything a task needs to take part in checkpoints.
@@ -65,19 +80,63 @@ pub struct TaskCheckpointing {
 impl TaskCheckpointing {
     /// The asynchronous part: write the snapshot file, then vote. Runs on
     /// the blocking pool so the task goes on processing records.
-    pub fn write_and_vote(&self, id: CheckpointId, snap: TaskSnapshot, mut stats: SnapshotStats) {
+    pub fn write_and_vote(
+        &self,
+        id: CheckpointId,
+        mut snap: TaskSnapshot,
+        states: Vec<(String, StateSnapshot)>,
+        mut stats: SnapshotStats,
+        native: Option<NativePart>,
+    ) {
         let dir = self.layout.bundle_dir(id, self.bundle);
+        let shared_dir = self.layout.shared_dir();
         let (task, bundle, events) = (self.task, self.bundle, self.events.clone());
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
+            let mut native_files = Vec::new();
+            if let Some(part) = native {
+                let abort = |reason: String, stats: SnapshotStats| {
+                    let vote = Vote::Abort { id, voter: task, reason };
+                    let _ = events.send(Event::Vote { bundle, vote, stats });
+                };
+                let arrival = match part.arrival {
+                    Ok(a) => a,
+                    Err(e) => return abort(e, stats),
+                };
+                stats.pause = arrival.pause;
+                if arrival.creator {
+                    let uploaded = part.rendezvous.uploader.lock().expect("uploader lock").upload(&arrival.local, &dir, &shared_dir);
+                    match uploaded {
+                        Ok((files, up)) => {
+                            stats.bytes += up.new_bytes;
+                            stats.reused_bytes += up.reused_bytes;
+                            native_files = files;
+                        }
+                        Err(e) => return abort(format!("copying the RocksDB checkpoint of bundle {bundle}: {e}"), stats),
+                    }
+                }
+            }
+            for (name, state) in states {
+                match state.finish() {
+                    Ok(bytes) => snap.operators.push((name, bytes)),
+                    Err(e) => {
+                        let vote = Vote::Abort { id, voter: task, reason: format!("snapshot of `{name}`: {e}") };
+                        let _ = events.send(Event::Vote { bundle, vote, stats });
+                        return;
+                    }
+                }
+            }
             let bytes = snap.encode();
-            stats.bytes = bytes.len() as u64;
+            stats.bytes += bytes.len() as u64;
             let name = snapshot::file_name(task);
             let vote = if faults::get().fail_state_write() {
                 Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
             } else {
                 match store::write_state_file_in_existing_dir(&dir, &name, &bytes) {
-                    Ok(entry) => Vote::Prepared { id, voter: task, files: vec![entry] },
+                    Ok(entry) => {
+                        native_files.push(entry);
+                        Vote::Prepared { id, voter: task, files: native_files }
+                    }
                     Err(e) => Vote::Abort { id, voter: task, reason: e.to_string() },
                 }
             };
@@ -121,17 +180,30 @@ pub async fn completed_changed(completed: &mut watch::Receiver<CheckpointId>) {
 pub struct PendingSnapshot {
     pub id: CheckpointId,
     pub unaligned: bool,
+    /// Without the operators' state, which is in `states`.
     pub snapshot: TaskSnapshot,
+    pub states: Vec<(String, StateSnapshot)>,
     pub stats: SnapshotStats,
+    /// The operators' native state is in the bundle's native checkpoint.
+    pub native: bool,
+    /// Native: what the rendezvous gave back (None: not reached yet).
+    pub arrival: Option<Result<Arrival, String>>,
 }
 
 impl PendingSnapshot {
-    pub fn take(id: CheckpointId, unaligned: bool, snapshot: TaskSnapshot, sync_started: Instant, first_barrier: Instant) -> Self {
+    pub fn take(
+        id: CheckpointId,
+        unaligned: bool,
+        snapshot: TaskSnapshot,
+        states: Vec<(String, StateSnapshot)>,
+        sync_started: Instant,
+        first_barrier: Instant,
+    ) -> Self {
         let stats = SnapshotStats {
             sync: sync_started.elapsed(),
             alignment: sync_started.duration_since(first_barrier),
             ..SnapshotStats::default()
         };
-        PendingSnapshot { id, unaligned, snapshot, stats }
+        PendingSnapshot { id, unaligned, snapshot, states, stats, native: false, arrival: None }
     }
 }

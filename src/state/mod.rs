@@ -7,6 +7,7 @@
 //! operator owns its encoding, the backend never interprets it.
 
 pub mod memory;
+pub mod rocks;
 pub mod snapshot;
 
 use std::ops::{ControlFlow, Range};
@@ -43,6 +44,36 @@ pub enum StateError {
     NotOrdered { table: &'static str },
     #[error("state write failed: {0}")]
     Write(String),
+    #[error("state backend: {0}")]
+    Backend(String),
+}
+
+/// The synchronous part of a snapshot of one operator's keyed state, in the
+/// canonical format of [`snapshot`]: the bytes themselves, or (RocksDB) a
+/// consistent view taken at the synchronous point that is written out
+/// later, off the task, while records keep flowing.
+pub enum StateSnapshot {
+    Bytes(Vec<u8>),
+    Deferred(Box<dyn FnOnce() -> Result<Vec<u8>, StateError> + Send>),
+}
+
+impl StateSnapshot {
+    /// The canonical bytes (for `Deferred`: waits until they are written).
+    pub fn finish(self) -> Result<Vec<u8>, StateError> {
+        match self {
+            StateSnapshot::Bytes(b) => Ok(b),
+            StateSnapshot::Deferred(f) => f(),
+        }
+    }
+}
+
+impl std::fmt::Debug for StateSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateSnapshot::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            StateSnapshot::Deferred(_) => write!(f, "Deferred"),
+        }
+    }
 }
 
 /// The keyed state of one operator in one subtask.
@@ -95,6 +126,20 @@ pub trait KeyedState: Send {
             return Ok(false);
         }
         self.delete(table, kg, key)
+    }
+
+    /// The synchronous part of a canonical snapshot of this state (see
+    /// [`StateSnapshot`]). The default copies every entry now.
+    fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
+        let mut out = Vec::new();
+        snapshot::write(self, tables, &mut out)?;
+        Ok(StateSnapshot::Bytes(out))
+    }
+
+    /// Whether the state lives in a bundle DB that native (incremental)
+    /// checkpoints capture whole, so a task snapshot need not copy it.
+    fn is_native(&self) -> bool {
+        false
     }
 
     /// Put `key` only if absent; returns whether it was inserted.

@@ -19,7 +19,7 @@ pub enum SnapshotError {
 }
 
 /// Append every entry of `state` to `out`.
-pub fn write(state: &dyn KeyedState, tables: &[TableSpec], out: &mut Vec<u8>) -> Result<(), StateError> {
+pub fn write<S: KeyedState + ?Sized>(state: &S, tables: &[TableSpec], out: &mut Vec<u8>) -> Result<(), StateError> {
     out.put_u16(tables.len() as u16);
     for (t, spec) in tables.iter().enumerate() {
         out.put_str(spec.name);

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::ckpt::{abs, assert_exactly_once, assert_no_orphans, completed, durations_ms, fast, restored_from, write_pipeline, Job};
+use super::ckpt::{
+    abs, assert_exactly_once, assert_no_orphans, both_backends, completed, durations_ms, fast, restored_from, write_pipeline, Backend, Job,
+};
 use super::util::{part_files, tmp, wait_until, weir, weir_run};
 
 /// A run whose snapshot writes fail 30% of the time (seeded).
@@ -11,21 +13,17 @@ fn run_with_failing_writes(job: &Job) -> super::util::Outcome {
     job.cmd().set("checkpoint.tolerable_failures", "1000").env("WEIR_FAULTS", "state_write_fail=0.3,seed=42").ok()
 }
 
-#[test]
-fn failing_state_writes_abort_checkpoints_and_later_ones_succeed() {
-    let job = Job::new();
-    let o = run_with_failing_writes(&job);
-    o.expect_stderr_contains("Checkpoint aborted.");
-    o.expect_stderr_contains("Checkpoint complete.");
-    job.assert_no_in_progress_files();
-    assert_exactly_once("state_write_fail=0.3", job.lines());
-}
-
-#[test]
-fn aborted_checkpoints_leave_no_orphan_files() {
-    let job = Job::new();
-    run_with_failing_writes(&job);
-    assert_no_orphans(&job.state);
+both_backends! {
+    fn failing_state_writes_abort_checkpoints_and_later_ones_succeed(backend: Backend) {
+        let job = Job::with(backend);
+        let o = run_with_failing_writes(&job);
+        o.expect_stderr_contains("Checkpoint aborted.");
+        o.expect_stderr_contains("Checkpoint complete.");
+        job.assert_no_in_progress_files();
+        assert_exactly_once(&format!("state_write_fail=0.3 {backend:?}"), job.lines());
+        // Aborted checkpoints leave no orphan files.
+        assert_no_orphans(&job.state);
+    }
 }
 
 #[test]
@@ -141,4 +139,27 @@ fn restore_without_checkpointing_exits_2() {
     assert!(!dir.path().join("out").exists(), "a refused run wrote output");
     let o = weir(&["run", &abs("pipelines/dedup.yaml"), "--no-progress", "--restore", "/nonexistent/chk-0000001"]).run();
     o.expect_code(2);
+}
+
+#[test]
+fn an_incremental_rocksdb_checkpoint_restores_only_as_it_was_taken() {
+    let job = Job::with(Backend::RocksDb);
+    fast(job.cmd()).ok();
+    let chk = job.checkpoints().pop().expect("a retained checkpoint");
+    assert!(chk.join("bundle-000").join("db").join("CURRENT").is_file(), "not an incremental checkpoint: {}", chk.display());
+    // The same pipeline with bundles of 2 subtasks (one bundle instead of two).
+    let yaml = std::fs::read_to_string(super::util::repo().join(super::ckpt::PIPELINE)).unwrap().replace("testdata/", &abs("testdata/"));
+    let bundled = write_pipeline(job.dir.path(), "bundled", &format!("{yaml}bundles: {{size: 2}}\n"));
+    let bundled = Backend::RocksDb.apply(weir_run(&bundled, 2).set("state.dir", &job.state).set("sinks.out.path", &job.out));
+    for (what, cmd) in [("memory backend", fast(job.cmd()).set("state.backend", "memory")), ("another bundle size", fast(bundled))] {
+        let before = super::ckpt::tree(&job.state);
+        let o = cmd.arg("--restore").arg(chk.display().to_string()).run();
+        o.expect_code(2);
+        o.expect_stderr_contains("incremental RocksDB checkpoint");
+        o.expect_stderr_contains("savepoint");
+        assert!(super::ckpt::tree(&job.state) == before, "{what}: a refused restore changed the state dir");
+    }
+    // As it was taken, it restores (from the bundles' local checkpoints).
+    let o = fast(job.cmd()).arg("--restore").arg(chk.display().to_string()).ok();
+    o.expect_stderr_contains("Rebuilt the bundle's RocksDB.");
 }

@@ -5,7 +5,8 @@
 use std::sync::atomic::Ordering;
 
 use super::ckpt::{
-    abs, assert_exactly_once, assert_no_orphans, completed, expected, kill_after, restored_from, write_pipeline, Job, Rng, KILLS,
+    abs, assert_exactly_once, assert_no_orphans, both_backends, completed, expected, kill_after, restored_from, write_pipeline, Backend,
+    Job, Rng, KILLS,
 };
 use super::records::parse;
 use super::util::{hidden_files, sink_lines, tmp, weir_run, Weir};
@@ -42,26 +43,29 @@ fn crash_loop(what: &str, job: &Job, configure: impl Fn(Weir) -> Weir) -> usize 
     kills
 }
 
-#[test]
-fn crash_loop_aligned_is_exactly_once() {
-    let job = Job::new();
-    let kills = crash_loop("aligned", &job, |w| w);
-    assert_exactly_once(&format!("aligned, after {kills} kills"), job.lines());
+both_backends! {
+    fn crash_loop_aligned_is_exactly_once(backend: Backend) {
+        let job = Job::with(backend);
+        let kills = crash_loop(&format!("aligned {backend:?}"), &job, |w| w);
+        assert_exactly_once(&format!("aligned {backend:?}, after {kills} kills"), job.lines());
+    }
 }
 
-#[test]
-fn crash_loop_unaligned_is_exactly_once() {
-    let job = Job::new();
-    let kills = crash_loop("unaligned", &job, |w| w.set("checkpoint.alignment", "unaligned"));
-    assert_exactly_once(&format!("unaligned, after {kills} kills"), job.lines());
+both_backends! {
+    fn crash_loop_unaligned_is_exactly_once(backend: Backend) {
+        let job = Job::with(backend);
+        let kills = crash_loop(&format!("unaligned {backend:?}"), &job, |w| w.set("checkpoint.alignment", "unaligned"));
+        assert_exactly_once(&format!("unaligned {backend:?}, after {kills} kills"), job.lines());
+    }
 }
 
-#[test]
-fn crash_loop_aligned_timeout_is_exactly_once() {
-    // A 1 ms aligned timeout: most checkpoints switch to unaligned midway.
-    let job = Job::new();
-    let kills = crash_loop("aligned_timeout", &job, |w| w.set("checkpoint.aligned_timeout", "1ms"));
-    assert_exactly_once(&format!("aligned_timeout=1ms, after {kills} kills"), job.lines());
+both_backends! {
+    fn crash_loop_aligned_timeout_is_exactly_once(backend: Backend) {
+        // A 1 ms aligned timeout: most checkpoints switch to unaligned midway.
+        let job = Job::with(backend);
+        let kills = crash_loop(&format!("aligned_timeout {backend:?}"), &job, |w| w.set("checkpoint.aligned_timeout", "1ms"));
+        assert_exactly_once(&format!("aligned_timeout=1ms {backend:?}, after {kills} kills"), job.lines());
+    }
 }
 
 #[test]
@@ -121,8 +125,8 @@ sinks:
 /// Crash at the `n`th time the protocol reaches `point`; restart; check the
 /// output and which checkpoint the restart chose. `max_restored` is the
 /// newest checkpoint the restart may use given the crashed run's log.
-fn crash_at(point: &str, n: u32, want: impl Fn(&[u64]) -> Option<u64>) {
-    let job = Job::new();
+fn crash_at(backend: Backend, point: &str, n: u32, want: impl Fn(&[u64]) -> Option<u64>) {
+    let job = Job::with(backend);
     let crashed = job.cmd().env("WEIR_FAULTS", format!("crash={point}:{n}")).run();
     assert!(
         !crashed.status.success(),
@@ -141,43 +145,47 @@ fn crash_at(point: &str, n: u32, want: impl Fn(&[u64]) -> Option<u64>) {
     );
     job.assert_no_in_progress_files();
     assert_no_orphans(&job.state);
-    assert_exactly_once(&format!("crash={point}:{n}, then --restore latest"), job.lines());
+    assert_exactly_once(&format!("crash={point}:{n} {backend:?}, then --restore latest"), job.lines());
 }
 
-#[test]
-fn crash_after_prepare_restores_the_previous_checkpoint() {
-    // A task wrote its snapshot for checkpoint k and died before voting: k
-    // never completed, the restart uses the last complete one.
-    for n in [1, 20] {
-        crash_at("after_prepare", n, |done| done.last().copied());
+both_backends! {
+    fn crash_after_prepare_restores_the_previous_checkpoint(backend: Backend) {
+        // A task wrote its snapshot for checkpoint k and died before voting: k
+        // never completed, the restart uses the last complete one.
+        for n in [1, 20] {
+            crash_at(backend, "after_prepare", n, |done| done.last().copied());
+        }
     }
 }
 
-#[test]
-fn crash_after_manifest_restores_the_previous_checkpoint() {
-    for n in [1, 5] {
-        crash_at("after_manifest", n, |done| done.last().copied());
+both_backends! {
+    fn crash_after_manifest_restores_the_previous_checkpoint(backend: Backend) {
+        for n in [1, 5] {
+            crash_at(backend, "after_manifest", n, |done| done.last().copied());
+        }
     }
 }
 
-#[test]
-fn crash_after_metadata_restores_that_checkpoint() {
-    // `_metadata` of checkpoint n is the commit point: it is complete even
-    // though the run died before logging it.
-    for n in [1, 4] {
-        crash_at("after_metadata", n, |done| {
-            assert_eq!(done.last().copied(), (n > 1).then(|| n as u64 - 1), "checkpoints complete before the crash");
-            Some(n as u64)
-        });
+both_backends! {
+    fn crash_after_metadata_restores_that_checkpoint(backend: Backend) {
+        // `_metadata` of checkpoint n is the commit point: it is complete even
+        // though the run died before logging it.
+        for n in [1, 4] {
+            crash_at(backend, "after_metadata", n, |done| {
+                assert_eq!(done.last().copied(), (n > 1).then(|| n as u64 - 1), "checkpoints complete before the crash");
+                Some(n as u64)
+            });
+        }
     }
 }
 
-#[test]
-fn crash_before_sink_commit_restores_that_checkpoint() {
-    // The checkpoint completed; the sink died before publishing. The restore
-    // publishes the files of that checkpoint.
-    for n in [1, 6] {
-        crash_at("before_sink_commit", n, |done| done.last().copied());
+both_backends! {
+    fn crash_before_sink_commit_restores_that_checkpoint(backend: Backend) {
+        // The checkpoint completed; the sink died before publishing. The restore
+        // publishes the files of that checkpoint.
+        for n in [1, 6] {
+            crash_at(backend, "before_sink_commit", n, |done| done.last().copied());
+        }
     }
 }
 

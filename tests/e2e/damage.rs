@@ -2,9 +2,10 @@
 //! says why; `--restore PATH` refuses (exit 2), names the file and changes
 //! nothing on disk.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
-use super::ckpt::{copy_dir, fast, restored_from, tree, Job};
+use super::ckpt::{both_backends, copy_dir, fast, restored_from, tree, Backend, Job};
 use super::util::tmp;
 
 #[derive(Debug, Clone, Copy)]
@@ -30,26 +31,43 @@ fn damage(file: &Path, how: Damage) {
     }
 }
 
-#[test]
-fn every_damaged_file_of_the_newest_checkpoint_is_detected() {
+both_backends! {
+    fn every_damaged_file_of_the_newest_checkpoint_is_detected(backend: Backend) {
+        damaged_files_are_detected(backend)
+    }
+}
+
+fn damaged_files_are_detected(backend: Backend) {
     // A finished run at a moderate rate leaves the retained checkpoints.
-    let done = Job::new();
+    let done = Job::with(backend);
     done.cmd().set("sources.events.rate_limit", "5000").ok();
     let chks = done.checkpoints();
     assert!(chks.len() >= 2, "want at least 2 retained checkpoints, have {chks:?}");
     let newest = chks.last().unwrap();
     let newest_name = newest.file_name().unwrap().to_owned();
-    let previous: u64 = chks[chks.len() - 2].file_name().unwrap().to_string_lossy()["chk-".len()..].parse().unwrap();
-    let files: Vec<_> = tree(newest).into_keys().collect();
+    let id_of = |chk: &Path| -> u64 { chk.file_name().unwrap().to_string_lossy()["chk-".len()..].parse().unwrap() };
+    let previous = id_of(&chks[chks.len() - 2]);
+    // Files of the newest checkpoint: its own, and the shared ones it references
+    // (relative to the checkpoint dir, as `../shared/NAME`).
+    let mut files: Vec<PathBuf> = tree(newest).into_keys().collect();
+    let shared = shared_refs(newest);
+    files.extend(shared.iter().map(|n| Path::new("../shared").join(n)));
+    if backend == Backend::RocksDb {
+        assert!(!shared.is_empty(), "an incremental RocksDB checkpoint references no shared files: {files:?}");
+    }
     assert!(files.iter().any(|f| f.ends_with("_metadata")) && files.iter().any(|f| f.ends_with("MANIFEST")), "{files:?}");
     assert!(files.iter().any(|f| f.to_string_lossy().ends_with(".snapshot")), "{files:?}");
     let mut cases = 0;
     for rel in &files {
         let name = rel.file_name().unwrap().to_string_lossy().into_owned();
-        for how in [Damage::Delete, Damage::Truncate, Damage::FlipByte] {
+        // An empty file (a RocksDB checkpoint's WAL, written without a WAL)
+        // can only be damaged by deleting it.
+        let empty = std::fs::metadata(newest.join(rel)).unwrap().len() == 0;
+        let hows: &[Damage] = if empty { &[Damage::Delete] } else { &[Damage::Delete, Damage::Truncate, Damage::FlipByte] };
+        for &how in hows {
             let what = format!("{how:?} {}", rel.display());
             let copy = tmp();
-            let job = Job { state: copy.path().join("state"), out: copy.path().join("out"), dir: copy };
+            let job = Job { state: copy.path().join("state"), out: copy.path().join("out"), dir: copy, backend };
             copy_dir(&done.state, &job.state);
             copy_dir(&done.out, &job.out);
             let chk = job.state.join("checkpoints").join(&newest_name);
@@ -63,7 +81,12 @@ fn every_damaged_file_of_the_newest_checkpoint_is_detected() {
             assert!(tree(&job.state) == before, "{what}: --restore PATH changed the state dir");
             assert!(tree(&job.out) == out_before, "{what}: --restore PATH changed the sink dir");
 
-            // latest: skip it (saying which file), restore the previous one.
+            // latest: skip it (saying which file), restore the previous one;
+            // for a shared file, the newest checkpoint that does not use it.
+            let want = match rel.starts_with("../shared") {
+                false => Some(previous),
+                true => chks.iter().rev().find(|c| !shared_refs(c).contains(&name)).map(|c| id_of(c)),
+            };
             let o = fast(job.restore()).ok();
             let skip = o.stderr.lines().find(|l| l.contains("Skipping an invalid checkpoint."));
             assert!(
@@ -71,9 +94,25 @@ fn every_damaged_file_of_the_newest_checkpoint_is_detected() {
                 "{what}: --restore latest does not report skipping a checkpoint over {name}:\n{}",
                 o.stderr
             );
-            assert_eq!(restored_from(&o.stderr), Some(previous), "{what}: restored from the wrong checkpoint:\n{}", o.stderr);
+            assert_eq!(restored_from(&o.stderr), want, "{what}: restored from the wrong checkpoint:\n{}", o.stderr);
             cases += 1;
         }
     }
     eprintln!("damage: {cases} cases over {} files of {}", files.len(), newest.display());
+}
+
+/// The shared files the bundle MANIFESTs of checkpoint `chk` reference.
+pub fn shared_refs(chk: &Path) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for e in std::fs::read_dir(chk).unwrap() {
+        let manifest = e.unwrap().path().join("MANIFEST");
+        let Ok(bytes) = std::fs::read(&manifest) else { continue };
+        let m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for f in m["files"].as_array().unwrap() {
+            if f["shared"].as_bool() == Some(true) {
+                names.insert(f["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    names
 }

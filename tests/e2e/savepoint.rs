@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::ckpt::{assert_exactly_once, fast, Job, PIPELINE};
+use super::ckpt::{assert_exactly_once, fast, Backend, Job, PIPELINE};
 use super::util::{part_files, tmp, wait_until, weir, weir_run, Outcome, Weir};
 
 impl Job {
@@ -326,4 +326,34 @@ fn savepoint_completes_while_the_sink_is_backpressured() {
     o.expect_code(0);
     // The sink's rate, not the machine, sets this: the barrier waited.
     assert!(took > Duration::from_secs(1), "took {took:?}: the sink was not backpressured");
+}
+
+/// Stop a run of `from` with a savepoint, then restore it with `to`: the
+/// savepoint is canonical, so the backend may change.
+fn savepoint_across_backends(from: Backend, to: Backend) {
+    let job = Job::with(from);
+    let run = job.cmd().spawn();
+    job.wait_for_socket();
+    assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
+    let stop = job.savepoint("trigger").arg("--stop").run();
+    let sp = savepoint_path(&stop);
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+    let partial = job.lines().len();
+    assert!(partial < super::ckpt::expected().len(), "the run finished before the stop; nothing to resume");
+    let restore = weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
+    let o = fast(to.apply(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out))).run();
+    o.expect_code(0);
+    o.expect_stderr_contains("Restoring from checkpoint.");
+    job.assert_no_in_progress_files();
+    assert_exactly_once(&format!("savepoint of {from:?} restored into {to:?}"), job.lines());
+}
+
+#[test]
+fn a_memory_savepoint_restores_into_rocksdb() {
+    savepoint_across_backends(Backend::Memory, Backend::RocksDb);
+}
+
+#[test]
+fn a_rocksdb_savepoint_restores_into_memory() {
+    savepoint_across_backends(Backend::RocksDb, Backend::Memory);
 }

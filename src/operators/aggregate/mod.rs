@@ -122,6 +122,10 @@ pub struct Aggregate {
     windows: Vec<Window>,
     sessions: Vec<Window>,
     due: KeyList,
+    /// Every timer below this fire time is gone: scans for due windows
+    /// start here, never walking over deleted timers (RocksDB tombstones).
+    /// Lowered by every timer computed; MIN after a restore.
+    timers_from: Millis,
 }
 
 fn corrupt(what: &str) -> OpError {
@@ -218,6 +222,7 @@ impl Aggregate {
             windows: Vec::new(),
             sessions: Vec::new(),
             due: KeyList::default(),
+            timers_from: Millis::MIN,
         })
     }
 
@@ -252,8 +257,10 @@ impl Aggregate {
 
     /// Timer key for window `w` of the key whose window key is in `self.wkey`.
     fn timer_key(&mut self, w: Window) {
+        let fire = window::fire_time(w.end, self.lateness);
+        self.timers_from = self.timers_from.min(fire);
         self.timer.clear();
-        self.timer.extend_from_slice(&encode_time(window::fire_time(w.end, self.lateness)));
+        self.timer.extend_from_slice(&encode_time(fire));
         self.timer.extend_from_slice(&self.wkey);
     }
 
@@ -379,10 +386,15 @@ impl Aggregate {
 
     /// Fire every window whose fire time is <= `watermark`.
     fn fire(&mut self, watermark: Millis, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        if watermark < self.timers_from {
+            return Ok(());
+        }
         let mut due = std::mem::take(&mut self.due);
         due.clear();
+        let (from, to) = (encode_time(self.timers_from), encode_time(watermark.saturating_add(1)));
+        let to = (watermark < Millis::MAX).then_some(&to[..]);
         for kg in ctx.state.key_groups() {
-            ctx.state.scan_range(TIMERS, kg, &[], None, &mut |k, _| {
+            ctx.state.scan_range(TIMERS, kg, &from, to, &mut |k, _| {
                 if k.len() < 8 || decode_time(k) > watermark {
                     return ControlFlow::Break(());
                 }
@@ -403,6 +415,9 @@ impl Aggregate {
         }
         due.clear();
         self.due = due;
+        if result.is_ok() {
+            self.timers_from = self.timers_from.max(watermark.saturating_add(1));
+        }
         result
     }
 

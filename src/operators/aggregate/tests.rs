@@ -6,7 +6,6 @@ use std::time::Duration;
 use super::*;
 use crate::config::{AggFunc, AggregateFn};
 use crate::operators::dead_letter::DeadLetters;
-use crate::state::KeyedState;
 use crate::types::{key_group_of, key_group_range, subtask_for_key_group};
 
 const MAX_PAR: u16 = 32;

@@ -1,0 +1,374 @@
+//! The RocksDB backend: one DB per bundle, one column family per keyed
+//! operator, shared by the subtasks of that operator in the bundle (each
+//! owns a disjoint key-group range). The only module that imports `rocksdb`.
+//!
+//! A stored key is `key group (u16 big-endian) ++ table id (u8) ++ user
+//! key`, so one key group's entries are contiguous (a key-group range can be
+//! cut out for rescaling) and an ordered table scans in user-key order.
+//!
+//! Writes skip the WAL: a checkpoint is the durability point, and after a
+//! crash the working DB is rebuilt from the restored checkpoint, never
+//! reopened as it was. Snapshots in the canonical format (savepoints, full
+//! checkpoints) read under a RocksDB snapshot taken at the synchronous
+//! point, on a thread of their own (see [`snapshot`]).
+
+pub mod native;
+mod snapshot;
+
+use std::cell::RefCell;
+use std::ops::{ControlFlow, Range};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, ReadOptions, WriteOptions, DB};
+
+use super::{KeyedState, ScanFn, StateError, StateSnapshot, TableId, TableKind, TableSpec};
+use crate::types::KeyGroup;
+
+/// Bytes in front of every user key: key group and table id.
+const PREFIX: usize = 3;
+
+/// How the DB of a bundle is tuned (from `state.rocksdb` in the pipeline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RocksOptions {
+    /// LRU block cache shared by every column family of one bundle's DB.
+    pub block_cache: u64,
+    /// Memtable bytes per column family.
+    pub write_buffer: u64,
+    pub compression: Compression,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Lz4,
+    Zstd,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        RocksOptions { block_cache: 256 << 20, write_buffer: 64 << 20, compression: Compression::Lz4 }
+    }
+}
+
+fn backend_error(what: &str, path: &Path, e: impl std::fmt::Display) -> StateError {
+    StateError::Backend(format!("{what} {}: {e}", path.display()))
+}
+
+/// The working DB of one bundle. Removed from disk when the last handle
+/// goes: working state never outlives its run (a restore rebuilds it).
+pub struct BundleDb {
+    db: DB,
+    path: PathBuf,
+    write: WriteOptions,
+    // Declared after `db`, so it runs once the DB is closed.
+    _remove: RemoveOnDrop,
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl BundleDb {
+    /// Create an empty DB at `path` (removing whatever was there: working
+    /// state never outlives its run) with one column family per name.
+    pub fn create(path: &Path, column_families: &[String], options: &RocksOptions) -> Result<Arc<BundleDb>, StateError> {
+        match std::fs::remove_dir_all(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(backend_error("cannot remove", path, e)),
+            _ => {}
+        }
+        std::fs::create_dir_all(path).map_err(|e| backend_error("cannot create", path, e))?;
+        Self::open(path, column_families, options)
+    }
+
+    /// Open the DB at `path`, creating it and any missing column family.
+    pub fn open(path: &Path, column_families: &[String], options: &RocksOptions) -> Result<Arc<BundleDb>, StateError> {
+        let cache = Cache::new_lru_cache(options.block_cache as usize);
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(2);
+        // Without a WAL, a flush of several column families must be atomic
+        // for a DB checkpoint to be one consistent cut.
+        db_opts.set_atomic_flush(true);
+        db_opts.set_keep_log_file_num(2);
+        let cfs: Vec<ColumnFamilyDescriptor> =
+            column_families.iter().map(|name| ColumnFamilyDescriptor::new(name, cf_options(options, &cache))).collect();
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| backend_error("cannot open RocksDB at", path, e))?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(Arc::new(BundleDb { db, path: path.to_path_buf(), write, _remove: RemoveOnDrop(path.to_path_buf()) }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn cf(&self, name: &str) -> Result<&ColumnFamily, StateError> {
+        self.db.cf_handle(name).ok_or_else(|| StateError::Backend(format!("no column family `{name}` in {}", self.path.display())))
+    }
+}
+
+fn cf_options(options: &RocksOptions, cache: &Cache) -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(10.0, false);
+    // Index and filter blocks stay in the table readers (RocksDB's default):
+    // through the block cache, every lookup re-read a whole filter block.
+    table.set_block_size(16 * 1024);
+    let mut o = Options::default();
+    o.set_block_based_table_factory(&table);
+    o.set_write_buffer_size(options.write_buffer as usize);
+    o.set_max_write_buffer_number(3);
+    o.set_level_compaction_dynamic_level_bytes(true);
+    // A bloom filter on the memtable too: most dedup lookups are misses.
+    o.set_memtable_whole_key_filtering(true);
+    o.set_memtable_prefix_bloom_ratio(0.05);
+    o.set_compression_type(match options.compression {
+        Compression::None => DBCompressionType::None,
+        Compression::Lz4 => DBCompressionType::Lz4,
+        Compression::Zstd => DBCompressionType::Zstd,
+    });
+    o
+}
+
+/// `kg ++ table ++ key` into `out`.
+fn compose(out: &mut Vec<u8>, kg: KeyGroup, table: TableId, key: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&kg.to_be_bytes());
+    out.push(table as u8);
+    out.extend_from_slice(key);
+}
+
+/// The first key after every key of (kg, table).
+fn table_end(kg: KeyGroup, table: TableId) -> Vec<u8> {
+    let mut v = kg.to_be_bytes().to_vec();
+    v.push(table as u8 + 1);
+    v
+}
+
+/// The keyed state of one operator subtask: its key groups in the bundle's DB.
+pub struct RocksState {
+    db: Arc<BundleDb>,
+    cf: String,
+    key_groups: Range<KeyGroup>,
+    tables: Vec<TableSpec>,
+    read: ReadOptions,
+    /// The composed key of the current call.
+    key: Vec<u8>,
+    /// The same, for the calls that take `&self`.
+    read_key: RefCell<Vec<u8>>,
+    /// The buffer `update` hands out.
+    scratch: Vec<u8>,
+}
+
+impl RocksState {
+    /// The state of an operator whose column family is `cf` in `db`.
+    pub fn new(db: Arc<BundleDb>, cf: &str, tables: &[TableSpec], key_groups: Range<KeyGroup>) -> Result<Self, StateError> {
+        db.cf(cf)?;
+        if tables.len() >= u8::MAX as usize {
+            return Err(StateError::Backend(format!("operator `{cf}` declares {} tables; at most 254 fit the key prefix", tables.len())));
+        }
+        let mut read = ReadOptions::default();
+        read.set_verify_checksums(false);
+        Ok(RocksState {
+            db,
+            cf: cf.to_string(),
+            key_groups,
+            tables: tables.to_vec(),
+            read,
+            key: Vec::with_capacity(64),
+            read_key: RefCell::new(Vec::with_capacity(64)),
+            scratch: Vec::new(),
+        })
+    }
+
+    fn check(&self, kg: KeyGroup) -> Result<(), StateError> {
+        if self.key_groups.contains(&kg) {
+            Ok(())
+        } else {
+            Err(StateError::ForeignKeyGroup { kg, owned: self.key_groups.clone() })
+        }
+    }
+
+    fn err(&self, what: &str, e: rocksdb::Error) -> StateError {
+        StateError::Backend(format!("{what} in {} (column family `{}`): {e}", self.db.path.display(), self.cf))
+    }
+
+    /// Look the composed key up; `f` sees the value if present.
+    fn with_value<R>(&self, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, StateError> {
+        let cf = self.db.cf(&self.cf)?;
+        let v = self.db.db.get_pinned_cf_opt(cf, &self.key, &self.read).map_err(|e| self.err("read failed", e))?;
+        Ok(f(v.as_deref()))
+    }
+
+    fn write_value(&self, value: &[u8]) -> Result<(), StateError> {
+        let cf = self.db.cf(&self.cf)?;
+        self.db.db.put_cf_opt(cf, &self.key, value, &self.db.write).map_err(|e| self.err("write failed", e))
+    }
+
+    fn delete_key(&self) -> Result<(), StateError> {
+        let cf = self.db.cf(&self.cf)?;
+        self.db.db.delete_cf_opt(cf, &self.key, &self.db.write).map_err(|e| self.err("delete failed", e))
+    }
+
+    /// Visit (kg, table) entries with `lower <= key < upper` in order.
+    fn scan(&self, kg: KeyGroup, table: TableId, from: &[u8], to: Option<&[u8]>, f: &mut ScanFn<'_>) -> Result<(), StateError> {
+        let mut lower = Vec::with_capacity(PREFIX + from.len());
+        compose(&mut lower, kg, table, from);
+        let upper = match to {
+            Some(t) => {
+                let mut u = Vec::new();
+                compose(&mut u, kg, table, t);
+                u
+            }
+            None => table_end(kg, table),
+        };
+        if lower >= upper {
+            return Ok(());
+        }
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_lower_bound(lower.clone());
+        opts.set_iterate_upper_bound(upper);
+        opts.set_verify_checksums(false);
+        let cf = self.db.cf(&self.cf)?;
+        let mut it = self.db.db.raw_iterator_cf_opt(cf, opts);
+        it.seek(&lower);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if f(&k[PREFIX..], v).is_break() {
+                return Ok(());
+            }
+            it.next();
+        }
+        it.status().map_err(|e| self.err("scan failed", e))
+    }
+}
+
+impl KeyedState for RocksState {
+    fn key_groups(&self) -> Range<KeyGroup> {
+        self.key_groups.clone()
+    }
+
+    fn get(&self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
+        self.check(kg)?;
+        let mut k = self.read_key.borrow_mut();
+        compose(&mut k, kg, table, key);
+        let cf = self.db.cf(&self.cf)?;
+        let v = self.db.db.get_pinned_cf_opt(cf, &*k, &self.read).map_err(|e| self.err("read failed", e))?;
+        out.clear();
+        Ok(match v {
+            Some(v) => {
+                out.extend_from_slice(&v);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn contains(&self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
+        self.check(kg)?;
+        let mut k = self.read_key.borrow_mut();
+        compose(&mut k, kg, table, key);
+        let cf = self.db.cf(&self.cf)?;
+        let v = self.db.db.get_pinned_cf_opt(cf, &*k, &self.read).map_err(|e| self.err("read failed", e))?;
+        Ok(v.is_some())
+    }
+
+    fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        self.check(kg)?;
+        compose(&mut self.key, kg, table, key);
+        self.write_value(value)
+    }
+
+    fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
+        self.check(kg)?;
+        compose(&mut self.key, kg, table, key);
+        if !self.with_value(|v| v.is_some())? {
+            return Ok(false);
+        }
+        self.delete_key()?;
+        Ok(true)
+    }
+
+    fn scan_range(&self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut ScanFn<'_>) -> Result<(), StateError> {
+        self.check(kg)?;
+        if self.tables[table].kind != TableKind::Ordered {
+            return Err(StateError::NotOrdered { table: self.tables[table].name });
+        }
+        self.scan(kg, table, from, to, f)
+    }
+
+    fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut ScanFn<'_>) -> Result<(), StateError> {
+        self.check(kg)?;
+        self.scan(kg, table, &[], None, f)
+    }
+
+    /// Counts by scanning: O(entries), for tests and diagnostics.
+    fn len(&self, table: TableId) -> usize {
+        let mut n = 0;
+        for kg in self.key_groups.clone() {
+            let _ = self.scan(kg, table, &[], None, &mut |_, _| {
+                n += 1;
+                ControlFlow::Continue(())
+            });
+        }
+        n
+    }
+
+    fn update(
+        &mut self,
+        table: TableId,
+        kg: KeyGroup,
+        key: &[u8],
+        f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool,
+    ) -> Result<(), StateError> {
+        self.check(kg)?;
+        compose(&mut self.key, kg, table, key);
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let found = self.with_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some());
+        let result = match found {
+            Ok(found) if f(&mut buf, found) => self.write_value(&buf),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        self.scratch = buf;
+        result
+    }
+
+    fn take(&mut self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
+        self.check(kg)?;
+        compose(&mut self.key, kg, table, key);
+        out.clear();
+        if !self.with_value(|v| v.map(|v| out.extend_from_slice(v)).is_some())? {
+            return Ok(false);
+        }
+        self.delete_key()?;
+        Ok(true)
+    }
+
+    fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
+        self.check(kg)?;
+        compose(&mut self.key, kg, table, key);
+        if self.with_value(|v| v.is_some())? {
+            return Ok(false);
+        }
+        self.write_value(value)?;
+        Ok(true)
+    }
+
+    fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
+        snapshot::start(self.db.clone(), &self.cf, tables, self.key_groups.clone())
+    }
+
+    fn is_native(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,235 @@
+use std::ops::ControlFlow;
+
+use super::*;
+use crate::codec::Dec;
+use crate::state::memory::MemoryState;
+use crate::state::snapshot;
+
+const T: [TableSpec; 2] = [TableSpec { name: "seen", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }];
+
+/// A bundle DB in a temp dir (removed on drop) with column families `a` and `b`.
+pub(crate) struct TestDb {
+    pub dir: tempfile::TempDir,
+    pub db: Arc<BundleDb>,
+}
+
+pub(crate) fn test_db() -> TestDb {
+    let dir = tempfile::tempdir().unwrap();
+    let db = BundleDb::create(&dir.path().join("db"), &["a".into(), "b".into()], &RocksOptions::default()).unwrap();
+    TestDb { dir, db }
+}
+
+fn state(t: &TestDb, cf: &str, kgs: Range<KeyGroup>) -> RocksState {
+    RocksState::new(t.db.clone(), cf, &T, kgs).unwrap()
+}
+
+fn entries(s: &dyn KeyedState, table: TableId, kg: KeyGroup) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut v = Vec::new();
+    s.scan_all(table, kg, &mut |k, val| {
+        v.push((k.to_vec(), val.to_vec()));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    v
+}
+
+#[test]
+fn put_get_delete_by_key_group() {
+    let t = test_db();
+    let mut s = state(&t, "a", 4..8);
+    let mut out = Vec::new();
+    s.put(0, 5, b"a", b"1").unwrap();
+    assert!(s.get(0, 5, b"a", &mut out).unwrap());
+    assert_eq!(out, b"1");
+    assert!(!s.get(0, 6, b"a", &mut out).unwrap(), "key groups are separate");
+    assert!(!s.get(1, 5, b"a", &mut out).unwrap(), "tables are separate");
+    assert!(matches!(s.put(0, 8, b"a", b"1"), Err(StateError::ForeignKeyGroup { .. })));
+    assert!(s.delete(0, 5, b"a").unwrap());
+    assert!(!s.delete(0, 5, b"a").unwrap());
+    assert_eq!(s.len(0), 0);
+}
+
+#[test]
+fn operators_and_subtasks_sharing_a_db_do_not_see_each_other() {
+    let t = test_db();
+    let mut low = state(&t, "a", 0..4);
+    let mut high = state(&t, "a", 4..8);
+    let mut other = state(&t, "b", 0..8);
+    low.put(0, 3, b"k", b"low").unwrap();
+    high.put(0, 4, b"k", b"high").unwrap();
+    other.put(0, 3, b"k", b"other").unwrap();
+    let mut out = Vec::new();
+    assert!(low.get(0, 3, b"k", &mut out).unwrap());
+    assert_eq!(out, b"low");
+    assert!(other.get(0, 3, b"k", &mut out).unwrap());
+    assert_eq!(out, b"other");
+    assert_eq!((low.len(0), high.len(0), other.len(0)), (1, 1, 1));
+    assert!(matches!(low.get(0, 4, b"k", &mut out), Err(StateError::ForeignKeyGroup { .. })));
+}
+
+#[test]
+fn ordered_scan_respects_bounds_and_table_edges() {
+    let t = test_db();
+    let mut s = state(&t, "a", 0..2);
+    for k in [&b"a"[..], b"b", b"c", b"d", b"\xff\xff"] {
+        s.put(1, 0, k, b"").unwrap();
+    }
+    // Neighbours that must never show up: same kg other table, next kg.
+    s.put(0, 0, b"b", b"").unwrap();
+    s.put(1, 1, b"a", b"").unwrap();
+    let mut seen = Vec::new();
+    s.scan_range(1, 0, b"b", Some(b"d"), &mut |k, _| {
+        seen.push(k.to_vec());
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(seen, vec![b"b".to_vec(), b"c".to_vec()]);
+    let all: Vec<Vec<u8>> = entries(&s, 1, 0).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(all, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec(), b"\xff\xff".to_vec()]);
+    let mut first = Vec::new();
+    s.scan_range(1, 0, b"", None, &mut |k, _| {
+        first.push(k.to_vec());
+        ControlFlow::Break(())
+    })
+    .unwrap();
+    assert_eq!(first, vec![b"a".to_vec()]);
+    assert!(matches!(s.scan_range(0, 0, b"", None, &mut |_, _| ControlFlow::Continue(())), Err(StateError::NotOrdered { .. })));
+}
+
+#[test]
+fn update_take_and_put_if_absent() {
+    let t = test_db();
+    let mut s = state(&t, "a", 0..2);
+    let long = [9u8; 100];
+    for table in [0, 1] {
+        s.update(table, 1, b"k", &mut |v, found| {
+            assert!(!found && v.is_empty());
+            false
+        })
+        .unwrap();
+        assert!(!s.contains(table, 1, b"k").unwrap());
+        for (i, value) in [&b"1"[..], &long[..], &b"22"[..]].into_iter().enumerate() {
+            s.update(table, 1, b"k", &mut |v, found| {
+                assert_eq!(found, i > 0);
+                v.clear();
+                v.extend_from_slice(value);
+                true
+            })
+            .unwrap();
+            let mut out = Vec::new();
+            assert!(s.get(table, 1, b"k", &mut out).unwrap());
+            assert_eq!(out, value);
+        }
+        assert!(!s.put_if_absent(table, 1, b"k", b"x").unwrap());
+        let mut out = Vec::new();
+        assert!(s.take(table, 1, b"k", &mut out).unwrap());
+        assert_eq!(out, b"22");
+        assert!(!s.take(table, 1, b"k", &mut out).unwrap());
+        assert!(out.is_empty());
+        assert!(s.put_if_absent(table, 1, b"k", b"x").unwrap());
+    }
+}
+
+#[test]
+fn a_snapshot_sees_the_state_at_its_synchronous_point() {
+    let t = test_db();
+    let mut s = state(&t, "a", 0..8);
+    let mut mem = MemoryState::new(&T, 0..8);
+    for i in 0..1000u32 {
+        let kg = (i % 8) as KeyGroup;
+        for st in [&mut s as &mut dyn KeyedState, &mut mem] {
+            st.put(0, kg, &i.to_be_bytes(), &[i as u8]).unwrap();
+            st.put(1, kg, &(i * 7).to_be_bytes(), b"t").unwrap();
+        }
+    }
+    let pending = s.snapshot(&T).unwrap();
+    assert!(matches!(pending, StateSnapshot::Deferred(_)));
+    // Writes after the synchronous point are not in the snapshot.
+    for i in 0..100u32 {
+        s.put(0, 0, &(5000 + i).to_be_bytes(), b"late").unwrap();
+        s.delete(0, (i % 8) as KeyGroup, &i.to_be_bytes()).unwrap();
+    }
+    let bytes = pending.finish().unwrap();
+    let mut want = Vec::new();
+    snapshot::write(&mem, &T, &mut want).unwrap();
+    // Same canonical content (the memory backend's point tables are unordered).
+    let mut back = MemoryState::new(&T, 0..8);
+    assert_eq!(snapshot::read(&mut Dec::new(&bytes), &T, &mut back).unwrap(), 2000);
+    for table in [0, 1] {
+        for kg in 0..8 {
+            let mut a = entries(&back, table, kg);
+            let mut b = entries(&mem, table, kg);
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "table {table} kg {kg}");
+        }
+    }
+    // And a canonical snapshot restores into RocksDB, cut by key group.
+    let t2 = test_db();
+    let mut half = RocksState::new(t2.db.clone(), "b", &T, 4..8).unwrap();
+    assert_eq!(snapshot::read(&mut Dec::new(&want), &T, &mut half).unwrap(), 1000);
+    assert_eq!(half.len(0), 500);
+    assert_eq!(entries(&half, 1, 5), entries(&mem, 1, 5), "ordered tables come back in order");
+}
+
+/// Native checkpoints of a DB with 200 K keys, then 20 changed keys each
+/// time: the first copies everything, later ones only the new SSTs; a DB
+/// rebuilt from the last checkpoint (from local files, and from shared
+/// files alone) holds exactly the state at that checkpoint.
+#[test]
+fn incremental_checkpoints_copy_little_after_small_changes_and_restore_exactly() {
+    use crate::checkpoint::manifest::FileEntry;
+    use native::{RestoreSource, Uploader};
+    let t = test_db();
+    let mut s = state(&t, "a", 0..8);
+    for i in 0..200_000u32 {
+        // 32 bytes that do not compress away.
+        let v = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes().repeat(4);
+        s.put(0, (i % 8) as KeyGroup, &i.to_be_bytes(), &v).unwrap();
+    }
+    let store = t.dir.path().join("checkpoints");
+    let shared = store.join("shared");
+    let mut up = Uploader::new(0);
+    let mut last_files: Vec<FileEntry> = Vec::new();
+    let mut sizes = Vec::new();
+    // Three checkpoints: a fourth L0 file would trigger a compaction, which
+    // rewrites the data into new SSTs (copied again, as in any incremental scheme).
+    for id in 1..=3u64 {
+        if id > 1 {
+            for i in 0..10u32 {
+                s.put(0, 1, &(1_000_000 * id as u32 + i).to_be_bytes(), b"new").unwrap();
+                s.delete(0, (i % 8) as KeyGroup, &(i * 8 + (i % 8)).to_be_bytes()).unwrap();
+            }
+        }
+        let local = t.db.local_checkpoint(id).unwrap();
+        let bundle_dir = store.join(format!("chk-{id}"));
+        std::fs::create_dir_all(&bundle_dir).unwrap();
+        let (files, stats) = up.upload(&local, &bundle_dir, &shared).unwrap();
+        assert!(files.iter().any(|f| f.shared) && files.iter().any(|f| f.name.starts_with("db/CURRENT")), "{files:?}");
+        sizes.push((stats.new_bytes, stats.reused_bytes));
+        last_files = files;
+    }
+    let (first_new, _) = sizes[0];
+    assert!(first_new > 1_000_000, "the first checkpoint copies the whole state: {sizes:?}");
+    for &(new, reused) in &sizes[1..] {
+        assert!(new * 20 < first_new, "a checkpoint after 20 changed keys copied {new} bytes (first: {first_new}): {sizes:?}");
+        assert!(reused >= first_new / 2, "earlier SSTs are referenced, not copied again: {sizes:?}");
+    }
+    let want: Vec<Vec<(Vec<u8>, Vec<u8>)>> = (0..8).map(|kg| entries(&s, 0, kg)).collect();
+    let cfs = ["a".to_string(), "b".to_string()];
+    for (i, from) in [RestoreSource::Local, RestoreSource::Checkpoint].into_iter().enumerate() {
+        if from == RestoreSource::Checkpoint {
+            // Without the local checkpoint: rebuilt from the stored files.
+            std::fs::remove_dir_all(t.db.local_root().join("chk-0000003")).unwrap();
+        }
+        let db_path = t.db.local_root().join(format!("restored-{i}"));
+        let bundle_dir = store.join("chk-3");
+        let from_chk = native::NativeCheckpoint { id: 3, bundle: 0, files: &last_files, bundle_dir: &bundle_dir, shared_dir: &shared };
+        let (db, _, source) = native::restore(&from_chk, &db_path, &cfs, &RocksOptions::default()).unwrap();
+        assert_eq!(source, from);
+        let back = RocksState::new(db, "a", &T, 0..8).unwrap();
+        for kg in 0..8 {
+            assert_eq!(entries(&back, 0, kg), want[kg as usize], "{from:?} kg {kg}");
+        }
+    }
+}
