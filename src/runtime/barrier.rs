@@ -22,6 +22,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::CheckpointId;
 
 /// Index of an input channel of the task.
@@ -92,6 +93,8 @@ struct Pending {
     arrived: Vec<bool>,
     started: Instant,
     phase: Phase,
+    /// A savepoint: aligned whatever the mode (never switched, never recorded).
+    aligned: bool,
 }
 
 /// The alignment state of one task.
@@ -123,13 +126,20 @@ impl BarrierTracker {
     /// When `on_timer` must be called to switch to unaligned, if ever.
     pub fn deadline(&self) -> Option<Instant> {
         match (self.mode, &self.pending) {
-            (AlignmentMode::AlignedTimeout(t), Some(p)) if p.phase == Phase::Aligning => Some(p.started + t),
+            (AlignmentMode::AlignedTimeout(t), Some(p)) if p.phase == Phase::Aligning && !p.aligned => Some(p.started + t),
             _ => None,
         }
     }
 
-    /// Barrier `id` arrived on `input` at `now`.
+    /// Barrier `id` of a checkpoint arrived on `input` at `now`.
     pub fn on_barrier(&mut self, input: InputId, id: CheckpointId, now: Instant) -> Result<Vec<Action>, BarrierError> {
+        self.on_barrier_of(input, id, Kind::Checkpoint, now)
+    }
+
+    /// Barrier `id` of `kind` arrived on `input` at `now`. A savepoint is
+    /// aligned whatever the mode: it must be canonical, with no in-flight
+    /// records (they would tie it to this job's layout).
+    pub fn on_barrier_of(&mut self, input: InputId, id: CheckpointId, kind: Kind, now: Instant) -> Result<Vec<Action>, BarrierError> {
         self.check_input(input)?;
         if self.closed[input] {
             return Err(BarrierError::BarrierOnClosedInput { input, id });
@@ -139,12 +149,12 @@ impl BarrierTracker {
             Some(p) if id == p => {}
             Some(p) if id > p => {
                 actions.extend(self.abort_pending());
-                self.start(id, now, &mut actions);
+                self.start(id, kind, now, &mut actions);
             }
             // Older than the pending one, or already finished/aborted.
             Some(_) => return Ok(actions),
             None if self.latest.is_some_and(|l| id <= l) => return Ok(actions),
-            None => self.start(id, now, &mut actions),
+            None => self.start(id, kind, now, &mut actions),
         }
         let Some(p) = self.pending.as_mut() else { return Ok(actions) };
         if p.arrived[input] {
@@ -210,12 +220,13 @@ impl BarrierTracker {
     }
 
     /// Begin checkpoint `id`: closed inputs have delivered it already.
-    fn start(&mut self, id: CheckpointId, now: Instant, actions: &mut Vec<Action>) {
+    fn start(&mut self, id: CheckpointId, kind: Kind, now: Instant, actions: &mut Vec<Action>) {
+        let aligned = kind == Kind::Savepoint;
         let phase = match self.mode {
-            AlignmentMode::Unaligned => Phase::Recording,
+            AlignmentMode::Unaligned if !aligned => Phase::Recording,
             _ => Phase::Aligning,
         };
-        self.pending = Some(Pending { id, arrived: self.closed.clone(), started: now, phase });
+        self.pending = Some(Pending { id, arrived: self.closed.clone(), started: now, phase, aligned });
         self.latest = Some(id);
         if phase == Phase::Recording {
             actions.extend([Action::Snapshot { id, unaligned: true }, Action::ForwardBarrier(id)]);
@@ -223,7 +234,7 @@ impl BarrierTracker {
     }
 
     fn aligning(&self) -> bool {
-        self.mode != AlignmentMode::AtLeastOnce && self.pending.as_ref().is_some_and(|p| p.phase == Phase::Aligning)
+        self.pending.as_ref().is_some_and(|p| p.phase == Phase::Aligning && (p.aligned || self.mode != AlignmentMode::AtLeastOnce))
     }
 
     fn all_arrived(&self) -> bool {
@@ -296,6 +307,21 @@ mod tests {
         assert!(!t.is_blocked(0) && !t.is_blocked(1));
         assert_eq!(t.pending(), None);
         assert_eq!(t.deadline(), None);
+    }
+
+    #[test]
+    fn savepoints_are_aligned_in_every_mode() {
+        for mode in [AlignmentMode::Unaligned, AlignmentMode::AtLeastOnce, AlignmentMode::AlignedTimeout(T)] {
+            let (mut t, c) = setup(mode, 2);
+            assert_eq!(t.on_barrier_of(0, 3, Kind::Savepoint, c.at(0)).unwrap(), vec![Block(0)], "{mode:?}");
+            assert_eq!(t.on_data(0), Hold, "{mode:?}");
+            assert_eq!(t.deadline(), None, "{mode:?}: a savepoint never switches to unaligned");
+            let done = t.on_barrier_of(1, 3, Kind::Savepoint, c.at(9)).unwrap();
+            assert_eq!(done, vec![snap(3), ForwardBarrier(3), UnblockAll, Complete(3)], "{mode:?}");
+            // The next checkpoint follows the mode again.
+            let next = t.on_barrier(0, 4, c.at(10)).unwrap();
+            assert_eq!(next.first() == Some(&usnap(4)), mode == AlignmentMode::Unaligned, "{mode:?}: {next:?}");
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
 use crate::checkpoint::{store, BundleId, CheckpointId};
-use crate::config::{Alignment, CheckpointSpec};
+use crate::config::CheckpointSpec;
 use crate::faults;
 
 #[derive(Debug, thiserror::Error)]
@@ -435,9 +435,6 @@ impl Driver {
 
     /// Why a savepoint cannot be taken now, if it cannot.
     fn savepoint_refusal(&self, request: &SavepointRequest) -> Option<String> {
-        if self.setup.spec.alignment != Alignment::Aligned {
-            return Some("savepoints are always aligned, and this pipeline's barriers are not (checkpoint.alignment must be `aligned`); stop it with SIGTERM and use its final checkpoint instead".into());
-        }
         if let Some(sp) = &self.savepoint {
             let which = sp.id.map_or("one".to_string(), |id| format!("savepoint {id}"));
             return Some(format!("a savepoint is already in progress ({which}); try again when it completed"));

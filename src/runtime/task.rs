@@ -248,7 +248,8 @@ impl SourceTask {
     async fn on_control(&mut self, c: Control, watermark: Millis, producing: &mut bool) -> Result<(), TaskError> {
         let Control::Trigger { id, kind, then_stop, drain } = c;
         let Some(s) = &self.checkpointing else { return Ok(()) };
-        let unaligned = s.unaligned;
+        // A savepoint's barrier never overtakes: savepoints are aligned.
+        let unaligned = s.unaligned && kind == Kind::Checkpoint;
         let watermark = if drain && watermark < MAX_WATERMARK {
             if !self.emit_watermark(MAX_WATERMARK).await? {
                 return Ok(());
@@ -448,7 +449,7 @@ impl OperatorTask {
                             if first_barrier.is_none_or(|(b, _)| b != id) {
                                 first_barrier = Some((id, now));
                             }
-                            (WatermarkChange::Unchanged, c.barriers.on_barrier(i, id, now).map_err(|e| self.protocol_error(e))?)
+                            (WatermarkChange::Unchanged, c.barriers.on_barrier_of(i, id, kind, now).map_err(|e| self.protocol_error(e))?)
                         }
                         // A barrier without checkpointing can't happen; pass it on.
                         None => {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::ckpt::{assert_exactly_once, fast, Backend, Job, PIPELINE};
+use super::ckpt::{assert_exactly_once, both_backends, fast, Backend, Job, PIPELINE};
 use super::util::{part_files, tmp, wait_until, weir, weir_run, Outcome, Weir};
 
 impl Job {
@@ -106,7 +106,7 @@ fn stop_with_savepoint_at(job: &Job, p: u32, restore: Option<&Path>, after: usiz
         Some(sp) => weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress", "-p", &p.to_string()]),
         None => weir_run(PIPELINE, p),
     };
-    cmd = cmd.set("state.dir", &job.state).set("sinks.out.path", &job.out).set("sources.events.rate_limit", "600");
+    cmd = job.backend.apply(cmd).set("state.dir", &job.state).set("sinks.out.path", &job.out).set("sources.events.rate_limit", "600");
     let run = cmd.spawn();
     job.wait_for_socket();
     assert!(wait_until(Duration::from_secs(30), || job.lines().len() > after), "no new output published at parallelism {p}");
@@ -120,20 +120,21 @@ fn stop_with_savepoint_at(job: &Job, p: u32, restore: Option<&Path>, after: usiz
     }
 }
 
-#[test]
-fn savepoints_restore_at_another_parallelism_exactly_once() {
+both_backends! {
+fn savepoints_restore_at_another_parallelism_exactly_once(backend: Backend) {
     // 1 -> 4 -> 2, each step a stop-with-savepoint in the middle of the input.
-    let job = Job::new();
+    let job = Job::with(backend);
     let (sp1, sp2) = (job.dir.path().join("sp-p1"), job.dir.path().join("sp-p4"));
     stop_with_savepoint_at(&job, 1, None, 0, &sp1);
     let after_first = job.lines().len();
     stop_with_savepoint_at(&job, 4, Some(&sp1), after_first, &sp2);
     let restore = weir(&["restore", &sp2.display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
-    let o = fast(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out)).run();
+    let o = fast(backend.apply(restore).set("state.dir", &job.state).set("sinks.out.path", &job.out)).run();
     o.expect_code(0);
     o.expect_stderr_contains("Rescaling");
     job.assert_no_in_progress_files();
-    assert_exactly_once("savepoints at parallelism 1 -> 4 -> 2", job.lines());
+    assert_exactly_once(&format!("savepoints at parallelism 1 -> 4 -> 2, {backend:?}"), job.lines());
+}
 }
 
 #[test]
@@ -247,15 +248,21 @@ fn status_and_a_second_trigger_while_one_runs_is_refused_with_the_reason() {
 }
 
 #[test]
-fn unaligned_pipelines_refuse_savepoints_with_the_reason() {
+fn pipelines_with_unaligned_checkpoints_take_aligned_savepoints() {
     let job = Job::new();
-    let run = job.cmd().set("checkpoint.alignment", "unaligned").spawn();
+    let run = job.cmd().set("checkpoint.alignment", "unaligned").set("sources.events.rate_limit", "600").spawn();
     job.wait_for_socket();
-    let o = job.savepoint("trigger").run();
-    o.expect_code(1);
-    o.expect_stderr_contains("savepoints are always aligned");
-    run.terminate();
+    assert!(wait_until(Duration::from_secs(30), || !job.lines().is_empty()), "no output published");
+    let target = job.dir.path().join("sp");
+    let sp = savepoint_path(&job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).run());
     run.wait_for(Duration::from_secs(30)).expect_code(0);
+    // Aligned, so without in-flight records: it restores at another
+    // parallelism, which a snapshot holding channel state would refuse.
+    let restore = weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress", "-p", "3"]);
+    let o = fast(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out).set("checkpoint.alignment", "unaligned")).run();
+    o.expect_code(0);
+    job.assert_no_in_progress_files();
+    assert_exactly_once("unaligned pipeline, aligned savepoint, restored at parallelism 3", job.lines());
 }
 
 /// Stop with a savepoint (drained or not) at parallelism 2; returns (sum of
