@@ -34,6 +34,37 @@ impl DeadLetter {
     }
 }
 
+/// A bad input record at `place` (file:line, topic/partition@offset): count
+/// it, then fail naming it, skip it, or dead-letter it as `who@place`.
+pub fn reject(
+    on_error: &crate::config::OnError,
+    dead_letter: Option<&DeadLetter>,
+    (who, place): (&str, &str),
+    text: &str,
+    reason: &str,
+    metrics: &super::OperatorMetrics,
+) -> Result<(), super::OpError> {
+    use crate::config::OnError;
+    super::OperatorMetrics::add(&metrics.records_dropped, 1);
+    match on_error {
+        OnError::Fail => Err(super::OpError::Data(format!("bad record at {place}: {reason}: {}", truncate(text, 200)))),
+        OnError::Skip => Ok(()),
+        OnError::DeadLetter(_) => {
+            let dl = dead_letter.expect("dead letter opened for on_error: dead_letter");
+            dl.write(&format!("{who}@{place}"), reason, text)
+                .map_err(|e| super::OpError::io(format!("writing dead letter {}", dl.path().display()), e))
+        }
+    }
+}
+
+/// At most `max` characters of `s`, for error messages.
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
 /// Opens each dead-letter path once (appending) and hands out shared writers.
 #[derive(Default)]
 pub struct DeadLetters {

@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
+use super::dead_letter::reject;
 use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
 use super::{DeadLetter, OpError, OperatorMetrics};
 use crate::codec::{Dec, Enc};
@@ -134,19 +135,10 @@ impl FileSource {
 
     /// A bad line: fail, skip or dead-letter it, as configured.
     fn bad_record(&self, split: usize, line_start: u64, text: &str, reason: &str, metrics: &OperatorMetrics) -> Result<(), OpError> {
-        OperatorMetrics::add(&metrics.records_dropped, 1);
         let path = &self.splits[split].path;
         let line_no = line_number(path, line_start).map(|n| n.to_string()).unwrap_or_else(|_| format!("byte {line_start}"));
         let place = format!("{}:{line_no}", path.display());
-        match &self.on_error {
-            OnError::Fail => Err(OpError::Data(format!("bad record at {place}: {reason}: {}", truncate(text, 200)))),
-            OnError::Skip => Ok(()),
-            OnError::DeadLetter(_) => {
-                let dl = self.dead_letter.as_ref().expect("dead letter opened for on_error: dead_letter");
-                dl.write(&format!("{}@{place}", self.name), reason, text)
-                    .map_err(|e| OpError::io(format!("writing dead letter {}", dl.path().display()), e))
-            }
-        }
+        reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), text, reason, metrics)
     }
 }
 
@@ -293,13 +285,6 @@ fn line_number(path: &std::path::Path, offset: u64) -> std::io::Result<u64> {
             return Ok(lines);
         }
         lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-    }
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
     }
 }
 

@@ -27,6 +27,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::dead_letter::reject;
 use super::kafka::{client_config, is_connectivity, WeirContext};
 use super::source::{Extent, RestoredPositions, Source, SourcePoll};
 use super::{DeadLetter, OpError, OperatorMetrics};
@@ -246,16 +247,7 @@ impl KafkaSource {
 
 impl Decoder {
     fn bad_record(&self, place: &str, text: &str, reason: &str, metrics: &OperatorMetrics) -> Result<(), OpError> {
-        OperatorMetrics::add(&metrics.records_dropped, 1);
-        match &self.on_error {
-            OnError::Fail => Err(OpError::Data(format!("bad record at {place}: {reason}: {}", truncate(text, 200)))),
-            OnError::Skip => Ok(()),
-            OnError::DeadLetter(_) => {
-                let dl = self.dead_letter.as_ref().expect("dead letter opened for on_error: dead_letter");
-                dl.write(&format!("{}@{place}", self.who), reason, text)
-                    .map_err(|e| OpError::io(format!("writing dead letter {}", dl.path().display()), e))
-            }
-        }
+        reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, place), text, reason, metrics)
     }
 
     /// Parse one message into `out` (or hand it to `on_error`).
@@ -534,13 +526,6 @@ fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part)>, String> {
         return Err(bad());
     }
     Ok(out)
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::manifest::TaskId;
 use crate::checkpoint::BundleId;
 use crate::checkpoint::CheckpointId;
-use crate::config::{Alignment, Backend, Compression, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
+use crate::config::{Alignment, Backend, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
 use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
@@ -308,15 +308,7 @@ impl Backends {
         let p = &plan.pipeline;
         let Backend::RocksDb(spec) = &p.state.backend else { return Ok(Backends::Memory) };
         let layout = Layout::new(&p.state.dir);
-        let options = rocks::RocksOptions {
-            block_cache: spec.block_cache,
-            write_buffer: spec.write_buffer,
-            compression: match spec.compression {
-                Compression::None => rocks::Compression::None,
-                Compression::Lz4 => rocks::Compression::Lz4,
-                Compression::Zstd => rocks::Compression::Zstd,
-            },
-        };
+        let options = rocks::RocksOptions { block_cache: spec.block_cache, write_buffer: spec.write_buffer, compression: spec.compression };
         let cfs: Vec<String> = p.nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
         let mut dbs = Vec::new();
         let mut uploaders = Vec::new();

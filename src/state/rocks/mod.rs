@@ -23,6 +23,7 @@ use std::sync::Arc;
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, ReadOptions, WriteOptions, DB};
 
 use super::{KeyedState, ScanFn, StateError, StateSnapshot, TableId, TableKind, TableSpec};
+use crate::config::Compression;
 use crate::types::KeyGroup;
 
 /// Bytes in front of every user key: key group and table id.
@@ -36,13 +37,6 @@ pub struct RocksOptions {
     /// Memtable bytes per column family.
     pub write_buffer: u64,
     pub compression: Compression,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
-    None,
-    Lz4,
-    Zstd,
 }
 
 impl Default for RocksOptions {
