@@ -326,7 +326,8 @@ impl RestoredState {
         }
         // Another layout: every old snapshot of these operators, each
         // filtered to the new task's key groups when it is read.
-        let mut snap = TaskSnapshot { watermark: Millis::MAX, ..TaskSnapshot::default() };
+        let mut snap = TaskSnapshot::default();
+        let mut lowest: Option<Millis> = None;
         for old in self.tasks.values() {
             let holds = |name: &String| nodes.contains(name);
             let mine = old.operators.iter().filter(|(name, _)| holds(name));
@@ -338,12 +339,10 @@ impl RestoredState {
             // The lowest watermark of the old subtasks that ran these
             // operators: nothing they had not yet seen is taken as late.
             if any {
-                snap.watermark = snap.watermark.min(old.watermark);
+                lowest = Some(lowest.map_or(old.watermark, |w| w.min(old.watermark)));
             }
         }
-        if snap.watermark == Millis::MAX {
-            snap.watermark = crate::types::MIN_WATERMARK;
-        }
+        snap.watermark = lowest.unwrap_or(crate::types::MIN_WATERMARK);
         (snap, positions)
     }
 }
