@@ -308,7 +308,12 @@ impl Backends {
         let p = &plan.pipeline;
         let Backend::RocksDb(spec) = &p.state.backend else { return Ok(Backends::Memory) };
         let layout = Layout::new(&p.state.dir);
-        let options = rocks::RocksOptions { block_cache: spec.block_cache, write_buffer: spec.write_buffer, compression: spec.compression };
+        let options = rocks::RocksOptions {
+            block_cache: spec.block_cache,
+            write_buffer: spec.write_buffer,
+            compression: spec.compression,
+            ..rocks::RocksOptions::default()
+        };
         let cfs: Vec<String> = p.nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
         let mut dbs = Vec::new();
         let mut uploaders = Vec::new();
