@@ -13,6 +13,7 @@ pub mod config;
 pub mod faults;
 pub mod format;
 pub mod operators;
+pub mod pacing;
 pub mod plan;
 pub mod runtime;
 pub mod state;
