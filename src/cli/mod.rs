@@ -251,17 +251,19 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let name = plan.pipeline.name.clone();
     let outcome = rt.block_on(async move {
+        // First, so a signal while the pipeline is being built is not fatal.
+        let mut signals = Signals::install().context("installing the SIGINT and SIGTERM handlers")?;
         let engine = Engine::build(&plan, start).context("building the pipeline")?;
         let metrics = engine.metrics();
         let show = !args.options.no_progress && std::io::stderr().is_terminal();
         let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
         let stop = engine.stop_handle();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            signals.next().await;
             tracing::info!("Stop requested; draining the pipeline.");
             stop.stop();
             // A second signal means "now": don't wait for the drain.
-            wait_for_signal().await;
+            signals.next().await;
             eprintln!("weir: stopped hard by a second signal");
             std::process::exit(130);
         });
@@ -277,16 +279,34 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() {
+/// SIGINT and SIGTERM, listened to from the start of the run to its end:
+/// installed once, so a signal that comes while the first is being handled
+/// (the second Ctrl-C) is never lost.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
         }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
