@@ -56,13 +56,11 @@ impl StateDirLock {
         let dir = layout.state_dir();
         fs::create_dir_all(dir).map_err(|source| LockError::Io { op: "create the state directory", path: dir.to_path_buf(), source })?;
         let path = layout.lock_file();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|source| LockError::Io { op: "create the lock file", path: path.clone(), source })?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(|source| LockError::Io {
+            op: "create the lock file",
+            path: path.clone(),
+            source,
+        })?;
         lock(file, path, dir)
     }
 
@@ -100,7 +98,9 @@ fn check_writable(dir: &Path) -> Result<(), LockError> {
     let checkpoints = dir.join(super::layout::CHECKPOINTS_DIR);
     for d in [dir, checkpoints.as_path()] {
         match rustix::fs::access(d, rustix::fs::Access::WRITE_OK) {
-            Err(e) if e != rustix::io::Errno::NOENT => return Err(LockError::Io { op: "write to", path: d.to_path_buf(), source: e.into() }),
+            Err(e) if e != rustix::io::Errno::NOENT => {
+                return Err(LockError::Io { op: "write to", path: d.to_path_buf(), source: e.into() })
+            }
             _ => {}
         }
     }

@@ -52,7 +52,9 @@ pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, end: Ending
 /// One request, one response line.
 fn call(socket: &Path, pipeline: &str, request: &Request, timeout: Duration) -> Result<serde_json::Value, SavepointError> {
     let failed = SavepointError::Failed;
-    let no_process = |e: std::io::Error| failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display()));
+    let no_process = |e: std::io::Error| {
+        failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display()))
+    };
     let addr = crate::runtime::control::SocketPath::new(socket).map_err(no_process)?;
     let mut stream = UnixStream::connect(addr.path()).map_err(no_process)?;
     stream.set_read_timeout(Some(timeout)).map_err(|e| failed(e.to_string()))?;
