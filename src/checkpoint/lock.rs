@@ -97,11 +97,10 @@ fn lock(file: File, path: PathBuf, dir: &Path) -> Result<StateDirLock, LockError
 fn check_writable(dir: &Path) -> Result<(), LockError> {
     let checkpoints = dir.join(super::layout::CHECKPOINTS_DIR);
     for d in [dir, checkpoints.as_path()] {
-        match rustix::fs::access(d, rustix::fs::Access::WRITE_OK) {
-            Err(e) if e != rustix::io::Errno::NOENT => {
-                return Err(LockError::Io { op: "write to", path: d.to_path_buf(), source: e.into() })
+        if let Err(e) = rustix::fs::access(d, rustix::fs::Access::WRITE_OK) {
+            if e != rustix::io::Errno::NOENT {
+                return Err(LockError::Io { op: "write to", path: d.to_path_buf(), source: e.into() });
             }
-            _ => {}
         }
     }
     Ok(())
