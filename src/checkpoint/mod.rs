@@ -9,6 +9,8 @@
 //! all subtasks restore from the same checkpoint or none does.
 
 pub mod layout;
+pub mod lineage;
+pub mod lock;
 pub mod manifest;
 pub mod shared;
 pub mod store;

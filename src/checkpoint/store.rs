@@ -199,19 +199,27 @@ pub fn list_checkpoint_ids(layout: &Layout) -> Result<Vec<CheckpointId>, StoreEr
 /// Claim a state directory for `pipeline`: create it and write `PIPELINE`
 /// on first use; refuse it if another pipeline wrote it.
 pub fn claim_state_dir(layout: &Layout, pipeline: &str) -> Result<(), StoreError> {
+    match state_dir_owner(layout)? {
+        Some(found) if found == pipeline => Ok(()),
+        Some(found) => Err(StoreError::PipelineMismatch { path: layout.pipeline_file(), expected: pipeline.into(), found }),
+        None => write_owner(layout, pipeline),
+    }
+}
+
+/// The pipeline named in `PIPELINE` (None: the directory was never
+/// claimed). Reads only.
+pub fn state_dir_owner(layout: &Layout) -> Result<Option<String>, StoreError> {
     let path = layout.pipeline_file();
     match fs::read(&path) {
-        Ok(bytes) => {
-            let found = String::from_utf8_lossy(&bytes).trim_end().to_string();
-            if found == pipeline {
-                Ok(())
-            } else {
-                Err(StoreError::PipelineMismatch { path, expected: pipeline.into(), found })
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => write_atomic(&path, format!("{pipeline}\n").as_bytes()),
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim_end().to_string())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StoreError::io("read", &path)(e)),
     }
+}
+
+/// Write `PIPELINE` (atomically): first use, or a take-over (`--force`).
+pub fn write_owner(layout: &Layout, pipeline: &str) -> Result<(), StoreError> {
+    write_atomic(&layout.pipeline_file(), format!("{pipeline}\n").as_bytes())
 }
 
 #[cfg(test)]

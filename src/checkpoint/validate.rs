@@ -221,8 +221,14 @@ impl BundleStateValidator {
     /// The newest valid checkpoint (`--restore latest`), with the reason
     /// each newer one was refused, so the caller can log them.
     pub fn find_latest(&self) -> Result<Latest, FindError> {
+        self.find_latest_from(0)
+    }
+
+    /// The newest valid checkpoint with an id of at least `first_id` (the
+    /// current lineage's); older ones are not even looked at.
+    pub fn find_latest_from(&self, first_id: CheckpointId) -> Result<Latest, FindError> {
         let mut skipped = Vec::new();
-        for id in store::list_checkpoint_ids(&self.layout)?.into_iter().rev() {
+        for id in store::list_checkpoint_ids(&self.layout)?.into_iter().rev().filter(|&id| id >= first_id) {
             match self.validate(id) {
                 Ok(checkpoint) => return Ok(Latest { checkpoint, skipped }),
                 Err(why) => skipped.push((id, why)),
@@ -433,6 +439,19 @@ mod tests {
         fs::remove_file(l.metadata(1)).unwrap();
         let Err(FindError::NoneValid { skipped, .. }) = v.find_latest() else { panic!("found one") };
         assert_eq!(skipped, vec![(1, invalid(l.metadata(1), Reason::Missing))]);
+    }
+
+    #[test]
+    fn latest_from_an_id_ignores_older_checkpoints() {
+        let (_tmp, l, v) = setup();
+        for id in [3, 5, 8] {
+            write_checkpoint(&l, id);
+        }
+        assert_eq!(v.find_latest_from(4).unwrap().checkpoint.metadata.checkpoint_id, 8);
+        fs::remove_file(l.metadata(8)).unwrap();
+        assert_eq!(v.find_latest_from(5).unwrap().checkpoint.metadata.checkpoint_id, 5);
+        let Err(FindError::NoneValid { skipped, .. }) = v.find_latest_from(6) else { panic!("went back before the lineage") };
+        assert_eq!(skipped.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![8]);
     }
 
     #[test]

@@ -236,16 +236,20 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         "latest" => RestoreFrom::Latest,
         path => RestoreFrom::Path(path.into()),
     });
-    let start = match (&pipeline.checkpoint, &restore) {
+    // With checkpoints, the state directory is locked first (before any
+    // connector is opened) and stays locked until this function returns,
+    // after the runtime and everything on it is gone.
+    let (start, _lock) = match (&pipeline.checkpoint, &restore) {
         (Some(_), _) => {
             let policy =
                 restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
-            Some(restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?)
+            let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?;
+            (Some(prepared.start), Some(prepared.lock))
         }
         (None, Some(_)) => {
             return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())
         }
-        (None, None) => None,
+        (None, None) => (None, None),
     };
     let plan = Plan::new(pipeline);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;

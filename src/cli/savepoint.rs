@@ -52,8 +52,11 @@ pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, end: Ending
 /// One request, one response line.
 fn call(socket: &Path, pipeline: &str, request: &Request, timeout: Duration) -> Result<serde_json::Value, SavepointError> {
     let failed = SavepointError::Failed;
-    let mut stream = UnixStream::connect(socket)
-        .map_err(|e| failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display())))?;
+    let no_process = |e: std::io::Error| {
+        failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display()))
+    };
+    let addr = crate::runtime::control::SocketPath::new(socket).map_err(no_process)?;
+    let mut stream = UnixStream::connect(addr.path()).map_err(no_process)?;
     stream.set_read_timeout(Some(timeout)).map_err(|e| failed(e.to_string()))?;
     let mut line = serde_json::to_string(request).map_err(|e| failed(e.to_string()))?;
     line.push('\n');

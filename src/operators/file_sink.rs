@@ -16,7 +16,9 @@
 //! position. Waiting for that checkpoint matters after a rescale, when the
 //! parts another old subtask staged are published by whichever new subtask
 //! now owns that key group — by the time a checkpoint completes, every
-//! subtask has finished its restore.
+//! subtask has finished its restore. A start with no checkpoint to restore
+//! (the crash came before the first one completed) removes the crashed
+//! run's hidden parts the same way.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -70,7 +72,11 @@ impl FileSink {
     pub fn new(dir: &Path, max_file_bytes: u64, subtask: u16, transactional: bool) -> Result<Self, OpError> {
         fs::create_dir_all(dir).map_err(|e| OpError::io(format!("creating output directory {}", dir.display()), e))?;
         let next_seq = next_free_seq(dir, subtask).map_err(|e| OpError::io(format!("listing {}", dir.display()), e))?;
-        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None, leftovers_below: None })
+        // Transactional: hidden parts already there are a crashed run's, and
+        // no checkpoint of this run will publish them (a restore from a
+        // checkpoint sets this anew, after publishing what that staged).
+        let leftovers_below = transactional.then_some(next_seq);
+        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None, leftovers_below })
     }
 
     fn open_part(&mut self) -> Result<&mut Part, OpError> {

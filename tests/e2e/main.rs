@@ -17,5 +17,6 @@ mod records;
 mod reference;
 mod savepoint;
 mod signals;
+mod state_dir;
 mod util;
 mod validate;
