@@ -146,6 +146,8 @@ impl DeadLetters {
     /// operator that commits it with checkpoints.
     pub fn staged(&mut self, path: &Path, node: &str, subtask: u16) -> std::io::Result<(DeadLetter, DeadLetterCommit)> {
         create_parent(path)?;
+        // The file exists from the start, as without checkpoints.
+        OpenOptions::new().create(true).append(true).open(path)?;
         let (dir, file_name) = split_path(path)?;
         let append_lock = self.appends.entry(path.to_path_buf()).or_default().clone();
         let mut segments =
