@@ -9,6 +9,7 @@ mod ckpt;
 mod cli;
 mod crash;
 mod damage;
+mod dead_letter;
 mod examples;
 mod file_sink;
 mod golden;
