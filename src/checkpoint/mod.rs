@@ -12,6 +12,7 @@ pub mod layout;
 pub mod manifest;
 pub mod shared;
 pub mod store;
+pub mod target;
 pub mod validate;
 
 /// A checkpoint (or savepoint) id. Strictly increasing across restarts.
