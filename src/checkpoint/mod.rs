@@ -14,6 +14,7 @@ pub mod lock;
 pub mod manifest;
 pub mod shared;
 pub mod store;
+pub mod target;
 pub mod validate;
 
 /// A checkpoint (or savepoint) id. Strictly increasing across restarts.

@@ -57,7 +57,8 @@ pub enum SavepointCommand {
         #[command(flatten)]
         pipeline: PipelineArgs,
         /// Write the savepoint to this (new or empty) directory instead of
-        /// `<state.dir>/savepoints/sp-<id>`.
+        /// `<state.dir>/savepoints/sp-<id>`; not inside the state
+        /// directory's `checkpoints/` or `local/`.
         #[arg(long, value_name = "DIR")]
         target: Option<PathBuf>,
         /// Stop-with-savepoint: the savepoint is the final checkpoint, sinks
@@ -185,13 +186,13 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
     match command {
         SavepointCommand::Trigger { pipeline, target, stop, drain, timeout } => {
             let p = checkpointed(&pipeline)?;
-            let socket = crate::checkpoint::layout::Layout::new(&p.state.dir).control_socket();
+            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
             let end = match (stop, drain) {
                 (false, _) => savepoint::Ending::KeepRunning,
                 (true, false) => savepoint::Ending::Stop,
                 (true, true) => savepoint::Ending::StopAndDrain,
             };
-            let path = savepoint::trigger(&socket, &p.name, target.as_deref(), end, timeout).map_err(to_anyhow)?;
+            let path = savepoint::trigger(&layout, &p.name, target.as_deref(), end, timeout).map_err(to_anyhow)?;
             println!("Savepoint completed. Path: {}", path.display());
         }
         SavepointCommand::Dispose { path } => {

@@ -403,7 +403,7 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
         for voter in &m.voters {
             let path = bundle_dir.join(snapshot::file_name(*voter));
-            let bytes = std::fs::read(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
             let snap = TaskSnapshot::decode(&bytes).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
             tasks.insert(*voter, snap);
         }
