@@ -129,6 +129,7 @@ impl<'a> Dec<'a> {
             2 => Value::Int(self.i64("int")?),
             3 => Value::Float(f64::from_bits(self.u64("float")?)),
             4 => Value::Str(self.str("string")?.into()),
+            5 => Value::Decimal(self.str("decimal")?.into()),
             t => return Err(DecodeError(format!("unknown value tag {t}"))),
         })
     }

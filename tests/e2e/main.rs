@@ -19,3 +19,4 @@ mod savepoint;
 mod signals;
 mod util;
 mod validate;
+mod values;
