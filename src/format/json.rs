@@ -244,8 +244,8 @@ pub fn parse_event_time(v: &Value) -> Result<Millis, String> {
     match v {
         Value::Int(ms) => check_event_time(*ms),
         Value::Float(f) if (MIN_EVENT_TIME as f64..MAX_EVENT_TIME as f64 + 1.0).contains(f) => check_event_time(f.floor() as Millis),
-        Value::Float(f) if f.is_finite() => Err(event_time_out_of_range(f)),
-        Value::Decimal(d) => Err(event_time_out_of_range(d)),
+        Value::Float(f) if f.is_finite() => Err(event_time_out_of_range(v)),
+        Value::Decimal(_) => Err(event_time_out_of_range(v)),
         Value::Str(s) => parse_rfc3339_ms(s),
         other => Err(format!("expected epoch milliseconds or an RFC 3339 timestamp, found {other}")),
     }
@@ -383,7 +383,7 @@ mod tests {
             (r#"{"user": "a", "ts": true}"#, "event-time field `ts`"),
             (r#"{"user": "a", "ts": -9223372036854775808}"#, "outside the supported range"),
             (r#"{"user": "a", "ts": 18446744073709551615}"#, "event time 18446744073709551615 is outside the supported range"),
-            (r#"{"user": "a", "ts": 1e300}"#, "outside the supported range"),
+            (r#"{"user": "a", "ts": 1e300}"#, "event time 1e+300 is outside the supported range"),
             (r#"{"user": "a", "ts": 1e400}"#, "out of range"),
             (r#"{"user": "a\n", "ts": 1e400}"#, "field `ts`: number 1e400 is out of range"),
             (r#"{"user": "a", "ts": 1"#, "invalid JSON"),
