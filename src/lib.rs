@@ -12,6 +12,7 @@ pub mod codec;
 pub mod config;
 pub mod faults;
 pub mod format;
+pub mod number;
 pub mod operators;
 pub mod pacing;
 pub mod plan;

@@ -12,7 +12,7 @@ use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
 use super::{OpError, OperatorMetrics};
 use crate::codec::{Dec, Enc};
 use crate::config::{DatagenSpec, GenField};
-use crate::types::{Millis, Record, Value};
+use crate::types::{check_event_time, Millis, Record, Value};
 
 pub struct Datagen {
     spec: DatagenSpec,
@@ -66,9 +66,10 @@ impl Datagen {
                     Value::Float(((min + unit * (max - min)) * 100.0).round() / 100.0)
                 }
                 GenField::Timestamp { jitter_ms } => {
-                    let base = self.spec.start_time + n as Millis * self.spec.interval_ms;
+                    // Saturates far outside the event-time range, which `poll` refuses.
+                    let base = self.spec.start_time.saturating_add((n as Millis).saturating_mul(self.spec.interval_ms));
                     let jitter = if *jitter_ms > 0 { (r % (*jitter_ms as u64 + 1)) as Millis } else { 0 };
-                    Value::Int(base - jitter)
+                    Value::Int(base.saturating_sub(jitter))
                 }
             };
             if i > 0 {
@@ -105,7 +106,10 @@ impl Source for Datagen {
             lane.0 += lane.1;
             self.generate(n);
             let fields = self.projection.iter().map(|&i| self.values[i].clone()).collect();
-            let event_time = self.event_time.and_then(|i| self.values[i].as_f64()).map(|t| t as Millis);
+            let event_time = match self.event_time.map(|i| &self.values[i]) {
+                Some(Value::Int(t)) => Some(check_event_time(*t).map_err(|e| OpError::Data(format!("datagen row {n}: {e}")))?),
+                _ => None,
+            };
             let raw = String::from_utf8(std::mem::take(&mut self.raw)).expect("generated JSON is UTF-8");
             OperatorMetrics::add(&metrics.bytes_in, raw.len() as u64);
             out.push(Record::new(fields, raw.into_boxed_str(), event_time));

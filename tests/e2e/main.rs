@@ -21,3 +21,4 @@ mod signals;
 mod state_dir;
 mod util;
 mod validate;
+mod values;
