@@ -240,7 +240,7 @@ mod tests {
         out.restore_in_flight(overtaken.clone()).unwrap();
         out.flush().await.unwrap();
         drop(out);
-        for (rx, consumer, subtask) in [(&mut rxs[0], "f", 0), (&mut rxs[1], "h", 0), (&mut rxs[2], "h", 1)] {
+        for (rx, (consumer, subtask)) in rxs.iter_mut().zip([("f", 0), ("h", 0), ("h", 1)]) {
             let want: Vec<String> = overtaken
                 .iter()
                 .filter(|c| c.channel.consumer == consumer && c.channel.consumer_subtask == subtask)

@@ -41,7 +41,7 @@ pub enum RestoreError {
     NotRestored { id: CheckpointId, operators: Vec<String> },
     #[error("checkpoint {id}: operator `{operator}` was {found}, this pipeline has it {expected}; its state cannot be restored under other keys (rename the operator to start it empty)")]
     KeyChanged { id: CheckpointId, operator: String, found: String, expected: String },
-    #[error("checkpoint {id} is unaligned and holds in-flight records of the old layout; it can only be restored at parallelism {parallelism} with the same operators (take a savepoint to rescale)")]
+    #[error("checkpoint {id} is unaligned and holds in-flight records of the old layout; it can only be restored at parallelism {parallelism} (take a savepoint to rescale)")]
     InFlight { id: CheckpointId, parallelism: u16 },
     #[error("checkpoint {id} is unaligned and holds in-flight records on the channel {channel}, which this pipeline does not have: {reason}; restore it with the topology it was taken with and take a savepoint (always aligned) to change the topology")]
     InFlightUnmapped { id: CheckpointId, channel: String, reason: String },
@@ -103,26 +103,25 @@ pub struct RestorePolicy {
 pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<StartPoint, RestoreError> {
     let force = policy.force;
     let layout = Layout::new(&pipeline.state.dir);
-    // An explicit path is validated before anything on disk is touched.
+    // An explicit path is validated and loaded (every check that can
+    // refuse it, `check_mappable` included) before anything on disk is
+    // touched.
     let explicit = match restore {
-        Some(RestoreFrom::Path(p)) => {
-            let valid = validate_path(p)?;
-            check_compatible(pipeline, &valid.metadata, policy)?;
-            check_native(pipeline, &valid)?;
-            Some(valid)
-        }
+        Some(RestoreFrom::Path(p)) => Some(load(pipeline, validate_path(p)?, policy)?),
         _ => None,
     };
     claim(&layout, &pipeline.name, force)?;
     let validator = BundleStateValidator::new(layout.clone(), pipeline.name.clone());
-    let chosen = match (restore, explicit) {
-        (_, Some(valid)) => Some(valid),
+    // `latest` is loaded before the cleanup below: a refusal leaves the
+    // directory as it was.
+    let restored = match (restore, explicit) {
+        (_, Some(restored)) => Some(restored),
         (Some(RestoreFrom::Latest), None) => match validator.find_latest() {
             Ok(latest) => {
                 for (id, why) in &latest.skipped {
                     tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint.");
                 }
-                Some(latest.checkpoint)
+                Some(load(pipeline, latest.checkpoint, policy)?)
             }
             Err(FindError::NoneValid { skipped, .. }) => {
                 for (id, why) in &skipped {
@@ -135,13 +134,7 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
         },
         (_, None) => None,
     };
-    let chosen_id = chosen.as_ref().map(|c| c.metadata.checkpoint_id);
-    // Loaded (and checked, `check_mappable` included) before the cleanup
-    // below: a refused restore leaves the directory as it was.
-    let restored = match chosen {
-        Some(valid) => Some(load(pipeline, valid, policy)?),
-        None => None,
-    };
+    let chosen_id = restored.as_ref().map(|r| r.id);
     let ids = store::list_checkpoint_ids(&layout)?;
     let first_id = ids.iter().max().map_or(1, |m| m + 1).max(chosen_id.map_or(1, |id| id + 1));
     let keep: Vec<CheckpointId> = chosen_id.iter().copied().filter(|id| ids.contains(id)).collect();

@@ -85,11 +85,6 @@ pub fn older_format(buf: &[u8]) -> Option<String> {
 }
 
 impl TaskSnapshot {
-    /// Whether it holds in-flight records (of an unaligned checkpoint).
-    pub fn has_in_flight(&self) -> bool {
-        self.output_channels.iter().chain(&self.input_channels).any(|c| !c.records.is_empty())
-    }
-
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.operators.iter().map(|(_, s)| s.len()).sum::<usize>());
         out.extend_from_slice(MAGIC);
