@@ -59,6 +59,24 @@ impl Plan {
         Plan { pipeline, schemas, edges, projections, chains }
     }
 
+    /// How node `id` reads its input, as channel state names it: `forward`,
+    /// or `hash(f, …)` with the key's field names (None for sources).
+    pub fn partitioning(&self, id: NodeId) -> Option<String> {
+        match self.edges[id].as_ref()? {
+            Edge::Forward => Some("forward".into()),
+            Edge::Hash { key } => {
+                let input = &self.schemas[self.pipeline.nodes[id].input?];
+                let fields: Vec<&str> = key.iter().map(|&k| input.get(k).map_or("?", String::as_str)).collect();
+                Some(format!("hash({})", fields.join(", ")))
+            }
+        }
+    }
+
+    /// Whether node `id` heads a chain (reads from channels, or is a source).
+    pub fn is_chain_head(&self, id: NodeId) -> bool {
+        self.chains.iter().any(|c| c.first() == Some(&id))
+    }
+
     /// The chain whose tail is `id`, and the chains that read from it.
     pub fn chain_of(&self, id: NodeId) -> usize {
         self.chains.iter().position(|c| c.contains(&id)).expect("every node is in a chain")

@@ -16,6 +16,7 @@ use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
 use super::rendezvous::Rendezvous;
 use super::restore::RestoredState;
+use super::snapshot::ChannelId;
 use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming};
 use super::task_checkpoint::{Control, Event, TaskCheckpointing};
 use crate::checkpoint::layout::Layout;
@@ -93,29 +94,39 @@ pub fn build(
     // Channels into every non-source chain head: rx[chain][subtask] holds
     // one receiver per upstream sender feeding that subtask.
     let mut routes: Vec<Vec<Vec<Route>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
-    let mut receivers: Vec<Vec<Vec<Receiver>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
+    let mut receivers: Vec<Vec<Vec<(Receiver, ChannelId)>>> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
     for (c, chain) in plan.chains.iter().enumerate() {
         let head = chain[0];
         let Some(input) = plan.pipeline.nodes[head].input else { continue };
         let up = plan.chain_of(input);
+        let partitioning = plan.partitioning(head).expect("non-source has an edge");
+        // The input is the tail of its chain: a node with a channel consumer has no chained one.
+        let id = |from: usize, to: usize| ChannelId {
+            producer: plan.pipeline.nodes[input].name.clone(),
+            producer_subtask: from as u16,
+            consumer: plan.pipeline.nodes[head].name.clone(),
+            consumer_subtask: to as u16,
+            partitioning: partitioning.clone(),
+        };
         match plan.edges[head].as_ref().expect("non-source has an edge") {
             Edge::Forward => {
                 for i in 0..p as usize {
                     let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
-                    routes[up][i].push(Route::forward(tx));
-                    receivers[c][i].push(rx);
+                    routes[up][i].push(Route::forward(tx, id(i, i)));
+                    receivers[c][i].push((rx, id(i, i)));
                 }
             }
             Edge::Hash { key } => {
                 // Every upstream subtask gets a channel to every downstream one.
-                for upstream in routes[up].iter_mut() {
-                    let mut txs = Vec::new();
-                    for downstream in receivers[c].iter_mut() {
+                for (from, upstream) in routes[up].iter_mut().enumerate() {
+                    let (mut txs, mut ids) = (Vec::new(), Vec::new());
+                    for (to, downstream) in receivers[c].iter_mut().enumerate() {
                         let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
                         txs.push(tx);
-                        downstream.push(rx);
+                        ids.push(id(from, to));
+                        downstream.push((rx, id(from, to)));
                     }
-                    upstream.push(Route::hash(txs, key.clone(), plan.pipeline.max_parallelism));
+                    upstream.push(Route::hash(txs, ids, key.clone(), plan.pipeline.max_parallelism));
                 }
             }
         }

@@ -7,9 +7,12 @@ use std::task::Poll;
 
 use super::channel::Receiver;
 use super::message::Message;
+use super::snapshot::ChannelId;
 
 pub struct Inputs {
     rxs: Vec<Receiver>,
+    /// What each input is, for its channel state.
+    channels: Vec<ChannelId>,
     open: Vec<bool>,
     /// Blocked inputs are not read (barrier alignment).
     blocked: Vec<bool>,
@@ -24,10 +27,16 @@ pub enum InputEvent {
 }
 
 impl Inputs {
-    pub fn new(rxs: Vec<Receiver>) -> Self {
+    pub fn new(inputs: Vec<(Receiver, ChannelId)>) -> Self {
+        let (rxs, channels): (Vec<Receiver>, Vec<ChannelId>) = inputs.into_iter().unzip();
         let open = vec![true; rxs.len()];
         let blocked = vec![false; rxs.len()];
-        Inputs { rxs, open, blocked, next: 0 }
+        Inputs { rxs, channels, open, blocked, next: 0 }
+    }
+
+    /// The channel input `i` reads.
+    pub fn channel(&self, i: usize) -> Option<&ChannelId> {
+        self.channels.get(i)
     }
 
     pub fn block(&mut self, input: usize) {

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::snapshot::{self, TaskSnapshot};
+use super::snapshot::{self, ChannelId, TaskSnapshot};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::lineage::{self, Lineage};
 use crate::checkpoint::lock::{self, StateDirLock};
@@ -29,6 +29,7 @@ use crate::checkpoint::{store, CheckpointId};
 use crate::config::Backend;
 use crate::config::Pipeline;
 use crate::operators::source::RestoredPositions;
+use crate::plan::Plan;
 use crate::state::rocks::native::DB_SUBDIR;
 use crate::types::Millis;
 
@@ -52,8 +53,10 @@ pub enum RestoreError {
     NotRestored { id: CheckpointId, operators: Vec<String> },
     #[error("checkpoint {id}: operator `{operator}` was {found}, this pipeline has it {expected}; its state cannot be restored under other keys (rename the operator to start it empty)")]
     KeyChanged { id: CheckpointId, operator: String, found: String, expected: String },
-    #[error("checkpoint {id} is unaligned and holds in-flight records of the old layout; it can only be restored at parallelism {parallelism} with the same operators (take a savepoint to rescale)")]
+    #[error("checkpoint {id} is unaligned and holds in-flight records of the old layout; it can only be restored at parallelism {parallelism} (take a savepoint to rescale)")]
     InFlight { id: CheckpointId, parallelism: u16 },
+    #[error("checkpoint {id} is unaligned and holds in-flight records on the channel {channel}, which this pipeline does not have: {reason}; restore it with the topology it was taken with and take a savepoint (always aligned) to change the topology")]
+    InFlightUnmapped { id: CheckpointId, channel: String, reason: String },
     #[error("checkpoint {id} is an incremental RocksDB checkpoint: {reason}; to change that, restore it as it was taken, trigger a savepoint (always canonical) and restore the savepoint")]
     Native { id: CheckpointId, reason: String },
     #[error("--restore latest: the history of this state directory began with a restore of {kind} {id} from {}, and no checkpoint completed since; it cannot be used again ({reason}). Restore it from where it is now with --restore PATH, or another checkpoint or savepoint, or start without --restore", .path.display())]
@@ -77,9 +80,11 @@ pub struct StartPoint {
 pub struct RestoredState {
     pub id: CheckpointId,
     pub dir: PathBuf,
-    /// Same parallelism and operators as the checkpoint: each task takes
-    /// back its own snapshot, in-flight records included.
-    same_layout: bool,
+    /// Same parallelism as the checkpoint: each operator subtask takes back
+    /// its own state, and each channel its in-flight records.
+    same_parallelism: bool,
+    /// The old tasks' snapshots (keyed by the old task, which names nothing
+    /// on restore: state is matched by operator name and subtask).
     tasks: HashMap<TaskId, TaskSnapshot>,
     /// Each source's positions by old subtask, by source name.
     positions: HashMap<String, RestoredPositions>,
@@ -404,16 +409,15 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         for voter in &m.voters {
             let path = bundle_dir.join(snapshot::file_name(*voter));
             let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            if let Some(reason) = snapshot::older_format(&bytes) {
+                return Err(RestoreError::Invalid { path, reason });
+            }
             let snap = TaskSnapshot::decode(&bytes).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
             tasks.insert(*voter, snap);
         }
     }
-    let names: Vec<String> = pipeline.nodes.iter().map(|n| n.name.clone()).collect();
-    let same_layout = md.parallelism == pipeline.parallelism && md.operators == names;
-    let in_flight = tasks.values().any(|t: &TaskSnapshot| !t.output_records.is_empty() || !t.input_records.is_empty());
-    if !same_layout && in_flight {
-        return Err(RestoreError::InFlight { id, parallelism: md.parallelism });
-    }
+    check_mappable(md, &tasks, &Plan::new(pipeline.clone()))?;
+    let same_parallelism = md.parallelism == pipeline.parallelism;
     let mut positions: HashMap<String, RestoredPositions> = HashMap::new();
     for (task, snap) in &tasks {
         if let Some((source, bytes)) = &snap.source_position {
@@ -434,8 +438,73 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
             "Rescaling: key groups and source positions are dealt anew."
         );
     }
-    tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, same_layout, tasks, positions, started, manifests: valid.manifests })
+    let in_flight: usize = tasks.values().flat_map(|t| t.output_channels.iter().chain(&t.input_channels)).map(|c| c.records.len()).sum();
+    tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), in_flight, "Restoring from checkpoint.");
+    Ok(RestoredState { id, dir: valid.dir, same_parallelism, tasks, positions, started, manifests: valid.manifests })
+}
+
+/// Refuse a checkpoint whose state the new plan cannot take back whole.
+///
+/// Operator state, sink staging and source positions are matched by
+/// operator name and subtask, so they find their owner whatever the
+/// chaining. In-flight records (unaligned checkpoints) belong to a channel:
+/// each one with records must exist in the new plan as it was (same
+/// producer and consumer, a channel and not a chain, the same
+/// partitioning, the same parallelism), or the restore is refused.
+///
+/// Pure: reads nothing and writes nothing, so it can run before the state
+/// directory is touched.
+pub fn check_mappable(md: &Metadata, tasks: &HashMap<TaskId, TaskSnapshot>, plan: &Plan) -> Result<(), RestoreError> {
+    let id = md.checkpoint_id;
+    let mut channels: Vec<&ChannelId> = tasks
+        .values()
+        .flat_map(|t| t.output_channels.iter().chain(&t.input_channels))
+        .filter(|c| !c.records.is_empty())
+        .map(|c| &c.channel)
+        .collect();
+    if channels.is_empty() {
+        return Ok(());
+    }
+    if md.parallelism != plan.pipeline.parallelism {
+        return Err(RestoreError::InFlight { id, parallelism: md.parallelism });
+    }
+    channels.sort();
+    channels.dedup();
+    for c in channels {
+        if let Some(reason) = unmapped_because(c, plan) {
+            return Err(RestoreError::InFlightUnmapped { id, channel: c.to_string(), reason });
+        }
+    }
+    Ok(())
+}
+
+/// Why the channel `c` does not exist in `plan` (None: it does).
+fn unmapped_because(c: &ChannelId, plan: &Plan) -> Option<String> {
+    let nodes = &plan.pipeline.nodes;
+    let Some(consumer) = nodes.iter().position(|n| n.name == c.consumer) else {
+        return Some(format!("`{}` is gone", c.consumer));
+    };
+    let input = nodes[consumer].input.map(|i| nodes[i].name.as_str());
+    if input != Some(c.producer.as_str()) {
+        return Some(match input {
+            Some(other) => format!("`{}` now reads `{other}`", c.consumer),
+            None => format!("`{}` is now a source", c.consumer),
+        });
+    }
+    if !plan.is_chain_head(consumer) {
+        return Some(format!("`{}` is now chained to `{}` (no channel between them)", c.consumer, c.producer));
+    }
+    match plan.partitioning(consumer) {
+        Some(p) if p == c.partitioning => None,
+        p => Some(format!("the edge is now {}", p.unwrap_or_else(|| "none".into()))),
+    }
+}
+
+/// Remove and return the items of `v` that match `f`, keeping the order of both.
+fn take_where<T>(v: &mut Vec<T>, f: impl Fn(&T) -> bool) -> Vec<T> {
+    let (taken, kept): (Vec<T>, Vec<T>) = std::mem::take(v).into_iter().partition(|t| f(t));
+    *v = kept;
+    taken
 }
 
 /// Times the restore of all tasks: from loading the checkpoint until the
@@ -465,20 +534,34 @@ impl RestoredState {
     /// operators chained in it, the source first if it has one.
     pub fn for_task(&mut self, task: TaskId, nodes: &[String], source: Option<&str>) -> (TaskSnapshot, Option<RestoredPositions>) {
         let positions = source.and_then(|s| self.positions.get(s).cloned());
-        if self.same_layout {
-            return (self.tasks.remove(&task).unwrap_or_default(), positions);
-        }
-        // Another layout: every old snapshot of these operators, each
-        // filtered to the new task's key groups when it is read.
+        let (head, tail) = (nodes.first(), nodes.last());
         let mut snap = TaskSnapshot::default();
         let mut lowest: Option<Millis> = None;
-        for old in self.tasks.values() {
+        for (old_task, old) in self.tasks.iter_mut() {
             let holds = |name: &String| nodes.contains(name);
-            let mine = old.operators.iter().filter(|(name, _)| holds(name));
             let mut any = old.source_position.as_ref().is_some_and(|(s, _)| holds(s));
-            for (name, state) in mine {
-                snap.operators.push((name.clone(), state.clone()));
-                any = true;
+            if self.same_parallelism {
+                // Each operator subtask takes back its own state (moved: it
+                // has exactly one owner), whichever old task ran it.
+                if old_task.subtask != task.subtask {
+                    continue;
+                }
+                let mine = take_where(&mut old.operators, |(name, _)| holds(name));
+                any |= !mine.is_empty();
+                snap.operators.extend(mine);
+                // In-flight records go to the task at their channel's end:
+                // output to the producer's, input to the consumer's
+                // (`check_mappable` made sure those are chain ends).
+                snap.output_channels.extend(take_where(&mut old.output_channels, |c| Some(&c.channel.producer) == tail));
+                snap.input_channels.extend(take_where(&mut old.input_channels, |c| Some(&c.channel.consumer) == head));
+            } else {
+                // Another parallelism: every old snapshot of these
+                // operators, each filtered to the new task's key groups
+                // when it is read.
+                for (name, state) in old.operators.iter().filter(|(name, _)| holds(name)) {
+                    snap.operators.push((name.clone(), state.clone()));
+                    any = true;
+                }
             }
             // The lowest watermark of the old subtasks that ran these
             // operators: nothing they had not yet seen is taken as late.
@@ -488,5 +571,165 @@ impl RestoredState {
         }
         snap.watermark = lowest.unwrap_or(crate::types::MIN_WATERMARK);
         (snap, positions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::manifest::Kind;
+    use crate::runtime::snapshot::ChannelState;
+    use crate::types::{Record, Value};
+
+    /// gen → unique (hash) → s1, s2; all at parallelism 2.
+    const PIPELINE: &str = r#"
+name: p
+parallelism: 2
+sources:
+  - {name: gen, type: datagen, rows: 10, fields: {id: {kind: sequence}}}
+operators:
+  - {name: unique, type: dedup, input: gen, key: [id]}
+sinks:
+  - {name: s1, type: blackhole, input: unique}
+  - {name: s2, type: blackhole, input: unique}
+"#;
+
+    fn plan(yaml: &str, overrides: &[&str]) -> Plan {
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        Plan::new(crate::config::load_str(yaml, "t.yaml", &o).expect("valid pipeline"))
+    }
+
+    fn metadata(plan: &Plan) -> Metadata {
+        Metadata {
+            version: crate::checkpoint::manifest::FORMAT_VERSION,
+            pipeline: plan.pipeline.name.clone(),
+            checkpoint_id: 7,
+            kind: Kind::Checkpoint,
+            created_ms: 0,
+            parallelism: plan.pipeline.parallelism,
+            max_parallelism: plan.pipeline.max_parallelism,
+            bundles: vec![0],
+            operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
+            keys: plan.pipeline.state_keys(),
+            crc32c: 0,
+        }
+    }
+
+    fn channel(producer: &str, consumer: &str, to: u16, partitioning: &str) -> ChannelId {
+        ChannelId {
+            producer: producer.into(),
+            producer_subtask: 0,
+            consumer: consumer.into(),
+            consumer_subtask: to,
+            partitioning: partitioning.into(),
+        }
+    }
+
+    fn state(c: ChannelId, n: usize) -> ChannelState {
+        ChannelState { channel: c, records: (0..n as i64).map(|i| Record::new(vec![Value::Int(i)], "{}".into(), None)).collect() }
+    }
+
+    /// One old task holding output channel state on `c`.
+    fn tasks_with(c: ChannelId, n: usize) -> HashMap<TaskId, TaskSnapshot> {
+        let snap = TaskSnapshot { output_channels: vec![state(c, n)], ..TaskSnapshot::default() };
+        HashMap::from([(TaskId { chain: 1, subtask: 0 }, snap)])
+    }
+
+    #[test]
+    fn in_flight_state_maps_onto_the_same_channels() {
+        let old = plan(PIPELINE, &[]);
+        let md = metadata(&old);
+        assert_eq!(old.partitioning(1).as_deref(), Some("hash(id)"));
+        for c in [channel("gen", "unique", 1, "hash(id)"), channel("unique", "s1", 0, "forward")] {
+            check_mappable(&md, &tasks_with(c.clone(), 3), &old).unwrap_or_else(|e| panic!("{c}: {e}"));
+        }
+        // An unrelated edit keeps every channel of the checkpoint.
+        let added = plan(PIPELINE, &["sinks.s2.type=blackhole", "sinks.s2.rate_limit=10"]);
+        check_mappable(&md, &tasks_with(channel("unique", "s1", 0, "forward"), 3), &added).unwrap();
+    }
+
+    #[test]
+    fn in_flight_state_of_a_changed_channel_is_refused() {
+        let old = plan(PIPELINE, &[]);
+        let md = metadata(&old);
+        // s2 reads gen: unique → s2 is gone, and s1, unique's only consumer
+        // now, is chained to it (no channel).
+        let moved = plan(PIPELINE, &["sinks.s2.input=gen"]);
+        let cases = [
+            (channel("unique", "s2", 0, "forward"), "`s2` now reads `gen`"),
+            (channel("unique", "s1", 1, "forward"), "`s1` is now chained to `unique`"),
+        ];
+        for (c, reason) in cases {
+            match check_mappable(&md, &tasks_with(c.clone(), 2), &moved) {
+                Err(RestoreError::InFlightUnmapped { id: 7, channel, reason: why }) => {
+                    assert_eq!(channel, c.to_string());
+                    assert!(why.contains(reason), "{c}: {why}");
+                }
+                other => panic!("{c}: {other:?}"),
+            }
+        }
+        // The same channels without records map trivially.
+        check_mappable(&md, &tasks_with(channel("unique", "s2", 0, "forward"), 0), &moved).unwrap();
+        // A consumer that is gone, another partitioning, another parallelism.
+        let c = channel("unique", "gone", 0, "forward");
+        assert!(matches!(check_mappable(&md, &tasks_with(c, 1), &old), Err(RestoreError::InFlightUnmapped { .. })));
+        let c = channel("gen", "unique", 0, "forward");
+        let e = check_mappable(&md, &tasks_with(c, 1), &old).unwrap_err();
+        assert!(e.to_string().contains("the edge is now hash(id)"), "{e}");
+        let rescaled = plan(PIPELINE, &["parallelism=3"]);
+        let c = channel("gen", "unique", 0, "hash(id)");
+        assert!(matches!(check_mappable(&md, &tasks_with(c, 1), &rescaled), Err(RestoreError::InFlight { parallelism: 2, .. })));
+    }
+
+    /// The old tasks of PIPELINE: gen, unique, s1, s2 (chains 0..4), two
+    /// subtasks each, every operator's state tagged with its subtask.
+    fn old_tasks() -> HashMap<TaskId, TaskSnapshot> {
+        let mut tasks = HashMap::new();
+        for (chain, name) in ["gen", "unique", "s1", "s2"].into_iter().enumerate() {
+            for subtask in 0..2u16 {
+                let mut snap = TaskSnapshot { watermark: 100 + chain as i64, ..TaskSnapshot::default() };
+                match name {
+                    "gen" => snap.source_position = Some((name.into(), vec![subtask as u8])),
+                    _ => snap.operators.push((name.into(), vec![subtask as u8])),
+                }
+                if name == "unique" {
+                    let mut c = channel("unique", "s1", subtask, "forward");
+                    c.producer_subtask = subtask;
+                    snap.output_channels.push(state(c, 2));
+                }
+                tasks.insert(TaskId { chain: chain as u32, subtask }, snap);
+            }
+        }
+        tasks
+    }
+
+    #[test]
+    fn state_is_matched_by_operator_and_subtask_whatever_the_chaining() {
+        let restored = |tasks| RestoredState {
+            id: 7,
+            dir: PathBuf::new(),
+            same_parallelism: true,
+            tasks,
+            positions: HashMap::new(),
+            started: std::time::Instant::now(),
+            manifests: Vec::new(),
+        };
+        // New chaining (s2 reads gen): [gen], [unique, s1], [s2].
+        let mut r = restored(old_tasks());
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (mut snap, _) = r.for_task(TaskId { chain: 1, subtask: 1 }, &names(&["unique", "s1"]), None);
+        snap.operators.sort();
+        assert_eq!(snap.operators, vec![("s1".to_string(), vec![1]), ("unique".to_string(), vec![1])]);
+        assert_eq!(snap.watermark, 101, "the lowest of the old tasks that ran these operators");
+        assert!(snap.output_channels.is_empty(), "unique is no longer a chain end");
+        let (snap, _) = r.for_task(TaskId { chain: 2, subtask: 0 }, &names(&["s2"]), None);
+        assert_eq!(snap.operators, vec![("s2".to_string(), vec![0])]);
+        // Same chaining: in-flight records go to the producer's task, once.
+        let mut r = restored(old_tasks());
+        let (snap, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), None);
+        assert_eq!(snap.output_channels.len(), 1);
+        assert_eq!(snap.output_channels[0].channel.consumer_subtask, 0);
+        let (again, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), None);
+        assert!(again.output_channels.is_empty() && again.operators.is_empty(), "state is handed out once");
     }
 }

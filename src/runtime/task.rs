@@ -14,7 +14,7 @@ use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
 use super::rendezvous::Rendezvous;
-use super::snapshot::TaskSnapshot;
+use super::snapshot::{record_channel, TaskSnapshot};
 use super::task_checkpoint::{completed_changed, Control, Event, NativePart, PendingSnapshot, SnapshotStats, TaskCheckpointing};
 use super::watermark::{WatermarkChange, WatermarkTracker};
 use crate::checkpoint::manifest::Kind;
@@ -237,7 +237,7 @@ impl SourceTask {
         if let Some(s) = &mut self.checkpointing {
             s.ck.notified = r.id;
         }
-        self.output.push(r.snapshot.output_records);
+        self.output.restore_in_flight(r.snapshot.output_channels).map_err(|e| TaskError::new(&self.info, OpError::Data(e.to_string())))?;
         let wm = r.snapshot.watermark;
         let sent = if wm > MIN_WATERMARK { self.output.broadcast(|| Message::Watermark(wm)).await } else { self.output.flush().await };
         if sent.is_err() {
@@ -279,7 +279,7 @@ impl SourceTask {
         self.source.on_checkpoint(id);
         let sent = if unaligned {
             // The barrier jumps the queue; what it overtook is channel state.
-            self.output.broadcast_overtaking(|| Message::Barrier(id, kind)).map(|overtaken| snapshot.output_records = overtaken)
+            self.output.broadcast_overtaking(|| Message::Barrier(id, kind)).map(|overtaken| snapshot.output_channels = overtaken)
         } else {
             Ok(())
         };
@@ -427,7 +427,8 @@ impl OperatorTask {
                     Message::Batch(batch) => {
                         if let (Some(c), Some(p)) = (&self.checkpointing, pending.as_mut()) {
                             if c.barriers.on_data(i) == DataDisposition::ProcessAndRecord {
-                                p.snapshot.input_records.extend(batch.iter().cloned());
+                                let channel = self.inputs.channel(i).ok_or_else(|| self.protocol_error(format!("no input {i}")))?;
+                                record_channel(&mut p.snapshot.input_channels, channel, batch.iter().cloned());
                             }
                         }
                         let change = tracker.on_data(i);
@@ -535,7 +536,7 @@ impl OperatorTask {
                     Some(p) if p.id == id && p.unaligned => {
                         let overtaken =
                             self.output.broadcast_overtaking(|| Message::Barrier(id, kind)).map_err(|_| TaskStop::Disconnected)?;
-                        p.snapshot.output_records = overtaken;
+                        p.snapshot.output_channels = overtaken;
                     }
                     _ => self.output.broadcast(|| Message::Barrier(id, kind)).await.map_err(|_| TaskStop::Disconnected)?,
                 }
@@ -573,11 +574,14 @@ impl OperatorTask {
         if let Some(c) = &mut self.checkpointing {
             c.ck.notified = r.id;
         }
-        // Output the barrier overtook was emitted before the checkpoint;
-        // input recorded after the snapshot is processed again.
-        self.output.push(r.snapshot.output_records);
-        let out = self.chain.process(0, r.snapshot.input_records)?;
-        self.output.push(out);
+        // Output the barrier overtook was emitted before the checkpoint: it
+        // goes back on its own channel. Input recorded after the snapshot is
+        // processed again, once, in the order each channel delivered it.
+        self.output.restore_in_flight(r.snapshot.output_channels).map_err(|e| self.protocol_error(e))?;
+        for input in r.snapshot.input_channels {
+            let out = self.chain.process(0, input.records)?;
+            self.output.push(out);
+        }
         let _ = self.output.flush().await;
         Ok(())
     }

@@ -4,6 +4,7 @@
 //!     cargo test --release --test e2e
 
 mod bad_input;
+mod channels;
 mod checkpoint_faults;
 mod ckpt;
 mod cli;
