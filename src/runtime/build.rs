@@ -126,6 +126,7 @@ pub fn build(
         Arc::new(super::restore::RestoreClock::new(r.id, r.started, tasks))
     });
     let mut backends = Backends::open(plan, restored.as_deref())?;
+    let restored_parallelism = restored.as_deref().map(|r| r.parallelism);
     let rendezvous = backends.rendezvous(plan, wiring.is_some());
     let mut tasks = Vec::new();
     let mut extents = Vec::new();
@@ -143,8 +144,10 @@ pub fn build(
             let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
             let head = chain[0];
             let rest = if matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)) { &chain[1..] } else { &chain[..] };
-            let ops =
-                rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends)).collect::<Result<Vec<_>, _>>()?;
+            let ops = rest
+                .iter()
+                .map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends, restored_parallelism))
+                .collect::<Result<Vec<_>, _>>()?;
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
             let task_id = TaskId { chain: c as u32, subtask: i };
             let bundle = (i / bundle_size) as BundleId;
@@ -405,6 +408,7 @@ fn chain_op(
     metrics: &[NodeMetrics],
     dead_letters: &mut DeadLetters,
     backends: &Backends,
+    restored_parallelism: Option<u16>,
 ) -> Result<ChainOp, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
@@ -431,7 +435,8 @@ fn chain_op(
                 Some(c) => default_transaction_timeout(c.interval, c.timeout),
                 None => std::time::Duration::from_secs(60),
             };
-            Box::new(KafkaSink::open(k, &plan.pipeline.name, &node.name, subtask, key, txn_timeout).map_err(err)?)
+            let (name, pipeline) = (&node.name, &plan.pipeline.name);
+            Box::new(KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout).map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };

@@ -59,6 +59,8 @@ pub struct StartPoint {
 pub struct RestoredState {
     pub id: CheckpointId,
     pub dir: PathBuf,
+    /// The parallelism the checkpoint was taken at.
+    pub parallelism: u16,
     /// Same parallelism and operators as the checkpoint: each task takes
     /// back its own snapshot, in-flight records included.
     same_layout: bool,
@@ -291,7 +293,8 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         );
     }
     tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, same_layout, tasks, positions, started, manifests: valid.manifests })
+    let parallelism = md.parallelism;
+    Ok(RestoredState { id, dir: valid.dir, parallelism, same_layout, tasks, positions, started, manifests: valid.manifests })
 }
 
 /// Times the restore of all tasks: from loading the checkpoint until the
