@@ -88,6 +88,27 @@ fn create_topic(brokers: &str, name: &str, partitions: i32) {
     }
 }
 
+/// Delete `name` and create it again with `partitions` (retrying while the
+/// broker still finishes the deletion).
+fn recreate_topic(brokers: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = config(brokers).create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in rt.block_on(admin.delete_topics(&[name], &opts)).expect("delete_topics") {
+        r.unwrap_or_else(|(t, e)| panic!("deleting topic {t}: {e}"));
+    }
+    let start = Instant::now();
+    loop {
+        let res = rt.block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &opts));
+        match res.expect("create_topics").remove(0) {
+            Ok(_) => break,
+            Err((t, e)) if start.elapsed() < Duration::from_secs(20) => eprintln!("creating {t} again: {e}; retrying"),
+            Err((t, e)) => panic!("creating topic {t} again: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Produce `lines` (each keyed by its `id` field) and wait for every ack.
 fn produce(brokers: &str, topic: &str, lines: &[String]) {
     let p: ThreadedProducer<DefaultProducerContext> = config(brokers).set("linger.ms", "5").create().expect("producer");
@@ -445,6 +466,87 @@ sinks:
     let mut want = lines.clone();
     want.sort();
     assert_eq!(got, want, "each record once");
+}
+
+/// Kafka (unbounded) -> exactly-once Kafka, at parallelism 1.
+const PASSTHROUGH: &str = r#"name: @NAME@
+parallelism: 1
+state: {dir: unused}
+checkpoint: {interval: 200ms}
+sources:
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@],
+     properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
+sinks:
+  - {name: out, type: kafka, input: events, brokers: @BROKERS@, topic: @OUT@, delivery: exactly_once}
+"#;
+
+fn lines_of(generation: u32, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{{\"id\":{i},\"generation\":{generation}}}")).collect()
+}
+
+/// Run `cmd` until the output holds `n` records, then stop it with SIGTERM.
+#[track_caller]
+fn run_until_output(job: &KJob, cmd: Weir, n: usize) -> Outcome {
+    let run = cmd.spawn();
+    let reached = wait_until(Duration::from_secs(30), || job.output().len() >= n);
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(reached, "the output never reached {n} records; log:\n{}", o.stderr);
+    o
+}
+
+#[test]
+fn kafka_restored_offset_past_the_end_of_a_recreated_topic_is_not_skipped_silently() {
+    // The checkpoint holds offset 100 of partition 0; the topic is then
+    // recreated with 30 records. Reading from 100 would skip all of them
+    // (and 70 more to come) without a word.
+    let job = KJob::new("recreated", PASSTHROUGH, false);
+    let first = lines_of(1, 100);
+    produce_to(broker(), &job.input, 0, &first);
+    run_until_output(&job, job.cmd_p(1), first.len());
+    recreate_topic(broker(), &job.input, 3);
+    let second = lines_of(2, 30);
+    produce_to(broker(), &job.input, 0, &second);
+    // Default `fail`: exit 1 naming topic, partition, offset and range.
+    let refused = job.cmd_p(1).arg("--restore").arg("latest").spawn().wait_for(Duration::from_secs(60));
+    refused.expect_code(1);
+    refused.expect_stderr_contains(&format!("restored offset 100 of {}/0 is out of the partition's range 0..=30", job.input));
+    // `earliest`: the recreated partition is read from its start.
+    let o = run_until_output(
+        &job,
+        job.cmd_p(1).arg("--restore").arg("latest").set("sources.events.on_offset_out_of_range", "earliest"),
+        first.len() + second.len(),
+    );
+    o.expect_stderr_contains("Kafka offset out of range");
+    let mut got = job.output();
+    got.sort();
+    let mut want: Vec<String> = first.iter().chain(&second).cloned().collect();
+    want.sort();
+    assert_eq!(got, want, "each record once");
+}
+
+#[test]
+fn kafka_topic_recreated_while_running_is_not_skipped_silently() {
+    // While running at offset 100, the topic is recreated with 30 records:
+    // the fetch at 100 is out of range. librdkafka would jump to the start
+    // and the source drop everything below 100; with `earliest` it is
+    // reported and read.
+    let job = KJob::new("recreated-live", PASSTHROUGH, false);
+    let first = lines_of(1, 100);
+    produce_to(broker(), &job.input, 0, &first);
+    let run = job.cmd_p(1).set("sources.events.on_offset_out_of_range", "earliest").spawn();
+    assert!(wait_until(Duration::from_secs(30), || job.output().len() >= first.len()), "the first records never arrived");
+    recreate_topic(broker(), &job.input, 3);
+    let second = lines_of(2, 30);
+    produce_to(broker(), &job.input, 0, &second);
+    let reached = wait_until(Duration::from_secs(40), || job.output().len() >= first.len() + second.len());
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    assert!(reached, "the recreated topic's records never arrived; log:\n{}", o.stderr);
+    o.expect_code(0);
+    o.expect_stderr_contains("Kafka offset out of range");
+    assert_eq!(job.output().len(), first.len() + second.len());
 }
 
 #[test]
