@@ -42,10 +42,13 @@
 //! of another restore of the same savepoint, nor a later commit after the
 //! checkpoint being restored.
 //!
-//! A restore at a lower parallelism also fences the transactional ids of
-//! the old subtasks that no longer exist (their open transactions would
-//! otherwise hold `read_committed` readers back until the broker's
-//! `transaction.timeout.ms`).
+//! A start at a lower parallelism than before also fences the
+//! transactional ids of the old subtasks that no longer exist (their open
+//! transactions would otherwise hold `read_committed` readers back until the
+//! broker's `transaction.timeout.ms`). "Before" is the higher of the
+//! restored checkpoint's parallelism and the one the last start recorded in
+//! the group `weir-txn-weir-<pipeline>-<sink>-parallelism`, which covers a
+//! run that crashed before its first checkpoint and other state directories.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -139,7 +142,7 @@ pub struct KafkaSink {
     txn: Option<Txn>,
     timeout: Duration,
     key_buf: Vec<u8>,
-    /// Old subtasks whose transactional ids this subtask fenced at open.
+    /// Old subtasks whose transactional ids this subtask fenced at open (subtask 0).
     fenced: Vec<u16>,
 }
 
@@ -180,10 +183,29 @@ fn new_run_id() -> String {
     format!("{:016x}", h.finish())
 }
 
-/// The old subtasks beyond the new parallelism whose transactional ids
-/// `subtask` fences at a restore from `old` subtasks to `new`.
-fn vanished_subtasks(old: u16, new: u16, subtask: u16) -> Vec<u16> {
-    (new..old).filter(|j| new > 0 && j % new == subtask).collect()
+/// The old subtasks beyond the new parallelism `new` whose transactional
+/// ids must be fenced, when up to `old` subtasks may have run before.
+fn vanished_subtasks(old: u16, new: u16) -> std::ops::Range<u16> {
+    new..old.max(new)
+}
+
+/// The group that records the parallelism the sink ran at last (the
+/// committed offset of partition 0 of the topic): which transactional ids
+/// may have been in use, even by a run that crashed before any checkpoint,
+/// or of another state directory.
+fn parallelism_group(txn_prefix: &str) -> String {
+    format!("weir-txn-{txn_prefix}parallelism")
+}
+
+/// The committed offset of partition 0 of `topic` in `consumer`'s group (0: none).
+fn committed_offset(consumer: &BaseConsumer<WeirContext>, topic: &str, t: Duration) -> Result<u64, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let got = consumer.committed_offsets(tpl, t)?;
+    Ok(match got.find_partition(topic, 0).map(|e| e.offset()) {
+        Some(Offset::Offset(o)) if o > 0 => o as u64,
+        _ => 0,
+    })
 }
 
 /// End the open transaction of `txn_id` (whoever left it): a producer with
@@ -205,9 +227,8 @@ pub fn default_transaction_timeout(interval: Duration, timeout: Duration) -> Dur
 impl KafkaSink {
     /// Create the producer; exactly-once: `init_transactions`, which fences
     /// an older producer of this subtask and ends its open transaction, and
-    /// when restoring a checkpoint of `restored_parallelism` subtasks at a
-    /// lower `parallelism`, the same for this subtask's share of the old
-    /// subtasks that no longer exist.
+    /// (subtask 0) the same for the old subtasks beyond `parallelism`: of
+    /// the restored checkpoint (`restored_parallelism`) or of the last start.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         spec: &KafkaSinkSpec,
@@ -254,11 +275,30 @@ impl KafkaSink {
             Delivery::AtLeastOnce => None,
             Delivery::ExactlyOnce => {
                 producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
-                for old in vanished_subtasks(restored_parallelism.unwrap_or(0), parallelism, subtask) {
-                    let old_id = format!("{txn_prefix}{old}");
-                    fence(&producer_config, &old_id, t).map_err(|e| format!("{who}: {e}"))?;
-                    tracing::info!(%who, transactional_id = %old_id, "Fenced the transactional id of a subtask that no longer exists.");
-                    fenced.push(old);
+                if subtask == 0 {
+                    // Subtask 0 ends the transactions of every old subtask
+                    // beyond this parallelism, then records it. Every sink
+                    // opens before any task runs, so no transaction begins
+                    // on an id before the record covers it; a crash before
+                    // the record leaves the old one, and the next start
+                    // fences again.
+                    let group = parallelism_group(&txn_prefix);
+                    let record = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
+                    let unreadable = |e: KafkaError| format!("{who}: reading the parallelism recorded in group `{group}`: {e}");
+                    let last = committed_offset(&record, &spec.topic, t).map_err(unreadable)?.min(u16::MAX as u64) as u16;
+                    for old in vanished_subtasks(last.max(restored_parallelism.unwrap_or(0)), parallelism) {
+                        let old_id = format!("{txn_prefix}{old}");
+                        fence(&producer_config, &old_id, t).map_err(|e| format!("{who}: {e}"))?;
+                        tracing::info!(%who, transactional_id = %old_id, "Fenced the transactional id of a subtask that no longer exists.");
+                        fenced.push(old);
+                    }
+                    if last != parallelism {
+                        let mut tpl = TopicPartitionList::new();
+                        tpl.add_partition_offset(&spec.topic, 0, Offset::Offset(parallelism as i64)).map_err(|e| e.to_string())?;
+                        record
+                            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+                            .map_err(|e| format!("{who}: recording the parallelism in group `{group}`: {e}"))?;
+                    }
                 }
                 let run = new_run_id();
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
@@ -366,13 +406,7 @@ impl KafkaSink {
     /// The newest checkpoint whose transaction the marker group of
     /// `marker` committed (0: none).
     fn committed_marker_of(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topic, 0);
-        let got = marker.committed_offsets(tpl, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))?;
-        Ok(match got.find_partition(&self.topic, 0).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) if o > 0 => o as u64,
-            _ => 0,
-        })
+        committed_offset(marker, &self.topic, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))
     }
 
     /// A transaction of subtask `s.origin` was pre-committed in the restored
@@ -635,23 +669,11 @@ mod tests {
     }
 
     #[test]
-    fn every_vanished_subtask_is_fenced_by_exactly_one_new_subtask() {
-        for old in 1..9u16 {
-            for new in 1..9u16 {
-                let mut all: Vec<u16> = (0..new).flat_map(|s| vanished_subtasks(old, new, s)).collect();
-                all.sort_unstable();
-                let want: Vec<u16> = (new..old.max(new)).collect();
-                assert_eq!(all, want, "from {old} to {new}");
-            }
-        }
-        assert!(vanished_subtasks(0, 2, 0).is_empty(), "no restore: nothing to fence");
-    }
-
-    #[test]
-    fn default_transaction_timeout_covers_a_checkpoint() {
-        let s = Duration::from_secs;
-        assert_eq!(default_transaction_timeout(s(1), s(60)), s(122));
-        assert_eq!(default_transaction_timeout(s(1), s(5)), s(60));
-        assert_eq!(default_transaction_timeout(s(600), s(600)), s(900));
+    fn every_vanished_subtask_is_fenced() {
+        assert_eq!(vanished_subtasks(4, 1), 1..4);
+        assert_eq!(vanished_subtasks(3, 2), 2..3);
+        assert!(vanished_subtasks(2, 4).is_empty(), "a higher parallelism owns every old id");
+        assert!(vanished_subtasks(0, 2).is_empty(), "nothing recorded: nothing to fence");
+        assert_eq!(parallelism_group("weir-p-out-"), "weir-txn-weir-p-out-parallelism");
     }
 }

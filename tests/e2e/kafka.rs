@@ -468,6 +468,41 @@ sinks:
     assert_eq!(got, want, "each record once");
 }
 
+#[test]
+fn kafka_start_at_lower_parallelism_after_a_crash_without_checkpoints_ends_the_old_open_transactions() {
+    // No checkpoint completes before the kill, so no `_metadata` says the
+    // crashed run had 2 subtasks: the sink's own record in Kafka must.
+    let yaml = r#"name: @NAME@
+parallelism: 2
+state: {dir: unused}
+checkpoint: {interval: 30s, timeout: 30s}
+sources:
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@],
+     properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
+sinks:
+  - {name: out, type: kafka, input: events, brokers: @BROKERS@, topic: @OUT@, delivery: exactly_once,
+     properties: {transaction.timeout.ms: 300000}}
+"#;
+    let job = KJob::new("vanished-nockpt", yaml, false);
+    let mut run = job.cmd().spawn();
+    let lines: Vec<String> = (0..50).map(|i| format!("{{\"id\":{i}}}")).collect();
+    // Partition 1 is subtask 1's.
+    produce_to(broker(), &job.input, 1, &lines);
+    let sent = wait_until(Duration::from_secs(30), || {
+        read_topic(broker(), &job.output, Duration::from_secs(20), "read_uncommitted").len() >= lines.len()
+    });
+    assert!(sent, "subtask 1 never sent the records into its transaction");
+    assert!(kill_after(&mut run, Duration::ZERO), "weir exited by itself");
+    assert!(checkpoint_dirs(&job.dir.path().join("state")).iter().all(|d| !d.join("_metadata").exists()), "a checkpoint completed");
+    let o = run_until_output(&job, job.cmd_p(1).set("checkpoint.interval", "200ms").arg("--restore").arg("latest"), lines.len());
+    o.expect_stderr_contains("Fenced the transactional id of a subtask that no longer exists.");
+    let mut got = job.output();
+    got.sort();
+    let mut want = lines.clone();
+    want.sort();
+    assert_eq!(got, want, "each record once");
+}
+
 /// Kafka (unbounded) -> exactly-once Kafka, at parallelism 1.
 const PASSTHROUGH: &str = r#"name: @NAME@
 parallelism: 1
