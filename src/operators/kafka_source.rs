@@ -289,13 +289,17 @@ impl KafkaSource {
     /// check; then assign again, as librdkafka stopped fetching there.
     fn recheck_ranges(&mut self) -> Result<(), OpError> {
         let open: Vec<Tp> = self.parts.iter().filter(|(_, p)| !p.done()).map(|(tp, _)| tp.clone()).collect();
+        // A failed attempt is tried again, at most once per PROBE_EVERY.
+        if self.last_probe.elapsed() < PROBE_EVERY {
+            return Ok(());
+        }
         for (topic, p) in open {
             match self.consumer.fetch_watermarks(&topic, p, RANGE_CHECK_TIMEOUT) {
                 Ok(b) => {
                     self.bounds.insert((topic, p), b);
                 }
-                // Try again at the next poll.
                 Err(e) => {
+                    self.last_probe = Instant::now();
                     self.consumer.context().broker_failed(&e.to_string());
                     return Ok(());
                 }
