@@ -121,6 +121,8 @@ pub struct KafkaSourceSpec {
     pub brokers: String,
     pub topics: KafkaTopics,
     pub start: KafkaStart,
+    /// A recorded (restored or group) offset outside a partition's range.
+    pub on_offset_out_of_range: OffsetOutOfRange,
     pub group_id: Option<String>,
     /// Commit offsets to `group_id` after each completed checkpoint.
     pub commit_offsets: bool,
@@ -147,6 +149,18 @@ pub enum KafkaStart {
     Earliest,
     Latest,
     GroupOffsets,
+}
+
+/// What a Kafka source does with an offset past a partition's end or below
+/// its start (a recreated topic, records removed by retention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetOutOfRange {
+    /// Fail the pipeline, naming topic, partition and offsets.
+    Fail,
+    /// Go on from the partition's first offset.
+    Earliest,
+    /// Go on from the partition's end.
+    Latest,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -78,6 +78,9 @@ pub enum RawSource {
         format: Option<RawFormat>,
         #[serde(default)]
         start: Option<RawKafkaStart>,
+        /// What to do with a recorded offset outside a partition's range.
+        #[serde(default)]
+        on_offset_out_of_range: Option<RawOffsetOutOfRange>,
         /// Consumer group: where `start: group_offsets` reads from and
         /// where offsets are committed after each checkpoint (monitoring only).
         #[serde(default)]
@@ -114,6 +117,14 @@ pub enum RawKafkaStart {
     Earliest,
     Latest,
     GroupOffsets,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawOffsetOutOfRange {
+    Fail,
+    Earliest,
+    Latest,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

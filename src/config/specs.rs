@@ -243,6 +243,7 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             topic_pattern,
             format: _,
             start,
+            on_offset_out_of_range,
             group_id,
             commit_offsets,
             key_field,
@@ -290,12 +291,18 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
                 let why = if commit_offsets { "`commit_offsets: true`" } else { "`start: group_offsets`" };
                 cx.err(at, format!("{why} needs `group_id`: the consumer group to read and commit offsets"));
             }
-            let properties = kafka_properties(cx, &child(at, "properties"), properties, &["enable.auto.commit", "bootstrap.servers"]);
+            let reserved = ["enable.auto.commit", "bootstrap.servers", "auto.offset.reset"];
+            let properties = kafka_properties(cx, &child(at, "properties"), properties, &reserved);
             SourceSpec {
                 kind: SourceKind::Kafka(KafkaSourceSpec {
                     brokers: brokers.clone(),
                     topics,
                     start,
+                    on_offset_out_of_range: match on_offset_out_of_range.unwrap_or(RawOffsetOutOfRange::Fail) {
+                        RawOffsetOutOfRange::Fail => OffsetOutOfRange::Fail,
+                        RawOffsetOutOfRange::Earliest => OffsetOutOfRange::Earliest,
+                        RawOffsetOutOfRange::Latest => OffsetOutOfRange::Latest,
+                    },
                     group_id: group_id.clone(),
                     commit_offsets,
                     key_field: key_field.clone(),

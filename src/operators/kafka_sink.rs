@@ -14,9 +14,9 @@
 //! 1. records go into the open transaction;
 //! 2. on the barrier of checkpoint n (pre-commit) the producer is flushed,
 //!    the marker `n` is added to the transaction (`send_offsets_to_transaction`
-//!    of offset n for the marker group `weir-txn-<transactional.id>`), and
-//!    the records of the transaction are kept in the sink's state, which the
-//!    checkpoint saves;
+//!    of offset n for the marker group `weir-txn-<transactional.id>-<run>`),
+//!    and the records of the transaction are kept in the sink's state, with
+//!    the run, which the checkpoint saves;
 //! 3. records that arrive before n completes wait in memory (one transaction
 //!    at a time per producer);
 //! 4. when n completes, the transaction is committed and the next begins
@@ -27,11 +27,28 @@
 //! A crash between `_metadata` of n and the commit is the window a
 //! transactional producer alone cannot close (librdkafka cannot resume a
 //! transaction of a dead producer): the restart's `init_transactions`
-//! aborts it. So on restore from n the sink asks the marker group which
-//! checkpoint was committed last: if it is n or later, nothing is done;
-//! otherwise the records of n, restored from state, are sent again in a new
-//! transaction with marker n and committed before anything else. Either
-//! way every record of n is committed exactly once.
+//! aborts it. So on restore from n the sink asks the marker group of the
+//! run that staged the transaction which checkpoint that run committed
+//! last: if it is n or later, nothing is done; otherwise the records of n,
+//! restored from state, are sent again in a new transaction with marker n
+//! (in that run's group) and committed before anything else. Either way
+//! every record of n is committed exactly once.
+//!
+//! The run is a random id drawn by every sink subtask when it opens: only
+//! that instance commits markers under it (and a repair of one of its
+//! transactions, which says so), in the order of its own checkpoint ids. So
+//! no other run's marker can be taken for ours — not one of a fresh state
+//! directory that reuses the pipeline name (its ids start at 1 again), nor
+//! of another restore of the same savepoint, nor a later commit after the
+//! checkpoint being restored.
+//!
+//! A start at a lower parallelism than before also fences the
+//! transactional ids of the old subtasks that no longer exist (their open
+//! transactions would otherwise hold `read_committed` readers back until the
+//! broker's `transaction.timeout.ms`). "Before" is the higher of the
+//! restored checkpoint's parallelism and the one the last start recorded in
+//! the group `weir-txn-weir-<pipeline>-<sink>-parallelism`, which covers a
+//! run that crashed before its first checkpoint and other state directories.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -53,6 +70,10 @@ use crate::types::Record;
 /// The records of the staged transaction: key `txn`.
 const TXN: usize = 0;
 const TXN_KEY: &[u8] = b"txn";
+/// A staged transaction in state: magic and version (then origin subtask,
+/// run, checkpoint id, records). A value without it is of the format before
+/// runs (origin, id, records), checked against the group without a run.
+const STAGED_MAGIC: &[u8; 4] = b"WKT2";
 
 /// The producer's context: the shared one plus the first delivery error.
 pub struct SinkContext {
@@ -93,7 +114,9 @@ type Msg = (Option<Box<[u8]>>, Box<str>);
 
 /// The exactly-once machinery of one subtask.
 struct Txn {
-    /// Answers "which checkpoint was committed last" (the marker group).
+    /// This instance's run: its marker group is `weir-txn-<txn id>-<run>`.
+    run: String,
+    /// Carries the marker group of this run in transactions.
     marker: BaseConsumer<WeirContext>,
     open: bool,
     /// The records of the open transaction (saved at each barrier).
@@ -119,6 +142,79 @@ pub struct KafkaSink {
     txn: Option<Txn>,
     timeout: Duration,
     key_buf: Vec<u8>,
+    /// Old subtasks whose transactional ids this subtask fenced at open (subtask 0).
+    fenced: Vec<u16>,
+}
+
+/// Which run's marker says whether a staged transaction was committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Lineage {
+    /// The run that staged it (`weir-txn-<txn id>-<run>`).
+    Run(String),
+    /// Staged before runs existed (`weir-txn-<txn id>`).
+    Legacy,
+}
+
+/// A staged transaction as restored from state.
+#[derive(Debug, PartialEq, Eq)]
+struct Staged {
+    origin: u16,
+    lineage: Lineage,
+    id: u64,
+    records: Vec<Msg>,
+}
+
+/// The marker group of transactional id `txn_id` for `lineage`.
+fn marker_group(txn_id: &str, lineage: &Lineage) -> String {
+    match lineage {
+        Lineage::Run(run) => format!("weir-txn-{txn_id}-{run}"),
+        Lineage::Legacy => format!("weir-txn-{txn_id}"),
+    }
+}
+
+/// A fresh run id: random, so no other process or instance draws it.
+fn new_run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState's keys come from the OS's random source.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// The old subtasks beyond the new parallelism `new` whose transactional
+/// ids must be fenced, when up to `old` subtasks may have run before.
+fn vanished_subtasks(old: u16, new: u16) -> std::ops::Range<u16> {
+    new..old.max(new)
+}
+
+/// The group that records the parallelism the sink ran at last (the
+/// committed offset of partition 0 of the topic): which transactional ids
+/// may have been in use, even by a run that crashed before any checkpoint,
+/// or of another state directory.
+fn parallelism_group(txn_prefix: &str) -> String {
+    format!("weir-txn-{txn_prefix}parallelism")
+}
+
+/// The committed offset of partition 0 of `topic` in `consumer`'s group (0: none).
+fn committed_offset(consumer: &BaseConsumer<WeirContext>, topic: &str, t: Duration) -> Result<u64, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let got = consumer.committed_offsets(tpl, t)?;
+    Ok(match got.find_partition(topic, 0).map(|e| e.offset()) {
+        Some(Offset::Offset(o)) if o > 0 => o as u64,
+        _ => 0,
+    })
+}
+
+/// End the open transaction of `txn_id` (whoever left it): a producer with
+/// that id runs `init_transactions`, which fences the old one.
+fn fence(producer_config: &ClientConfig, txn_id: &str, timeout: Duration) -> Result<(), String> {
+    let mut c = producer_config.clone();
+    c.set("transactional.id", txn_id);
+    let fence: rdkafka::producer::BaseProducer = c.create().map_err(|e| format!("creating a fencing producer for `{txn_id}`: {e}"))?;
+    fence.init_transactions(timeout).map_err(|e| format!("init_transactions of `{txn_id}`: {e}"))
 }
 
 /// `transaction.timeout.ms` when the pipeline does not set it: twice what a
@@ -130,12 +226,17 @@ pub fn default_transaction_timeout(interval: Duration, timeout: Duration) -> Dur
 
 impl KafkaSink {
     /// Create the producer; exactly-once: `init_transactions`, which fences
-    /// an older producer of this subtask and ends its open transaction.
+    /// an older producer of this subtask and ends its open transaction, and
+    /// (subtask 0) the same for the old subtasks beyond `parallelism`: of
+    /// the restored checkpoint (`restored_parallelism`) or of the last start.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         spec: &KafkaSinkSpec,
         pipeline: &str,
         name: &str,
         subtask: u16,
+        parallelism: u16,
+        restored_parallelism: Option<u16>,
         key: Vec<usize>,
         transaction_timeout: Duration,
     ) -> Result<Self, String> {
@@ -169,12 +270,41 @@ impl KafkaSink {
         let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{}` within {t:?} (broker_timeout): {e}", spec.brokers);
         // Fail early and clearly when no broker answers.
         producer.client().fetch_metadata(Some(&spec.topic), t).map_err(unreachable)?;
+        let mut fenced = Vec::new();
         let txn = match spec.delivery {
             Delivery::AtLeastOnce => None,
             Delivery::ExactlyOnce => {
                 producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
-                let marker = marker_consumer(&marker_config, &txn_id, &who, &spec.brokers, t)?;
-                Some(Txn { marker, open: false, records: Vec::new(), staged: None, held: Vec::new() })
+                if subtask == 0 {
+                    // Subtask 0 ends the transactions of every old subtask
+                    // beyond this parallelism, then records it. Every sink
+                    // opens before any task runs, so no transaction begins
+                    // on an id before the record covers it; a crash before
+                    // the record leaves the old one, and the next start
+                    // fences again.
+                    let group = parallelism_group(&txn_prefix);
+                    let record = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
+                    let unreadable = |e: KafkaError| format!("{who}: reading the parallelism recorded in group `{group}`: {e}");
+                    let last = committed_offset(&record, &spec.topic, t).map_err(unreadable)?.min(u16::MAX as u64) as u16;
+                    for old in vanished_subtasks(last.max(restored_parallelism.unwrap_or(0)), parallelism) {
+                        let old_id = format!("{txn_prefix}{old}");
+                        fence(&producer_config, &old_id, t).map_err(|e| format!("{who}: {e}"))?;
+                        tracing::info!(%who, transactional_id = %old_id, "Fenced the transactional id of a subtask that no longer exists.");
+                        fenced.push(old);
+                    }
+                    if last != parallelism {
+                        let mut tpl = TopicPartitionList::new();
+                        tpl.add_partition_offset(&spec.topic, 0, Offset::Offset(parallelism as i64)).map_err(|e| e.to_string())?;
+                        record
+                            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+                            .map_err(|e| format!("{who}: recording the parallelism in group `{group}`: {e}"))?;
+                    }
+                }
+                let run = new_run_id();
+                let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
+                let marker = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
+                tracing::debug!(%who, marker_group = %group, "Exactly-once Kafka sink ready.");
+                Some(Txn { run, marker, open: false, records: Vec::new(), staged: None, held: Vec::new() })
             }
         };
         Ok(KafkaSink {
@@ -189,6 +319,7 @@ impl KafkaSink {
             txn,
             timeout: t,
             key_buf: Vec::new(),
+            fenced,
         })
     }
 
@@ -272,58 +403,41 @@ impl KafkaSink {
         self.producer.send_offsets_to_transaction(&tpl, &cgm, self.timeout).map_err(|e| self.txn_err("send_offsets_to_transaction", e))
     }
 
-    /// The newest checkpoint whose transaction was committed (0: none).
-    fn committed_marker(&self) -> Result<u64, OpError> {
-        self.committed_marker_of(&self.txn.as_ref().expect("exactly-once").marker)
-    }
-
+    /// The newest checkpoint whose transaction the marker group of
+    /// `marker` committed (0: none).
     fn committed_marker_of(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topic, 0);
-        let got = marker.committed_offsets(tpl, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))?;
-        Ok(match got.find_partition(&self.topic, 0).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) if o > 0 => o as u64,
-            _ => 0,
-        })
+        committed_offset(marker, &self.topic, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))
     }
 
-    /// Transaction `staged` of subtask `origin` was pre-committed in the
-    /// restored checkpoint. init_transactions (at open) already ended the
-    /// crashed run's transaction of this subtask: committed if its commit
-    /// had reached the broker, else aborted. If the marker of `origin` says
-    /// it was not committed, send its records again and commit them with the
-    /// marker (of `origin` too, so a second restore does not send them again).
-    fn repair(&mut self, id: u64, origin: u16, staged: u64, records: Vec<Msg>) -> OpResult {
-        let other = if origin == self.subtask {
-            None
-        } else {
+    /// A transaction of subtask `s.origin` was pre-committed in the restored
+    /// checkpoint `id`. init_transactions (at open, or here for another
+    /// subtask's id) already ended the crashed run's transaction: committed
+    /// if its commit had reached the broker, else aborted. If the marker of
+    /// the run that staged it says it was not committed, send its records
+    /// again and commit them with that run's marker, so a second restore of
+    /// the same checkpoint does not send them again.
+    fn repair(&mut self, id: u64, s: Staged) -> OpResult {
+        let origin_id = format!("{}{}", self.txn_prefix, s.origin);
+        if s.origin != self.subtask && !self.fenced.contains(&s.origin) {
             // A subtask that no longer exists: end its transaction first, as
-            // its own restart would have (init_transactions fences it).
-            let txn_id = format!("{}{origin}", self.txn_prefix);
-            let mut c = self.producer_config.clone();
-            c.set("transactional.id", &txn_id);
-            let fence: rdkafka::producer::BaseProducer = c.create().map_err(|e| self.txn_err("creating a fencing producer", e))?;
-            fence.init_transactions(self.timeout).map_err(|e| self.txn_err(&format!("init_transactions of `{txn_id}`"), e))?;
-            drop(fence);
-            Some(marker_consumer(&self.marker_config, &txn_id, &self.who, "", self.timeout).map_err(OpError::Data)?)
-        };
-        let committed = match &other {
-            None => self.committed_marker()?,
-            Some(m) => self.committed_marker_of(m)?,
-        };
+            // its own restart would have.
+            fence(&self.producer_config, &origin_id, self.timeout).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+            self.fenced.push(s.origin);
+        }
+        let group = marker_group(&origin_id, &s.lineage);
+        let marker = marker_consumer(&self.marker_config, &group, &self.who, "", self.timeout).map_err(OpError::Data)?;
+        let committed = self.committed_marker_of(&marker)?;
+        let (origin, staged) = (s.origin, s.id);
         if committed >= staged {
-            tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, "Transaction of the restored checkpoint was committed before the crash.");
+            tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
             return Ok(());
         }
-        let n = records.len();
-        for m in records {
+        let n = s.records.len();
+        for m in s.records {
             self.send_in_txn(m)?;
         }
         self.flush()?;
-        self.add_marker(staged)?;
-        if let Some(m) = &other {
-            self.add_marker_for(m, staged)?;
-        }
+        self.add_marker_for(&marker, staged)?;
         self.commit()?;
         tracing::warn!(
             who = %self.who,
@@ -331,6 +445,7 @@ impl KafkaSink {
             origin,
             staged,
             committed,
+            marker_group = %group,
             records = n,
             "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
         );
@@ -348,17 +463,11 @@ impl KafkaSink {
     }
 }
 
-/// A consumer of the marker group of `txn_id` (it never reads; it answers
-/// and carries the group in transactions).
-fn marker_consumer(
-    config: &ClientConfig,
-    txn_id: &str,
-    who: &str,
-    brokers: &str,
-    t: Duration,
-) -> Result<BaseConsumer<WeirContext>, String> {
+/// A consumer of a marker group (it never reads; it answers and carries the
+/// group in transactions).
+fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str, t: Duration) -> Result<BaseConsumer<WeirContext>, String> {
     let mut c = config.clone();
-    c.set("group.id", format!("weir-txn-{txn_id}"));
+    c.set("group.id", group);
     c.create_with_context(WeirContext::new(format!("{who} marker"), brokers, t)).map_err(|e| format!("creating the marker consumer: {e}"))
 }
 
@@ -376,6 +485,33 @@ fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
         out.extend_from_slice(v.as_bytes());
     }
     out
+}
+
+/// The state value of a transaction staged by `origin` in `run`.
+fn encode_staged(origin: u16, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
+    let mut out = STAGED_MAGIC.to_vec();
+    out.extend_from_slice(&origin.to_be_bytes());
+    let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
+    out.push(run.len() as u8);
+    out.extend_from_slice(run);
+    out.extend_from_slice(&encode_txn(id, records));
+    out
+}
+
+fn decode_staged(b: &[u8]) -> Result<Staged, String> {
+    let bad = || "malformed staged Kafka transaction in state".to_string();
+    let (lineage, rest) = match b.strip_prefix(STAGED_MAGIC.as_slice()) {
+        Some(r) => {
+            let len = *r.get(2).ok_or_else(bad)? as usize;
+            let run = r.get(3..3 + len).ok_or_else(bad)?;
+            let run = String::from_utf8(run.to_vec()).map_err(|_| bad())?;
+            (Lineage::Run(run), [&r[..2], &r[3 + len..]].concat())
+        }
+        None => (Lineage::Legacy, b.to_vec()),
+    };
+    let origin = rest.get(..2).map(|o| u16::from_be_bytes([o[0], o[1]])).ok_or_else(bad)?;
+    let (id, records) = decode_txn(&rest[2..])?;
+    Ok(Staged { origin, lineage, id, records })
 }
 
 fn decode_txn(b: &[u8]) -> Result<(u64, Vec<Msg>), String> {
@@ -438,8 +574,7 @@ impl Operator for KafkaSink {
         self.add_marker(id)?;
         let t = self.txn.as_mut().expect("exactly-once");
         t.staged = Some(id);
-        let mut value = self.subtask.to_be_bytes().to_vec();
-        value.extend_from_slice(&encode_txn(id, &t.records));
+        let value = encode_staged(self.subtask, &t.run, id, &t.records);
         ctx.state.put(TXN, kg, TXN_KEY, &value)?;
         Ok(())
     }
@@ -470,10 +605,8 @@ impl Operator for KafkaSink {
             if !ctx.state.get(TXN, kg, TXN_KEY, &mut buf)? {
                 continue;
             }
-            let origin =
-                buf.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or_else(|| OpError::Data("empty staged transaction".into()))?;
-            let (staged, records) = decode_txn(&buf[2..]).map_err(OpError::Data)?;
-            self.repair(id, origin, staged, records)?;
+            let staged = decode_staged(&buf).map_err(OpError::Data)?;
+            self.repair(id, staged)?;
             ctx.state.delete(TXN, kg, TXN_KEY)?;
         }
         Ok(())
@@ -510,10 +643,37 @@ mod tests {
     }
 
     #[test]
-    fn default_transaction_timeout_covers_a_checkpoint() {
-        let s = Duration::from_secs;
-        assert_eq!(default_transaction_timeout(s(1), s(60)), s(122));
-        assert_eq!(default_transaction_timeout(s(1), s(5)), s(60));
-        assert_eq!(default_transaction_timeout(s(600), s(600)), s(900));
+    fn staged_transactions_carry_the_run_that_staged_them() {
+        let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into())];
+        let s = decode_staged(&encode_staged(3, "00ab", 7, &recs)).unwrap();
+        assert_eq!(s, Staged { origin: 3, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
+        // The format before runs: origin, then the transaction.
+        let mut legacy = 1u16.to_be_bytes().to_vec();
+        legacy.extend_from_slice(&encode_txn(5, &recs));
+        let s = decode_staged(&legacy).unwrap();
+        assert_eq!((s.origin, s.lineage, s.id), (1, Lineage::Legacy, 5));
+        assert!(decode_staged(b"WKT2\0\x01\x09ab").is_err(), "a run longer than the value");
+        assert!(decode_staged(b"").is_err());
+    }
+
+    #[test]
+    fn marker_groups_of_two_runs_differ() {
+        // A fresh state dir reusing the pipeline name starts its checkpoint
+        // ids at 1 again: its markers must not land in the old run's group.
+        let (a, b) = (new_run_id(), new_run_id());
+        assert_ne!(a, b);
+        let t = "weir-p-out-0";
+        assert_ne!(marker_group(t, &Lineage::Run(a.clone())), marker_group(t, &Lineage::Run(b)));
+        assert_eq!(marker_group(t, &Lineage::Run(a.clone())), format!("weir-txn-weir-p-out-0-{a}"));
+        assert_eq!(marker_group(t, &Lineage::Legacy), "weir-txn-weir-p-out-0");
+    }
+
+    #[test]
+    fn every_vanished_subtask_is_fenced() {
+        assert_eq!(vanished_subtasks(4, 1), 1..4);
+        assert_eq!(vanished_subtasks(3, 2), 2..3);
+        assert!(vanished_subtasks(2, 4).is_empty(), "a higher parallelism owns every old id");
+        assert!(vanished_subtasks(0, 2).is_empty(), "nothing recorded: nothing to fence");
+        assert_eq!(parallelism_group("weir-p-out-"), "weir-txn-weir-p-out-parallelism");
     }
 }

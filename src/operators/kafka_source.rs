@@ -14,6 +14,14 @@
 //!
 //! `poll` never waits: it takes what librdkafka has already fetched
 //! (`poll(0)`), so a runtime worker is never blocked by the network.
+//!
+//! A recorded offset outside a partition's offsets (past its end after the
+//! topic was recreated, below its start after retention) is never skipped
+//! silently: it is found at start (restored and group offsets against the
+//! partition's watermarks) and while running (librdkafka's
+//! `auto.offset.reset` is `error`, so a fetch out of range reports instead
+//! of jumping), logged as an error naming topic, partition and offsets, and
+//! handled by `on_offset_out_of_range` (fail, earliest or latest).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -25,13 +33,14 @@ use rdkafka::error::KafkaError;
 use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::dead_letter::reject;
 use super::kafka::{client_config, is_connectivity, WeirContext};
 use super::source::{Extent, RestoredPositions, Source, SourcePoll};
 use super::{DeadLetter, OpError, OperatorMetrics};
-use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OnError};
+use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError};
 use crate::format::json::JsonParser;
 use crate::types::{Millis, Record, MIN_WATERMARK};
 
@@ -40,6 +49,8 @@ const POSITION_MAGIC: &[u8; 4] = b"WKS1";
 /// While the brokers are down, probe them this often.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Bound of each watermark request after a fetch was out of range.
+const RANGE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Tp = (String, i32);
 
@@ -83,6 +94,32 @@ pub struct KafkaSource {
     /// Positions recorded by checkpoints not yet complete (for the group commit).
     pending_commits: VecDeque<(u64, Vec<(Tp, i64)>)>,
     last_probe: Instant,
+    /// Each partition's (first, end) offsets when the source opened.
+    bounds: BTreeMap<Tp, (i64, i64)>,
+    on_out_of_range: OffsetOutOfRange,
+    /// A fetch was out of range: check every partition against its offsets.
+    range_check: bool,
+}
+
+/// Where a partition of offsets `low..=high` goes on from `next`: Ok(None)
+/// if in range, else what the policy says (Err: fail).
+fn resolve_out_of_range(next: i64, low: i64, high: i64, policy: OffsetOutOfRange) -> Result<Option<i64>, ()> {
+    if (low..=high).contains(&next) {
+        return Ok(None);
+    }
+    match policy {
+        OffsetOutOfRange::Fail => Err(()),
+        OffsetOutOfRange::Earliest => Ok(Some(low)),
+        OffsetOutOfRange::Latest => Ok(Some(high)),
+    }
+}
+
+fn policy_name(p: OffsetOutOfRange) -> &'static str {
+    match p {
+        OffsetOutOfRange::Fail => "fail",
+        OffsetOutOfRange::Earliest => "earliest",
+        OffsetOutOfRange::Latest => "latest",
+    }
 }
 
 struct Decoder {
@@ -121,11 +158,12 @@ impl KafkaSource {
         let mut config = client_config(&spec.brokers, &[]);
         config
             .set("group.id", spec.group_id.clone().unwrap_or_else(|| format!("weir-{pipeline}-{name}")))
-            .set("isolation.level", "read_committed")
-            .set("auto.offset.reset", "earliest");
+            .set("isolation.level", "read_committed");
         for (k, v) in &spec.properties {
             config.set(k, v);
         }
+        // An offset out of range is reported, never jumped over (see above).
+        config.set("auto.offset.reset", "error");
         // Offsets live in checkpoints; the partition end is watched (bounded reads).
         config.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false").set("enable.partition.eof", "true");
         let context = WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout);
@@ -167,6 +205,7 @@ impl KafkaSource {
             _ => None,
         };
         let mut parts = BTreeMap::new();
+        let mut bounds = BTreeMap::new();
         for (topic, p) in mine {
             let (low, high) = consumer.fetch_watermarks(&topic, p, t).map_err(unreachable)?;
             let group = committed.as_ref().and_then(|c| c.find_partition(&topic, p)).and_then(|e| match e.offset() {
@@ -178,6 +217,7 @@ impl KafkaSource {
                 KafkaStart::Latest => high,
                 KafkaStart::GroupOffsets => group.unwrap_or(low),
             };
+            bounds.insert((topic.clone(), p), (low, high));
             parts.insert((topic, p), Part { next, stop: spec.bounded.then_some(high) });
         }
         tracing::info!(%who, partitions = ?parts.keys().collect::<Vec<_>>(), "Kafka partitions assigned.");
@@ -203,9 +243,71 @@ impl KafkaSource {
             commit_offsets: spec.commit_offsets,
             pending_commits: VecDeque::new(),
             last_probe: Instant::now(),
+            bounds,
+            on_out_of_range: spec.on_offset_out_of_range,
+            range_check: false,
         };
+        if spec.start == KafkaStart::GroupOffsets {
+            src.check_ranges("committed offset of the consumer group")?;
+        }
         src.assign()?;
         Ok(src)
+    }
+
+    /// Check every unfinished partition's next offset against its known
+    /// offsets; apply the policy to those out of range. True if any moved.
+    fn check_ranges(&mut self, what: &str) -> Result<bool, String> {
+        let mut moved = false;
+        for (tp, part) in self.parts.iter_mut().filter(|(_, p)| !p.done()) {
+            let Some(&(low, high)) = self.bounds.get(tp) else { continue };
+            let (topic, partition, offset, policy) = (&tp.0, tp.1, part.next, policy_name(self.on_out_of_range));
+            match resolve_out_of_range(part.next, low, high, self.on_out_of_range) {
+                Ok(None) => {}
+                Ok(Some(resume)) => {
+                    tracing::error!(who = %self.who, topic = %topic, partition, offset, low, high, what, resume, policy,
+                        "Kafka offset out of range (topic recreated, or records removed by retention); going on as on_offset_out_of_range says.");
+                    part.next = resume;
+                    // A bounded read's end from before the change is no end of this partition.
+                    part.stop = part.stop.map(|s| s.min(high).max(resume));
+                    moved = true;
+                }
+                Err(()) => {
+                    tracing::error!(who = %self.who, topic = %topic, partition, offset, low, high, what, policy, "Kafka offset out of range.");
+                    return Err(format!(
+                        "{}: {what} {offset} of {topic}/{partition} is out of the partition's range {low}..={high} \
+                         (topic recreated, or records removed by retention); on_offset_out_of_range: fail \
+                         (set it to earliest or latest to go on)",
+                        self.who
+                    ));
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// A fetch was out of range: learn every partition's offsets again and
+    /// check; then assign again, as librdkafka stopped fetching there.
+    fn recheck_ranges(&mut self) -> Result<(), OpError> {
+        let open: Vec<Tp> = self.parts.iter().filter(|(_, p)| !p.done()).map(|(tp, _)| tp.clone()).collect();
+        // A failed attempt is tried again, at most once per PROBE_EVERY.
+        if self.last_probe.elapsed() < PROBE_EVERY {
+            return Ok(());
+        }
+        for (topic, p) in open {
+            match self.consumer.fetch_watermarks(&topic, p, RANGE_CHECK_TIMEOUT) {
+                Ok(b) => {
+                    self.bounds.insert((topic, p), b);
+                }
+                Err(e) => {
+                    self.last_probe = Instant::now();
+                    self.consumer.context().broker_failed(&e.to_string());
+                    return Ok(());
+                }
+            }
+        }
+        self.range_check = false;
+        self.check_ranges("fetch position").map_err(OpError::Data)?;
+        self.assign().map_err(OpError::Data)
     }
 
     /// Assign every unfinished partition at its next offset, each with a
@@ -309,6 +411,8 @@ struct PollState {
     produced: usize,
     received: bool,
     eof: bool,
+    /// librdkafka found a fetch offset out of range.
+    out_of_range: bool,
 }
 
 /// Take one item of a consumer or partition queue; false if it was empty.
@@ -342,6 +446,10 @@ fn handle(
             st.eof = true;
         }
         Err(e) => match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange) => {
+                st.received = true;
+                st.out_of_range = true;
+            }
             Some(code) if is_connectivity(code) => cx.broker_failed(&e.to_string()),
             _ => tracing::warn!(who = %dec.who, error = %e, "Kafka consumer error."),
         },
@@ -413,6 +521,10 @@ impl Source for KafkaSource {
         let (produced, received, eof) = (st.produced, st.received, st.eof);
         if eof {
             self.on_partition_eof();
+        }
+        self.range_check |= st.out_of_range;
+        if self.range_check {
+            self.recheck_ranges()?;
         }
         let cx = self.consumer.context();
         if received {
@@ -491,6 +603,7 @@ impl KafkaSource {
                 *part = *r;
             }
         }
+        self.check_ranges("restored offset")?;
         self.assign()
     }
 }
@@ -572,6 +685,22 @@ mod tests {
         assert_eq!(event_time_bound(&parts, &times, None, now), Some(100));
         // Everything idle or finished: nothing holds it back.
         assert_eq!(event_time_bound(&parts, &times, Some(Duration::from_millis(1)), now + Duration::from_secs(1)), Some(500));
+    }
+
+    #[test]
+    fn offsets_out_of_range_follow_the_policy() {
+        use OffsetOutOfRange::*;
+        // In range, the ends included: nothing to do.
+        for next in [0, 5, 10] {
+            assert_eq!(resolve_out_of_range(next, 0, 10, Fail), Ok(None));
+        }
+        // Past the end (topic recreated with fewer records) and below the start (retention).
+        assert_eq!(resolve_out_of_range(998, 0, 600, Fail), Err(()));
+        assert_eq!(resolve_out_of_range(998, 0, 600, Earliest), Ok(Some(0)));
+        assert_eq!(resolve_out_of_range(998, 0, 600, Latest), Ok(Some(600)));
+        assert_eq!(resolve_out_of_range(3, 40, 90, Earliest), Ok(Some(40)));
+        assert_eq!(resolve_out_of_range(3, 40, 90, Latest), Ok(Some(90)));
+        assert_eq!(resolve_out_of_range(3, 40, 90, Fail), Err(()));
     }
 
     #[test]

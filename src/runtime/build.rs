@@ -137,6 +137,7 @@ pub fn build(
         Arc::new(super::restore::RestoreClock::new(r.id, r.started, tasks))
     });
     let mut backends = Backends::open(plan, restored.as_deref())?;
+    let restored_parallelism = restored.as_deref().map(|r| r.parallelism);
     let rendezvous = backends.rendezvous(plan, wiring.is_some());
     let mut tasks = Vec::new();
     let mut extents = Vec::new();
@@ -159,7 +160,7 @@ pub fn build(
                 _ => None,
             };
             let mut ops =
-                rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends)).collect::<Result<Vec<_>, _>>()?;
+                rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends, restored_parallelism)).collect::<Result<Vec<_>, _>>()?;
             // Dead-letter commits run last, after every writer of the task.
             ops.append(&mut dead_letters.commits);
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
@@ -435,6 +436,7 @@ fn chain_op(
     metrics: &[NodeMetrics],
     dead_letters: &mut DeadLetterWiring,
     backends: &Backends,
+    restored_parallelism: Option<u16>,
 ) -> Result<ChainOp, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
@@ -461,7 +463,8 @@ fn chain_op(
                 Some(c) => default_transaction_timeout(c.interval, c.timeout),
                 None => std::time::Duration::from_secs(60),
             };
-            Box::new(KafkaSink::open(k, &plan.pipeline.name, &node.name, subtask, key, txn_timeout).map_err(err)?)
+            let (name, pipeline) = (&node.name, &plan.pipeline.name);
+            Box::new(KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout).map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };

@@ -80,6 +80,8 @@ pub struct StartPoint {
 pub struct RestoredState {
     pub id: CheckpointId,
     pub dir: PathBuf,
+    /// The parallelism the checkpoint was taken at.
+    pub parallelism: u16,
     /// Same parallelism as the checkpoint: each operator subtask takes back
     /// its own state, and each channel its in-flight records.
     same_parallelism: bool,
@@ -440,7 +442,7 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
     }
     let in_flight: usize = tasks.values().flat_map(|t| t.output_channels.iter().chain(&t.input_channels)).map(|c| c.records.len()).sum();
     tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), in_flight, "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, same_parallelism, tasks, positions, started, manifests: valid.manifests })
+    Ok(RestoredState { id, dir: valid.dir, parallelism: md.parallelism, same_parallelism, tasks, positions, started, manifests: valid.manifests })
 }
 
 /// Refuse a checkpoint whose state the new plan cannot take back whole.

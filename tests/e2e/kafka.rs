@@ -20,7 +20,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::ckpt::{kill_after, reference_output, restored_from, write_pipeline, Rng, INPUTS};
+use super::ckpt::{checkpoint_dirs, kill_after, reference_output, restored_from, write_pipeline, Rng, INPUTS};
 use super::records::{assert_same_multiset, assert_same_records, canonical, parse};
 use super::util::{input_lines, repo, tmp, wait_until, weir, weir_run, Outcome, Weir, RUN_TIMEOUT};
 
@@ -88,6 +88,27 @@ fn create_topic(brokers: &str, name: &str, partitions: i32) {
     }
 }
 
+/// Delete `name` and create it again with `partitions` (retrying while the
+/// broker still finishes the deletion).
+fn recreate_topic(brokers: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = config(brokers).create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in rt.block_on(admin.delete_topics(&[name], &opts)).expect("delete_topics") {
+        r.unwrap_or_else(|(t, e)| panic!("deleting topic {t}: {e}"));
+    }
+    let start = Instant::now();
+    loop {
+        let res = rt.block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &opts));
+        match res.expect("create_topics").remove(0) {
+            Ok(_) => break,
+            Err((t, e)) if start.elapsed() < Duration::from_secs(20) => eprintln!("creating {t} again: {e}; retrying"),
+            Err((t, e)) => panic!("creating topic {t} again: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Produce `lines` (each keyed by its `id` field) and wait for every ack.
 fn produce(brokers: &str, topic: &str, lines: &[String]) {
     let p: ThreadedProducer<DefaultProducerContext> = config(brokers).set("linger.ms", "5").create().expect("producer");
@@ -110,9 +131,15 @@ fn produce(brokers: &str, topic: &str, lines: &[String]) {
 /// Everything a `read_committed` consumer sees in `topic`, partition by
 /// partition up to the end, waiting at most `limit` for the topic to exist.
 pub fn read_committed(brokers: &str, topic: &str, limit: Duration) -> Vec<String> {
+    read_topic(brokers, topic, limit, "read_committed")
+}
+
+/// The same with `isolation.level` `isolation` (`read_uncommitted` also
+/// sees the records of open transactions).
+fn read_topic(brokers: &str, topic: &str, limit: Duration, isolation: &str) -> Vec<String> {
     let consumer: BaseConsumer = config(brokers)
         .set("group.id", format!("weir-test-reader-{}", std::process::id()))
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("session.timeout.ms", "6000")
@@ -196,7 +223,12 @@ impl KJob {
     }
 
     fn cmd_p(&self, p: u32) -> Weir {
-        weir_run(&self.pipeline, p).set("state.dir", self.dir.path().join("state"))
+        self.cmd_in("state", p)
+    }
+
+    /// A run on the state directory `state` (under the job's dir).
+    fn cmd_in(&self, state: &str, p: u32) -> Weir {
+        weir_run(&self.pipeline, p).set("state.dir", self.dir.path().join(state))
     }
 
     fn restore(&self) -> Weir {
@@ -312,17 +344,244 @@ fn kafka_crash_after_metadata_sends_the_lost_transaction_again() {
     panic!("after crash=after_metadata:{tried:?} no restore repaired a transaction (log line {REPAIRED:?})");
 }
 
+/// Datagen -> exactly-once Kafka sink: rows flow all the time, so every
+/// checkpoint stages a transaction in both subtasks.
+const GEN_TO_KAFKA: &str = r#"name: @NAME@
+parallelism: 2
+state: {dir: unused}
+checkpoint: {interval: 200ms}
+sources:
+  - {name: gen, type: datagen, rows: 3000, rate_limit: 3000, fields: {id: {kind: sequence}}}
+sinks:
+  - {name: out, type: kafka, input: gen, brokers: @BROKERS@, topic: @OUT@, key: [id], delivery: exactly_once}
+"#;
+
+/// How often each datagen id is in `lines`.
+fn id_counts(lines: &[String]) -> HashMap<i64, usize> {
+    lines.iter().fold(HashMap::new(), |mut m, l| {
+        *m.entry(parse(l)["id"].as_i64().expect("id")).or_default() += 1;
+        m
+    })
+}
+
+#[track_caller]
+fn assert_each_id(what: &str, lines: &[String], rows: i64, times: usize) {
+    let counts = id_counts(lines);
+    let wrong: Vec<(i64, usize)> = (0..rows).map(|id| (id, counts.get(&id).copied().unwrap_or(0))).filter(|(_, n)| *n != times).collect();
+    assert!(
+        wrong.is_empty() && counts.len() == rows as usize,
+        "{what}: {} records; {} of {rows} ids not there {times} times, e.g. (id, times) {:?}",
+        lines.len(),
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
+#[test]
+fn kafka_fresh_state_dir_reusing_the_pipeline_name_loses_no_transaction() {
+    // Run 1 (state dir A) commits markers up to its last checkpoint id; run
+    // 2, same pipeline name, fresh state dir B, counts checkpoints from 1
+    // again and crashes after `_metadata` of 1. The restore must not take
+    // run 1's marker for run 2's commit of checkpoint 1.
+    let job = KJob::new("reuse", GEN_TO_KAFKA, false);
+    job.cmd_in("state-a", 2).ok();
+    let crashed = job.cmd_in("state-b", 2).env("WEIR_FAULTS", "crash=after_metadata:1").run();
+    crashed.expect_stderr_contains("injected crash at after_metadata");
+    let restored = job.cmd_in("state-b", 2).arg("--restore").arg("latest").ok();
+    restored.expect_stderr_contains("was not committed before the crash: sent again and committed");
+    assert_each_id("two runs of 3000 rows, the second crashed and restored", &job.output(), 3000, 2);
+}
+
 #[test]
 fn kafka_crash_after_metadata_then_restore_at_parallelism_1_is_exactly_once() {
     // Subtask 1 is gone after the restore: its staged transaction is ended
     // (fenced) and repaired by subtask 0 under subtask 1's marker; the source
-    // takes both old subtasks' partitions.
-    let mut seen = false;
-    for n in [6, 12] {
-        let restored = kafka_crash_at_then_restore_with("after_metadata", n, 1);
-        seen |= restored.stderr.lines().any(|l| l.contains("Transaction of the restored checkpoint") && l.contains("origin=1"));
+    // takes both old subtasks' rows. Rows flow all the time, so checkpoint 2
+    // holds a staged transaction of subtask 1 (no timing luck needed).
+    let job = KJob::new("rescale-repair", GEN_TO_KAFKA, false);
+    let crashed = job.cmd().env("WEIR_FAULTS", "crash=after_metadata:2").run();
+    crashed.expect_stderr_contains("injected crash at after_metadata");
+    let restored = job.cmd_p(1).arg("--restore").arg("latest").ok();
+    assert!(
+        restored.stderr.lines().any(|l| l.contains("Transaction of the restored checkpoint") && l.contains("origin=1")),
+        "no restore found a transaction staged by the vanished subtask 1:\n{}",
+        restored.stderr
+    );
+    assert_each_id("crash after _metadata at p=2, restore at p=1", &job.output(), 3000, 1);
+}
+
+/// Produce `lines` to partition `partition` of `topic`.
+fn produce_to(brokers: &str, topic: &str, partition: i32, lines: &[String]) {
+    let p: ThreadedProducer<DefaultProducerContext> = config(brokers).create().expect("producer");
+    for l in lines {
+        let rec: BaseRecord<'_, (), str> = BaseRecord::to(topic).payload(l.as_str()).partition(partition);
+        p.send(rec).map_err(|(e, _)| e).expect("queue");
     }
-    assert!(seen, "no restore found a transaction staged by the vanished subtask 1");
+    p.flush(Duration::from_secs(30)).expect("flushing");
+}
+
+#[test]
+fn kafka_restore_at_lower_parallelism_ends_the_open_transaction_of_a_vanished_subtask() {
+    // Subtask 1 has an open transaction that no checkpoint staged (records
+    // after the last completed checkpoint) when the process is killed; the
+    // restore at parallelism 1 has no staged transaction of subtask 1 to
+    // repair, yet must end that one at once (not after the broker's
+    // transaction.timeout.ms, here 5 min) or `read_committed` readers of the
+    // output never get past it.
+    let yaml = r#"name: @NAME@
+parallelism: 2
+state: {dir: unused}
+checkpoint: {interval: 3s}
+sources:
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@],
+     properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
+sinks:
+  - {name: out, type: kafka, input: events, brokers: @BROKERS@, topic: @OUT@, delivery: exactly_once,
+     properties: {transaction.timeout.ms: 300000}}
+"#;
+    let job = KJob::new("vanished-open", yaml, false);
+    let state = job.dir.path().join("state");
+    let mut run = job.cmd().spawn();
+    let first = state.join("checkpoints/chk-0000001/_metadata");
+    assert!(wait_until(Duration::from_secs(30), || first.exists()), "checkpoint 1 never completed");
+    // Partitions are dealt sorted and round-robin: partition 1 is subtask 1's.
+    let lines: Vec<String> = (0..50).map(|i| format!("{{\"id\":{i}}}")).collect();
+    produce_to(broker(), &job.input, 1, &lines);
+    let sent = wait_until(Duration::from_secs(20), || {
+        read_topic(broker(), &job.output, Duration::from_secs(20), "read_uncommitted").len() >= lines.len()
+    });
+    assert!(sent, "subtask 1 never sent the records into its transaction");
+    assert!(kill_after(&mut run, Duration::ZERO), "weir exited by itself");
+    let done: Vec<_> = checkpoint_dirs(&state).into_iter().filter(|d| d.join("_metadata").exists()).collect();
+    assert_eq!(done.len(), 1, "a second checkpoint completed before the kill (it would stage the records): {done:?}");
+    let restored = job.cmd_p(1).arg("--restore").arg("latest").spawn();
+    let all = wait_until(Duration::from_secs(30), || job.output().len() >= lines.len());
+    restored.terminate();
+    let o = restored.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(all, "read_committed never saw the {} records; restore log:\n{}", lines.len(), o.stderr);
+    o.expect_stderr_contains("Fenced the transactional id of a subtask that no longer exists.");
+    let mut got = job.output();
+    got.sort();
+    let mut want = lines.clone();
+    want.sort();
+    assert_eq!(got, want, "each record once");
+}
+
+#[test]
+fn kafka_start_at_lower_parallelism_after_a_crash_without_checkpoints_ends_the_old_open_transactions() {
+    // No checkpoint completes before the kill, so no `_metadata` says the
+    // crashed run had 2 subtasks: the sink's own record in Kafka must.
+    let yaml = r#"name: @NAME@
+parallelism: 2
+state: {dir: unused}
+checkpoint: {interval: 30s, timeout: 30s}
+sources:
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@],
+     properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
+sinks:
+  - {name: out, type: kafka, input: events, brokers: @BROKERS@, topic: @OUT@, delivery: exactly_once,
+     properties: {transaction.timeout.ms: 300000}}
+"#;
+    let job = KJob::new("vanished-nockpt", yaml, false);
+    let mut run = job.cmd().spawn();
+    let lines: Vec<String> = (0..50).map(|i| format!("{{\"id\":{i}}}")).collect();
+    // Partition 1 is subtask 1's.
+    produce_to(broker(), &job.input, 1, &lines);
+    let sent = wait_until(Duration::from_secs(30), || {
+        read_topic(broker(), &job.output, Duration::from_secs(20), "read_uncommitted").len() >= lines.len()
+    });
+    assert!(sent, "subtask 1 never sent the records into its transaction");
+    assert!(kill_after(&mut run, Duration::ZERO), "weir exited by itself");
+    assert!(checkpoint_dirs(&job.dir.path().join("state")).iter().all(|d| !d.join("_metadata").exists()), "a checkpoint completed");
+    let o = run_until_output(&job, job.cmd_p(1).set("checkpoint.interval", "200ms").arg("--restore").arg("latest"), lines.len());
+    o.expect_stderr_contains("Fenced the transactional id of a subtask that no longer exists.");
+    let mut got = job.output();
+    got.sort();
+    let mut want = lines.clone();
+    want.sort();
+    assert_eq!(got, want, "each record once");
+}
+
+/// Kafka (unbounded) -> exactly-once Kafka, at parallelism 1.
+const PASSTHROUGH: &str = r#"name: @NAME@
+parallelism: 1
+state: {dir: unused}
+checkpoint: {interval: 200ms}
+sources:
+  - {name: events, type: kafka, brokers: @BROKERS@, topics: [@IN@],
+     properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}}
+sinks:
+  - {name: out, type: kafka, input: events, brokers: @BROKERS@, topic: @OUT@, delivery: exactly_once}
+"#;
+
+fn lines_of(generation: u32, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{{\"id\":{i},\"generation\":{generation}}}")).collect()
+}
+
+/// Run `cmd` until the output holds `n` records, then stop it with SIGTERM.
+#[track_caller]
+fn run_until_output(job: &KJob, cmd: Weir, n: usize) -> Outcome {
+    let run = cmd.spawn();
+    let reached = wait_until(Duration::from_secs(30), || job.output().len() >= n);
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(reached, "the output never reached {n} records; log:\n{}", o.stderr);
+    o
+}
+
+#[test]
+fn kafka_restored_offset_past_the_end_of_a_recreated_topic_is_not_skipped_silently() {
+    // The checkpoint holds offset 100 of partition 0; the topic is then
+    // recreated with 30 records. Reading from 100 would skip all of them
+    // (and 70 more to come) without a word.
+    let job = KJob::new("recreated", PASSTHROUGH, false);
+    let first = lines_of(1, 100);
+    produce_to(broker(), &job.input, 0, &first);
+    run_until_output(&job, job.cmd_p(1), first.len());
+    recreate_topic(broker(), &job.input, 3);
+    let second = lines_of(2, 30);
+    produce_to(broker(), &job.input, 0, &second);
+    // Default `fail`: exit 1 naming topic, partition, offset and range.
+    let refused = job.cmd_p(1).arg("--restore").arg("latest").spawn().wait_for(Duration::from_secs(60));
+    refused.expect_code(1);
+    refused.expect_stderr_contains(&format!("restored offset 100 of {}/0 is out of the partition's range 0..=30", job.input));
+    // `earliest`: the recreated partition is read from its start.
+    let o = run_until_output(
+        &job,
+        job.cmd_p(1).arg("--restore").arg("latest").set("sources.events.on_offset_out_of_range", "earliest"),
+        first.len() + second.len(),
+    );
+    o.expect_stderr_contains("Kafka offset out of range");
+    let mut got = job.output();
+    got.sort();
+    let mut want: Vec<String> = first.iter().chain(&second).cloned().collect();
+    want.sort();
+    assert_eq!(got, want, "each record once");
+}
+
+#[test]
+fn kafka_topic_recreated_while_running_is_not_skipped_silently() {
+    // While running at offset 100, the topic is recreated with 30 records:
+    // the fetch at 100 is out of range. librdkafka would jump to the start
+    // and the source drop everything below 100; with `earliest` it is
+    // reported and read.
+    let job = KJob::new("recreated-live", PASSTHROUGH, false);
+    let first = lines_of(1, 100);
+    produce_to(broker(), &job.input, 0, &first);
+    let run = job.cmd_p(1).set("sources.events.on_offset_out_of_range", "earliest").spawn();
+    assert!(wait_until(Duration::from_secs(30), || job.output().len() >= first.len()), "the first records never arrived");
+    recreate_topic(broker(), &job.input, 3);
+    let second = lines_of(2, 30);
+    produce_to(broker(), &job.input, 0, &second);
+    let reached = wait_until(Duration::from_secs(40), || job.output().len() >= first.len() + second.len());
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    assert!(reached, "the recreated topic's records never arrived; log:\n{}", o.stderr);
+    o.expect_code(0);
+    o.expect_stderr_contains("Kafka offset out of range");
+    assert_eq!(job.output().len(), first.len() + second.len());
 }
 
 #[test]
