@@ -710,6 +710,7 @@ sinks:
         let restored = |tasks| RestoredState {
             id: 7,
             dir: PathBuf::new(),
+            parallelism: 2,
             same_parallelism: true,
             tasks,
             positions: HashMap::new(),
