@@ -144,6 +144,8 @@ pub struct KafkaSink {
     key_buf: Vec<u8>,
     /// Old subtasks whose transactional ids this subtask fenced at open (subtask 0).
     fenced: Vec<u16>,
+    /// Subtasks of this sink now: ids below it belong to live producers.
+    parallelism: u16,
 }
 
 /// Which run's marker says whether a staged transaction was committed.
@@ -320,6 +322,7 @@ impl KafkaSink {
             timeout: t,
             key_buf: Vec::new(),
             fenced,
+            parallelism,
         })
     }
 
@@ -418,7 +421,10 @@ impl KafkaSink {
     /// the same checkpoint does not send them again.
     fn repair(&mut self, id: u64, s: Staged) -> OpResult {
         let origin_id = format!("{}{}", self.txn_prefix, s.origin);
-        if s.origin != self.subtask && !self.fenced.contains(&s.origin) {
+        // The id of a live subtask was fenced by that subtask's own
+        // init_transactions at open (every sink opens before any restore);
+        // fencing it again here would fence the live producer.
+        if s.origin != self.subtask && s.origin >= self.parallelism && !self.fenced.contains(&s.origin) {
             // A subtask that no longer exists: end its transaction first, as
             // its own restart would have.
             fence(&self.producer_config, &origin_id, self.timeout).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;

@@ -410,6 +410,24 @@ fn kafka_crash_after_metadata_then_restore_at_parallelism_1_is_exactly_once() {
     assert_each_id("crash after _metadata at p=2, restore at p=1", &job.output(), 3000, 1);
 }
 
+#[test]
+fn kafka_crash_after_metadata_at_4_then_restore_at_3_fences_no_live_producer() {
+    // Old subtask 2's staged transaction sits at key group 64, which new
+    // subtask 1 (of 3) owns; transactional id 2 belongs to the live new
+    // subtask 2. The repair must not fence it (found by the chaos harness:
+    // "This instance has been fenced by a newer instance", exit 1).
+    let job = KJob::new("rescale-4-3", GEN_TO_KAFKA, false);
+    let crashed = job.cmd_p(4).env("WEIR_FAULTS", "crash=after_metadata:2").run();
+    crashed.expect_stderr_contains("injected crash at after_metadata");
+    let restored = job.cmd_p(3).arg("--restore").arg("latest").ok();
+    assert!(
+        restored.stderr.lines().any(|l| l.contains("Transaction of the restored checkpoint") && l.contains("origin=2")),
+        "no restore found a transaction staged by old subtask 2:\n{}",
+        restored.stderr
+    );
+    assert_each_id("crash after _metadata at p=4, restore at p=3", &job.output(), 3000, 1);
+}
+
 /// Produce `lines` to partition `partition` of `topic`.
 fn produce_to(brokers: &str, topic: &str, partition: i32, lines: &[String]) {
     let p: ThreadedProducer<DefaultProducerContext> = config(brokers).create().expect("producer");
