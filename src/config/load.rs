@@ -8,19 +8,33 @@ use serde_yaml::Value;
 use super::compile::compile;
 use super::deser::deserialize;
 use super::env::{expand, position_of};
-use super::locate::Locator;
+use super::locate::{unplaced_error_position, Locator};
 use super::overrides;
 use super::pipeline::Pipeline;
-use super::{ConfigError, ConfigErrors};
+use super::{ConfigError, ConfigErrors, MAX_PIPELINE_BYTES};
 
 /// Load and validate the pipeline file at `path`, with `--set KEY=VALUE`
 /// overrides applied. Errors name `path` as given.
 pub fn load_file(path: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
     let origin = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(text) => load_str(&text, &origin, overrides),
-        Err(e) => Err(ConfigErrors(vec![ConfigError { origin, line: 0, col: 0, message: format!("cannot read the pipeline file: {e}") }])),
+    let whole = |message: String| ConfigErrors(vec![ConfigError { origin: origin.clone(), line: 0, col: 0, message }]);
+    let text = read_capped(path, MAX_PIPELINE_BYTES).map_err(whole)?;
+    load_str(&text, &origin, overrides)
+}
+
+/// Read at most `cap` bytes of `path` as UTF-8 text; more is an error. Reads
+/// through a limit, so a device or FIFO without end (`/dev/zero`) costs at
+/// most `cap + 1` bytes.
+fn read_capped(path: &Path, cap: u64) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("cannot read the pipeline file: {e}");
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("the pipeline file is larger than {} MiB: expected a YAML pipeline, not data", cap >> 20));
     }
+    String::from_utf8(bytes).map_err(|e| format!("cannot read the pipeline file: not UTF-8 text ({e})"))
 }
 
 /// Load and validate pipeline `text`; `origin` names it in errors.
@@ -34,6 +48,10 @@ pub(crate) fn load_with_env(
     overrides: &[String],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Pipeline, ConfigErrors> {
+    if text.len() as u64 > MAX_PIPELINE_BYTES {
+        let message = format!("the pipeline is larger than {} MiB: expected a YAML pipeline, not data", MAX_PIPELINE_BYTES >> 20);
+        return Err(ConfigErrors(vec![ConfigError { origin: origin.to_string(), line: 1, col: 1, message }]));
+    }
     let at = |offset: usize, message: String| {
         let (line, col) = position_of(text, offset);
         ConfigError { origin: origin.to_string(), line, col, message }
@@ -46,7 +64,11 @@ pub(crate) fn load_with_env(
                 let own = format!(" at line {} column {}", l.line(), l.column());
                 (line, col, e.to_string().replacen(&own, "", 1))
             }
-            None => (0, 0, e.to_string()),
+            None => {
+                let pos = unplaced_error_position(&expanded.text);
+                let (line, col) = expanded.to_source(pos.line.max(1), pos.col.max(1));
+                (line, col, e.to_string())
+            }
         };
         ConfigErrors(vec![ConfigError { origin: origin.to_string(), line, col, message: format!("invalid YAML: {message}") }])
     })?;
@@ -207,7 +229,7 @@ sources:
         assert_one(&text, "t.yaml:8:48: environment variable `NOPE` is not set");
         // A later error is still located in the file's own columns.
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}\", max_file_bytes: 0}\n");
-        assert_one(&text, "t.yaml:8:73: `max_file_bytes` must be greater than 0");
+        assert_one(&text, "t.yaml:8:73: `max_file_bytes` must be between 1B and 1TiB, got 0");
     }
 
     #[test]
@@ -245,7 +267,7 @@ sinks:
                 "t.yaml:1:7: the pipeline name `bad name` is invalid: expected only letters, digits, `_`, `.` and `-`",
                 "t.yaml:3:90: unknown field `colour`, expected one of `name`, `seed`, `rows`, `rate_limit`, `start_time`, `interval`, `fields`, `event_time`",
                 "t.yaml:4:59: `min` (5) is greater than `max` (1): expected min <= max",
-                "t.yaml:6:53: `ttl` must be greater than 0, got `0s`",
+                "t.yaml:6:53: `ttl` must be between 1ms and 100years, got `0s`",
             ],
         );
     }

@@ -29,7 +29,7 @@ impl Operator for Blackhole {
 
     fn throttle(&self) -> Option<Duration> {
         let (rate, started) = (self.rate_limit?, self.started?);
-        let due = started + Duration::from_secs_f64(self.accepted as f64 / rate);
+        let due = super::source::paced(started, self.accepted, rate);
         due.checked_duration_since(Instant::now())
     }
 }

@@ -174,7 +174,7 @@ impl SourceTask {
                 }
                 SourcePoll::More => {
                     if let Some(rate) = self.timing.rate_limit {
-                        let due = started + Duration::from_secs_f64(produced as f64 / rate);
+                        let due = crate::operators::source::paced(started, produced, rate);
                         match self.wait(Some(due)).await {
                             Wake::Stop => return self.shut_down().await,
                             Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
