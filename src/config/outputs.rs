@@ -75,11 +75,11 @@ fn collision((a, na, a_at): (&Place, &Path, &str), (b, nb): (&Place, &Path)) -> 
         (Role::Input, Role::Input) => None,
         (Role::Input, _) | (_, Role::Input) => {
             let (ni, no) = if a.role == Role::Input { (na, nb) } else { (nb, na) };
-            let how = if ni == no { "is" } else { "is inside" };
-            let says = if a.role == Role::Input {
-                format!("{} `{pb}` holds what {} (at {a_at}) reads: `{pa}` {how} it", b.what, a.what)
-            } else {
-                format!("{} reads `{pb}`, which {how} {} `{pa}` (at {a_at})", b.what, a.what)
+            let says = match (a.role == Role::Input, ni == no) {
+                (true, true) => format!("{} `{pb}` is read by {} (at {a_at})", b.what, a.what),
+                (true, false) => format!("{} `{pb}` holds `{pa}`, read by {} (at {a_at})", b.what, a.what),
+                (false, true) => format!("{} reads `{pb}`, which is {} (at {a_at})", b.what, a.what),
+                (false, false) => format!("{} reads `{pb}`, which is inside {} `{pa}` (at {a_at})", b.what, a.what),
             };
             ni.starts_with(no).then(|| format!("{says}: a pipeline must not read its own output"))
         }

@@ -170,7 +170,9 @@ pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
         "MiB" => 1 << 20,
         "GB" => 1_000_000_000,
         "GiB" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` in `{text}`: expected B, KB, KiB, MB, MiB, GB or GiB")),
+        "TB" => 1_000_000_000_000,
+        "TiB" => 1 << 40,
+        other => return Err(format!("unknown size unit `{other}` in `{text}`: expected B, KB, KiB, MB, MiB, GB, GiB, TB or TiB")),
     };
     n.checked_mul(mult).ok_or_else(|| format!("`{text}` is too large"))
 }
@@ -512,7 +514,7 @@ fn gen_field(cx: &mut Cx, at: &[Seg], raw: &RawGenField) -> GenField {
         RawGenField::Float { min, max } => {
             // `max - min` scales the draw: it must be finite too.
             if !(min.is_finite() && max.is_finite() && min < max && (max - min).is_finite()) {
-                cx.err(&child(at, "min"), format!("`min` ({min}) must be less than `max` ({max}), both finite and `max - min` finite"));
+                cx.err(&child(at, "min"), format!("`min` ({min:?}) must be less than `max` ({max:?}), both finite and `max - min` finite"));
             }
             GenField::Float { min: *min, max: *max }
         }

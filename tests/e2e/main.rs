@@ -12,6 +12,7 @@ mod damage;
 mod examples;
 mod file_sink;
 mod golden;
+mod inspect;
 mod kafka;
 mod records;
 mod reference;
