@@ -22,6 +22,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install a Rust toolchain >= 1.85 (https://rustup.rs) and rerun." >&2
+  echo "error: cargo not found. Install a Rust toolchain >= 1.88 (https://rustup.rs) and rerun." >&2
   exit 1
 fi

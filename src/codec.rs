@@ -53,7 +53,19 @@ impl Enc for Vec<u8> {
         self.put_u16(r.key_group);
         self.put_u32(r.fields.len() as u32);
         for v in &r.fields {
-            v.encode_key(self);
+            match v {
+                // As read, not as keyed: a float 2.0 stays a float (a sum of
+                // it stays a float after a restore), a Decimal keeps its text.
+                Value::Float(f) => {
+                    self.put_u8(3);
+                    self.put_u64(f.to_bits());
+                }
+                Value::Decimal(d) => {
+                    self.put_u8(5);
+                    self.put_str(d);
+                }
+                other => other.encode_key(self),
+            }
         }
     }
 }
@@ -121,7 +133,7 @@ impl<'a> Dec<'a> {
         Ok(r)
     }
 
-    /// A value in `Value::encode_key` form.
+    /// A value as `put_record` wrote it (the `Value::encode_key` tags, floats always as bits).
     fn value(&mut self) -> Result<Value, DecodeError> {
         Ok(match self.u8("value tag")? {
             0 => Value::Null,
@@ -129,6 +141,7 @@ impl<'a> Dec<'a> {
             2 => Value::Int(self.i64("int")?),
             3 => Value::Float(f64::from_bits(self.u64("float")?)),
             4 => Value::Str(self.str("string")?.into()),
+            5 => Value::Decimal(self.str("decimal")?.into()),
             t => return Err(DecodeError(format!("unknown value tag {t}"))),
         })
     }
@@ -140,7 +153,16 @@ mod tests {
 
     #[test]
     fn records_round_trip() {
-        let mut r = Record::new(vec![Value::Str("a".into()), Value::Float(1.5), Value::Null, Value::Int(-3)], "{}".into(), Some(-7));
+        let fields = vec![
+            Value::Str("a".into()),
+            Value::Float(1.5),
+            Value::Null,
+            Value::Int(-3),
+            Value::Float(2.0),
+            Value::Decimal("18446744073709551614".into()),
+            Value::Decimal("100000000000000000000".into()),
+        ];
+        let mut r = Record::new(fields, "{}".into(), Some(-7));
         r.key_group = 99;
         let mut buf = Vec::new();
         buf.put_record(&r);

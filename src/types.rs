@@ -25,6 +25,10 @@ pub enum Value {
     Bool(bool),
     Int(i64),
     Float(f64),
+    /// A number neither `Int` nor `Float` holds exactly (an integer beyond
+    /// i64, or more digits than an f64 keeps), as its canonical decimal text
+    /// (see `number`).
+    Decimal(Box<str>),
     Str(Box<str>),
 }
 
@@ -34,6 +38,7 @@ impl Value {
         match self {
             Value::Int(i) => Some(*i as f64),
             Value::Float(f) => Some(*f),
+            Value::Decimal(d) => d.parse().ok(),
             _ => None,
         }
     }
@@ -50,7 +55,11 @@ impl Value {
                 // serde_json prints the shortest text that reads back as the same f64.
                 let _ = serde_json::to_writer(&mut *out, f);
             }
-            Value::Float(_) => out.extend_from_slice(b"null"),
+            // JSON has no infinity: the strings of the proto3 JSON mapping.
+            Value::Float(f) if f.is_nan() => out.extend_from_slice(b"\"NaN\""),
+            Value::Float(f) if *f > 0.0 => out.extend_from_slice(b"\"Infinity\""),
+            Value::Float(_) => out.extend_from_slice(b"\"-Infinity\""),
+            Value::Decimal(d) => out.extend_from_slice(d.as_bytes()),
             Value::Str(s) => {
                 let _ = serde_json::to_writer(&mut *out, &**s);
             }
@@ -58,31 +67,40 @@ impl Value {
     }
 
     /// Append a stable, unambiguous binary encoding of this value, used for
-    /// keys (hashing, state keys). Never change it: state written by one
-    /// version must be found by the next.
+    /// keys (hashing, state keys). Never change the bytes of a value: state
+    /// written by one version must be found by the next.
+    ///
+    /// Numbers encode their exact value, a `Float` standing for its shortest
+    /// round-trip decimal (how it prints): an integer value that fits an i64
+    /// is tag 2 whatever its form (`1`, `1.0`, `9e15`), other floats tag 3
+    /// (f64 bits), other numbers tag 5 (canonical text).
     pub fn encode_key(&self, out: &mut Vec<u8>) {
+        fn int(i: i64, out: &mut Vec<u8>) {
+            out.push(2);
+            out.extend_from_slice(&i.to_be_bytes());
+        }
+        fn text(tag: u8, s: &str, out: &mut Vec<u8>) {
+            out.push(tag);
+            out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
         match self {
             Value::Null => out.push(0),
             Value::Bool(b) => out.extend_from_slice(&[1, *b as u8]),
-            Value::Int(i) => {
-                out.push(2);
-                out.extend_from_slice(&i.to_be_bytes());
-            }
-            Value::Float(f) => {
-                // Integral floats key like ints, so `1` and `1.0` are one key.
-                if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                    out.push(2);
-                    out.extend_from_slice(&(*f as i64).to_be_bytes());
-                } else {
+            Value::Int(i) => int(*i, out),
+            Value::Float(f) => match crate::number::f64_as_i64(*f) {
+                Some(i) => int(i, out),
+                None => {
                     out.push(3);
                     out.extend_from_slice(&f.to_bits().to_be_bytes());
                 }
-            }
-            Value::Str(s) => {
-                out.push(4);
-                out.extend_from_slice(&(s.len() as u32).to_be_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
+            },
+            Value::Decimal(d) => match crate::number::decimal_key(d) {
+                Some(Ok(i)) => int(i, out),
+                Some(Err(x)) => Value::Float(x).encode_key(out),
+                None => text(5, d, out),
+            },
+            Value::Str(s) => text(4, s, out),
         }
     }
 }
@@ -119,7 +137,32 @@ impl Record {
 pub fn parse_rfc3339_ms(s: &str) -> Result<Millis, String> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("`{s}` is not an RFC 3339 timestamp: {e}"))?;
-    Ok((t.unix_timestamp_nanos() / 1_000_000) as Millis)
+    // Floor, like Java's `toEpochMilli`: 23:59:59.9995 before 1970 is -1 ms, not 0.
+    let ms = t.unix_timestamp_nanos().div_euclid(1_000_000);
+    Millis::try_from(ms).map_err(|_| event_time_out_of_range(s)).and_then(check_event_time)
+}
+
+/// The first and last event time weir accepts (RFC 3339's years 0000 to
+/// 9999, in epoch ms). Far from the ends of i64, so windows, watermarks and
+/// lateness never overflow; a record outside is a bad record.
+pub const MIN_EVENT_TIME: Millis = -62_167_219_200_000;
+pub const MAX_EVENT_TIME: Millis = 253_402_300_799_999;
+/// The longest time span a window, lateness or out-of-orderness may cover:
+/// the whole event-time range.
+pub const MAX_TIME_SPAN: Millis = MAX_EVENT_TIME - MIN_EVENT_TIME + 1;
+
+/// `ts` if it is in the event-time range, else why not.
+pub fn check_event_time(ts: Millis) -> Result<Millis, String> {
+    if (MIN_EVENT_TIME..=MAX_EVENT_TIME).contains(&ts) {
+        Ok(ts)
+    } else {
+        Err(event_time_out_of_range(ts))
+    }
+}
+
+/// Why an event time (shown as written) is refused.
+pub fn event_time_out_of_range(shown: impl fmt::Display) -> String {
+    format!("event time {shown} is outside the supported range {MIN_EVENT_TIME}..={MAX_EVENT_TIME} ms (years 0000 to 9999)")
 }
 
 /// Encode the key made of `indices` of `fields` into `out` (cleared first).
@@ -132,7 +175,7 @@ pub fn encode_key(fields: &[Value], indices: &[usize], out: &mut Vec<u8>) {
 
 /// Decode a key written by `encode_key` back into its values.
 ///
-/// Integral floats come back as `Int` (they were keyed as ints). Malformed
+/// Integral numbers come back as `Int` (they were keyed as ints). Malformed
 /// trailing bytes end the decoding: keys written by `encode_key` never have any.
 pub fn decode_key(key: &[u8]) -> Vec<Value> {
     let mut out = Vec::new();
@@ -161,12 +204,13 @@ pub fn decode_key_into(mut key: &[u8], out: &mut Vec<Value>) -> bool {
                 Some(b) => (Value::Float(f64::from_bits(u64::from_be_bytes(b))), 8),
                 None => return false,
             },
-            4 => {
+            4 | 5 => {
                 let Some(len) = rest.get(..4).and_then(|s| <[u8; 4]>::try_from(s).ok()) else { return false };
                 let len = u32::from_be_bytes(len) as usize;
                 let Some(text) = rest.get(4..4 + len) else { return false };
                 match std::str::from_utf8(text) {
-                    Ok(t) => (Value::Str(t.into()), 4 + len),
+                    Ok(t) if tag == 4 => (Value::Str(t.into()), 4 + len),
+                    Ok(t) => (Value::Decimal(t.into()), 4 + len),
                     Err(_) => return false,
                 }
             }
@@ -248,6 +292,8 @@ mod tests {
             Value::Str("ü\"x".into()),
             Value::Str("".into()),
             Value::Int(i64::MIN),
+            Value::Decimal("18446744073709551614".into()),
+            Value::Decimal("1.0000000000000000001e-1".into()),
         ];
         let mut k = Vec::new();
         encode_key(&values, &(0..values.len()).collect::<Vec<_>>(), &mut k);
@@ -269,6 +315,72 @@ mod tests {
         assert_eq!(parse_rfc3339_ms("1970-01-01T05:30:00+05:30"), Ok(0));
         assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), Ok(-1000));
         assert!(parse_rfc3339_ms("yesterday").is_err());
+    }
+
+    #[test]
+    fn rfc3339_fractions_floor_before_1970() {
+        // Issue 18 #9: truncating toward zero put 23:59:59.9995 in [0, 1).
+        assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59.9995Z"), Ok(-1));
+        assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59.999999999Z"), Ok(-1));
+        assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59.001Z"), Ok(-999));
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00.0005Z"), Ok(0));
+    }
+
+    #[test]
+    fn event_times_outside_years_0000_to_9999_are_refused() {
+        assert_eq!(parse_rfc3339_ms("0000-01-01T00:00:00Z"), Ok(MIN_EVENT_TIME));
+        assert_eq!(parse_rfc3339_ms("9999-12-31T23:59:59.999Z"), Ok(MAX_EVENT_TIME));
+        let err = parse_rfc3339_ms("0000-01-01T00:00:00+00:01").unwrap_err();
+        assert!(err.contains("outside the supported range"), "{err}");
+        assert!(check_event_time(i64::MIN).is_err());
+        assert!(check_event_time(MAX_EVENT_TIME + 1).is_err());
+        assert!(MIN_WATERMARK < MIN_EVENT_TIME, "no record in range is late at the initial watermark");
+    }
+
+    fn number_key(text: &str) -> Vec<u8> {
+        let mut k = Vec::new();
+        crate::number::parse(text).unwrap_or_else(|| panic!("{text}")).encode_key(&mut k);
+        k
+    }
+
+    #[test]
+    fn number_keys_compare_by_exact_value() {
+        // Issue 18 #6: integers beyond i64 collapsed into one float key, and
+        // `9e15` differed from `9000000000000000` while `1` and `1.0` were one key.
+        assert_eq!(number_key("9000000000000000"), number_key("9e15"));
+        assert_eq!(number_key("1"), number_key("1.0"));
+        assert_eq!(number_key("-0"), number_key("0.0"));
+        for (a, b) in [
+            ("9223372036854775808", "9223372036854775809"),
+            ("9223372036854775809", "9223372036854775810"),
+            ("18446744073709551614", "18446744073709551615"),
+            ("18446744073709551614", "18446744073709551616"),
+            ("12345678901234567891", "12345678901234567890"),
+            ("0.1", "0.10000000000000000001"),
+        ] {
+            assert_ne!(number_key(a), number_key(b), "{a} vs {b}");
+        }
+        assert_eq!(number_key("9223372036854775808"), number_key("9.223372036854775808e18"));
+        assert_eq!(number_key("1152921504606846976"), number_key("1152921504606846976.0"));
+        assert_eq!(number_key("1152921504606847000"), number_key("1.152921504606847e18"), "a float is its shortest decimal");
+        assert_eq!(number_key("18446744073709551614"), number_key("1.8446744073709551614e19"));
+        assert_eq!(number_key("100000000000000000000"), number_key("1e20"), "an integer Decimal that is also the f64 1e20");
+        // Decoding gives the normalised value: integers as integers, the rest exact.
+        assert_eq!(decode_key(&number_key("9e15")), vec![Value::Int(9_000_000_000_000_000)]);
+        assert_eq!(decode_key(&number_key("18446744073709551614")), vec![Value::Decimal("18446744073709551614".into())]);
+    }
+
+    #[test]
+    fn ordinary_keys_keep_their_bytes() {
+        // State written before exact number keys must still be found.
+        assert_eq!(number_key("42"), [2, 0, 0, 0, 0, 0, 0, 0, 42]);
+        assert_eq!(number_key("3.0"), number_key("3"));
+        assert_eq!(number_key("-8999999999999999.0"), number_key("-8999999999999999"));
+        assert_eq!(number_key("2.5"), [&[3u8][..], &2.5f64.to_bits().to_be_bytes()].concat());
+        assert_eq!(number_key("1e300"), [&[3u8][..], &1e300f64.to_bits().to_be_bytes()].concat());
+        let mut k = Vec::new();
+        Value::Float(f64::INFINITY).encode_key(&mut k);
+        assert_eq!(k, [&[3u8][..], &f64::INFINITY.to_bits().to_be_bytes()].concat());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! <state_dir>/PIPELINE                                 name of the owning pipeline
+//! <state_dir>/LOCK                                     flock of the running process (its PID inside)
+//! <state_dir>/LINEAGE                                  where the current history began (see `lineage`)
 //! <state_dir>/control.sock                             control socket of the running process
 //! <state_dir>/checkpoints/chk-0000007/_metadata        written last: the commit point
 //! <state_dir>/checkpoints/chk-0000007/bundle-003/MANIFEST
@@ -19,6 +21,8 @@ use std::path::{Component, Path, PathBuf};
 use super::{BundleId, CheckpointId};
 
 pub const PIPELINE_FILE: &str = "PIPELINE";
+pub const LOCK_FILE: &str = "LOCK";
+pub const LINEAGE_FILE: &str = "LINEAGE";
 pub const CONTROL_SOCKET: &str = "control.sock";
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
 pub const SAVEPOINTS_DIR: &str = "savepoints";
@@ -48,6 +52,16 @@ impl Layout {
     /// Holds the pipeline name, to refuse a directory written by another pipeline.
     pub fn pipeline_file(&self) -> PathBuf {
         self.state_dir.join(PIPELINE_FILE)
+    }
+
+    /// Locked by the process running on the directory (`checkpoint::lock`).
+    pub fn lock_file(&self) -> PathBuf {
+        self.state_dir.join(LOCK_FILE)
+    }
+
+    /// Where the current history of checkpoints began (`checkpoint::lineage`).
+    pub fn lineage_file(&self) -> PathBuf {
+        self.state_dir.join(LINEAGE_FILE)
     }
 
     pub fn control_socket(&self) -> PathBuf {
@@ -141,6 +155,8 @@ mod tests {
         let l = Layout::new("/s");
         assert_eq!(l.pipeline_file(), Path::new("/s/PIPELINE"));
         assert_eq!(l.control_socket(), Path::new("/s/control.sock"));
+        assert_eq!(l.lock_file(), Path::new("/s/LOCK"));
+        assert_eq!(l.lineage_file(), Path::new("/s/LINEAGE"));
         assert_eq!(l.savepoints_dir(), Path::new("/s/savepoints"));
         assert_eq!(l.metadata(7), Path::new("/s/checkpoints/chk-0000007/_metadata"));
         assert_eq!(l.manifest(7, 3), Path::new("/s/checkpoints/chk-0000007/bundle-003/MANIFEST"));

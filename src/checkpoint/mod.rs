@@ -9,9 +9,12 @@
 //! all subtasks restore from the same checkpoint or none does.
 
 pub mod layout;
+pub mod lineage;
+pub mod lock;
 pub mod manifest;
 pub mod shared;
 pub mod store;
+pub mod target;
 pub mod validate;
 
 /// A checkpoint (or savepoint) id. Strictly increasing across restarts.

@@ -51,7 +51,7 @@ pub fn manifests_on_disk(layout: &Layout) -> Result<Vec<BundleManifest>, StoreEr
                 continue;
             }
             let path = entry.path().join(layout::MANIFEST_FILE);
-            match fs::read(&path) {
+            match store::read_regular(&path) {
                 Ok(bytes) => match BundleManifest::from_bytes(&bytes) {
                     Ok(m) => out.push(m),
                     // A damaged MANIFEST: its checkpoint is invalid, but the

@@ -129,24 +129,104 @@ pub fn write_state_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<FileEntr
 }
 
 /// Size and CRC32C of an existing file `dir/name` (e.g. one a backend
-/// produced by hard links), read in chunks.
+/// produced by hard links), read in chunks. Only a regular file qualifies.
 pub fn describe_file(dir: &Path, name: &str) -> Result<FileEntry, StoreError> {
     if !layout::is_safe_relative(name) {
         return Err(StoreError::UnsafeName { path: dir.to_path_buf(), name: name.into() });
     }
     let path = dir.join(name);
-    let mut f = File::open(&path).map_err(StoreError::io("open", &path))?;
+    let (mut f, _) = open_regular(&path).map_err(StoreError::io("open", &path))?;
+    let (size, crc) = checksum(&mut f).map_err(StoreError::io("read", &path))?;
+    Ok(FileEntry::private(name, size, crc))
+}
+
+/// Bytes read and their CRC32C, from the current position to the end.
+pub fn checksum(f: &mut impl Read) -> io::Result<(u64, u32)> {
     let mut buf = vec![0u8; 64 * 1024];
     let (mut size, mut crc) = (0u64, 0u32);
     loop {
-        let n = f.read(&mut buf).map_err(StoreError::io("read", &path))?;
+        let n = f.read(&mut buf)?;
         if n == 0 {
-            break;
+            return Ok((size, crc));
         }
         crc = crc32c::crc32c_append(crc, &buf[..n]);
         size += n as u64;
     }
-    Ok(FileEntry::private(name, size, crc))
+}
+
+/// A path that is not a regular file where a state file (or document) was
+/// expected: a FIFO would block a reader forever, a symbolic link could
+/// lead anywhere.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("is {kind}, not a regular file")]
+pub struct NotRegular {
+    pub kind: &'static str,
+}
+
+impl NotRegular {
+    /// The `NotRegular` inside an I/O error from [`open_regular`], if that is what it is.
+    pub fn of(e: &io::Error) -> Option<&NotRegular> {
+        e.get_ref().and_then(|inner| inner.downcast_ref::<NotRegular>())
+    }
+}
+
+/// What a file type is, in words.
+pub fn kind_of(t: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "of an unknown file type"
+    }
+}
+
+fn not_regular(t: &fs::FileType) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, NotRegular { kind: kind_of(t) })
+}
+
+/// Open a state file or document for reading, with its size: only a
+/// regular file, never through a symbolic link at the last component, and
+/// without blocking (`O_NONBLOCK`: opening a FIFO does not wait for a
+/// writer). The type is checked on the open descriptor, so it cannot change
+/// between the check and the read.
+pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path);
+    let file = match opened {
+        Ok(f) => f,
+        // ELOOP (a symlink under O_NOFOLLOW), ENXIO (a socket): say what it is.
+        Err(e) => {
+            return Err(match fs::symlink_metadata(path) {
+                Ok(m) if !m.is_file() => not_regular(&m.file_type()),
+                _ => e,
+            })
+        }
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta.file_type()));
+    }
+    Ok((file, meta.len()))
+}
+
+/// The whole content of a regular file; see [`open_regular`].
+pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    let (mut f, len) = open_regular(path)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(64 << 20));
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Remove a checkpoint: `_metadata` first (made durable), so a crash midway
@@ -199,19 +279,27 @@ pub fn list_checkpoint_ids(layout: &Layout) -> Result<Vec<CheckpointId>, StoreEr
 /// Claim a state directory for `pipeline`: create it and write `PIPELINE`
 /// on first use; refuse it if another pipeline wrote it.
 pub fn claim_state_dir(layout: &Layout, pipeline: &str) -> Result<(), StoreError> {
+    match state_dir_owner(layout)? {
+        Some(found) if found == pipeline => Ok(()),
+        Some(found) => Err(StoreError::PipelineMismatch { path: layout.pipeline_file(), expected: pipeline.into(), found }),
+        None => write_owner(layout, pipeline),
+    }
+}
+
+/// The pipeline named in `PIPELINE` (None: the directory was never
+/// claimed). Reads only.
+pub fn state_dir_owner(layout: &Layout) -> Result<Option<String>, StoreError> {
     let path = layout.pipeline_file();
     match fs::read(&path) {
-        Ok(bytes) => {
-            let found = String::from_utf8_lossy(&bytes).trim_end().to_string();
-            if found == pipeline {
-                Ok(())
-            } else {
-                Err(StoreError::PipelineMismatch { path, expected: pipeline.into(), found })
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => write_atomic(&path, format!("{pipeline}\n").as_bytes()),
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim_end().to_string())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StoreError::io("read", &path)(e)),
     }
+}
+
+/// Write `PIPELINE` (atomically): first use, or a take-over (`--force`).
+pub fn write_owner(layout: &Layout, pipeline: &str) -> Result<(), StoreError> {
+    write_atomic(&layout.pipeline_file(), format!("{pipeline}\n").as_bytes())
 }
 
 #[cfg(test)]
@@ -260,6 +348,28 @@ mod tests {
         assert!(matches!(describe_file(tmp.path(), "/etc/passwd"), Err(StoreError::UnsafeName { .. })));
         let err = describe_file(tmp.path(), "missing").unwrap_err();
         assert!(err.to_string().contains("missing"), "{err}");
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_a_fifo_never_blocks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        std::os::unix::net::UnixListener::bind(tmp.path().join("sock")).unwrap();
+        fs::write(tmp.path().join("file"), b"data").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("file"), tmp.path().join("link")).unwrap();
+        fs::create_dir(tmp.path().join("dir")).unwrap();
+        for (name, kind) in [("fifo", "a FIFO"), ("sock", "a socket"), ("link", "a symbolic link"), ("dir", "a directory")] {
+            let e = read_regular(&tmp.path().join(name)).unwrap_err();
+            assert_eq!(NotRegular::of(&e), Some(&NotRegular { kind }), "{name}: {e}");
+            let e = describe_file(tmp.path(), name).unwrap_err();
+            assert!(e.to_string().contains(&format!("is {kind}, not a regular file")), "{name}: {e}");
+        }
+        let e = read_regular(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(NotRegular::of(&e), Some(&NotRegular { kind: "a character device" }));
+        assert_eq!(read_regular(&tmp.path().join("file")).unwrap(), b"data");
+        assert_eq!(read_regular(&tmp.path().join("missing")).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -38,22 +38,40 @@ pub struct Invalid {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {
     Missing,
+    /// A FIFO, symbolic link, directory, ...: only regular files are state files.
+    NotRegular(&'static str),
     Unreadable(String),
     BadDocument(DocError),
-    WrongCheckpointId { expected: CheckpointId, found: CheckpointId },
-    WrongBundle { expected: u32, found: u32 },
-    WrongPipeline { expected: String, found: String },
+    WrongCheckpointId {
+        expected: CheckpointId,
+        found: CheckpointId,
+    },
+    WrongBundle {
+        expected: u32,
+        found: u32,
+    },
+    WrongPipeline {
+        expected: String,
+        found: String,
+    },
     DuplicateBundle(u32),
     DuplicateFile(String),
     UnsafeName(String),
-    SizeMismatch { expected: u64, found: u64 },
-    CrcMismatch { expected: u32, found: u32 },
+    SizeMismatch {
+        expected: u64,
+        found: u64,
+    },
+    CrcMismatch {
+        expected: u32,
+        found: u32,
+    },
 }
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Missing => write!(f, "missing"),
+            Reason::NotRegular(kind) => write!(f, "is {kind}, not a regular file"),
             Reason::Unreadable(e) => write!(f, "unreadable: {e}"),
             Reason::BadDocument(e) => write!(f, "{e}"),
             Reason::WrongCheckpointId { expected, found } => {
@@ -134,30 +152,31 @@ pub fn shared_dir_of(dir: &Path) -> PathBuf {
 
 fn check_file(bundle_dir: &Path, entry: &super::manifest::FileEntry) -> Result<(), Invalid> {
     let path = bundle_dir.join(&entry.name);
+    // Opened once, as a regular file only (a FIFO would block the read forever).
+    let (mut file, size) = store::open_regular(&path).map_err(|e| io_reason(&path, e))?;
     // Size first: cheap, and catches truncation without reading the file.
-    let size = fs::metadata(&path).map_err(|e| io_reason(&path, e))?.len();
     if size != entry.size {
         return Err(invalid(path, Reason::SizeMismatch { expected: entry.size, found: size }));
     }
-    let actual = store::describe_file(bundle_dir, &entry.name).map_err(|e| match e {
-        StoreError::Io { source, .. } => io_reason(&path, source),
-        other => invalid(&path, Reason::Unreadable(other.to_string())),
-    })?;
-    if actual.size != entry.size {
-        return Err(invalid(path, Reason::SizeMismatch { expected: entry.size, found: actual.size }));
+    let (size, crc32c) = store::checksum(&mut file).map_err(|e| io_reason(&path, e))?;
+    if size != entry.size {
+        return Err(invalid(path, Reason::SizeMismatch { expected: entry.size, found: size }));
     }
-    if actual.crc32c != entry.crc32c {
-        return Err(invalid(path, Reason::CrcMismatch { expected: entry.crc32c, found: actual.crc32c }));
+    if crc32c != entry.crc32c {
+        return Err(invalid(path, Reason::CrcMismatch { expected: entry.crc32c, found: crc32c }));
     }
     Ok(())
 }
 
 fn read_document<T: Document>(path: &Path) -> Result<T, Invalid> {
-    let bytes = fs::read(path).map_err(|e| io_reason(path, e))?;
+    let bytes = store::read_regular(path).map_err(|e| io_reason(path, e))?;
     T::from_bytes(&bytes).map_err(|e| invalid(path, Reason::BadDocument(e)))
 }
 
 fn io_reason(path: &Path, e: io::Error) -> Invalid {
+    if let Some(not) = store::NotRegular::of(&e) {
+        return invalid(path, Reason::NotRegular(not.kind));
+    }
     match e.kind() {
         io::ErrorKind::NotFound => invalid(path, Reason::Missing),
         _ => invalid(path, Reason::Unreadable(e.to_string())),
@@ -221,8 +240,14 @@ impl BundleStateValidator {
     /// The newest valid checkpoint (`--restore latest`), with the reason
     /// each newer one was refused, so the caller can log them.
     pub fn find_latest(&self) -> Result<Latest, FindError> {
+        self.find_latest_from(0)
+    }
+
+    /// The newest valid checkpoint with an id of at least `first_id` (the
+    /// current lineage's); older ones are not even looked at.
+    pub fn find_latest_from(&self, first_id: CheckpointId) -> Result<Latest, FindError> {
         let mut skipped = Vec::new();
-        for id in store::list_checkpoint_ids(&self.layout)?.into_iter().rev() {
+        for id in store::list_checkpoint_ids(&self.layout)?.into_iter().rev().filter(|&id| id >= first_id) {
             match self.validate(id) {
                 Ok(checkpoint) => return Ok(Latest { checkpoint, skipped }),
                 Err(why) => skipped.push((id, why)),
@@ -425,6 +450,59 @@ mod tests {
         assert!(matches!(v.validate(9).unwrap_err().reason, Reason::DuplicateFile(_)));
     }
 
+    fn mkfifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+        assert!(made.success(), "mkfifo {}", path.display());
+    }
+
+    /// `f()` on a thread, failing the test if it has not returned within 10 s.
+    fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|_| panic!("{what}: blocked"))
+    }
+
+    #[test]
+    fn a_fifo_or_symlink_in_place_of_a_state_file_is_refused_without_blocking() {
+        let (_tmp, l, v) = setup();
+        write_checkpoint(&l, 1);
+        write_checkpoint(&l, 2);
+        // A crafted MANIFEST entry naming a FIFO (size 0 passes the size check).
+        let fifo = l.bundle_dir(2, 1).join("fifo");
+        mkfifo(&fifo);
+        let mut m = BundleManifest::from_bytes(&fs::read(l.manifest(2, 1)).unwrap()).unwrap();
+        m.files.push(crate::checkpoint::manifest::FileEntry::private("fifo", 0, 0));
+        write_atomic(&l.manifest(2, 1), &m.to_bytes()).unwrap();
+        let l2 = l.clone();
+        let latest = bounded("validating a FIFO", move || BundleStateValidator::new(l2, "orders").find_latest().unwrap());
+        assert_eq!(latest.checkpoint.metadata.checkpoint_id, 1);
+        assert_eq!(latest.skipped, vec![(2, invalid(&fifo, Reason::NotRegular("a FIFO")))]);
+        assert!(latest.skipped[0].1.to_string().ends_with("fifo: is a FIFO, not a regular file"), "{}", latest.skipped[0].1);
+
+        // The MANIFEST itself, and `_metadata`, as FIFOs.
+        fs::remove_file(l.manifest(2, 1)).unwrap();
+        mkfifo(&l.manifest(2, 1));
+        let dir = l.checkpoint_dir(2);
+        let err = bounded("a FIFO MANIFEST", move || validate_dir(&dir).unwrap_err());
+        assert_eq!(err, invalid(l.manifest(2, 1), Reason::NotRegular("a FIFO")));
+        fs::remove_file(l.metadata(2)).unwrap();
+        mkfifo(&l.metadata(2));
+        let dir = l.checkpoint_dir(2);
+        let err = bounded("a FIFO _metadata", move || validate_dir(&dir).unwrap_err());
+        assert_eq!(err, invalid(l.metadata(2), Reason::NotRegular("a FIFO")));
+        // Cleanup reads `_metadata` too: it does not block, and removes the unfinished checkpoint.
+        let l2 = l.clone();
+        let report = bounded("cleanup", move || BundleStateValidator::new(l2, "orders").cleanup(&[]).unwrap());
+        assert_eq!(report.removed_checkpoints, vec![2]);
+
+        // A symbolic link to a file with the right content is no state file either.
+        let file = l.bundle_dir(1, 0).join("op-unique.bin");
+        let moved = l.state_dir().join("elsewhere.bin");
+        fs::rename(&file, &moved).unwrap();
+        std::os::unix::fs::symlink(&moved, &file).unwrap();
+        assert_eq!(v.validate(1).unwrap_err(), invalid(&file, Reason::NotRegular("a symbolic link")));
+    }
+
     #[test]
     fn latest_without_any_valid_checkpoint() {
         let (_tmp, l, v) = setup();
@@ -433,6 +511,19 @@ mod tests {
         fs::remove_file(l.metadata(1)).unwrap();
         let Err(FindError::NoneValid { skipped, .. }) = v.find_latest() else { panic!("found one") };
         assert_eq!(skipped, vec![(1, invalid(l.metadata(1), Reason::Missing))]);
+    }
+
+    #[test]
+    fn latest_from_an_id_ignores_older_checkpoints() {
+        let (_tmp, l, v) = setup();
+        for id in [3, 5, 8] {
+            write_checkpoint(&l, id);
+        }
+        assert_eq!(v.find_latest_from(4).unwrap().checkpoint.metadata.checkpoint_id, 8);
+        fs::remove_file(l.metadata(8)).unwrap();
+        assert_eq!(v.find_latest_from(5).unwrap().checkpoint.metadata.checkpoint_id, 5);
+        let Err(FindError::NoneValid { skipped, .. }) = v.find_latest_from(6) else { panic!("went back before the lineage") };
+        assert_eq!(skipped.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![8]);
     }
 
     #[test]

@@ -56,7 +56,9 @@ fn state_dir(layout: &Layout) -> (String, bool) {
 /// The directories under `savepoints/`, sorted.
 fn savepoint_dirs(layout: &Layout) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(layout.savepoints_dir()) else { return Vec::new() };
-    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    // Hidden names are savepoints being written or disposed.
+    let visible = entries.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.'));
+    let mut dirs: Vec<PathBuf> = visible.map(|e| e.path()).filter(|p| p.is_dir()).collect();
     dirs.sort();
     dirs
 }
@@ -114,7 +116,7 @@ fn checkpoint(dir: &Path) -> (String, bool) {
 }
 
 fn read<T: Document>(path: &PathBuf) -> Result<T, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = store::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
     T::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 

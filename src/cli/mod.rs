@@ -57,7 +57,8 @@ pub enum SavepointCommand {
         #[command(flatten)]
         pipeline: PipelineArgs,
         /// Write the savepoint to this (new or empty) directory instead of
-        /// `<state.dir>/savepoints/sp-<id>`.
+        /// `<state.dir>/savepoints/sp-<id>`; not inside the state
+        /// directory's `checkpoints/` or `local/`.
         #[arg(long, value_name = "DIR")]
         target: Option<PathBuf>,
         /// Stop-with-savepoint: the savepoint is the final checkpoint, sinks
@@ -185,13 +186,13 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
     match command {
         SavepointCommand::Trigger { pipeline, target, stop, drain, timeout } => {
             let p = checkpointed(&pipeline)?;
-            let socket = crate::checkpoint::layout::Layout::new(&p.state.dir).control_socket();
+            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
             let end = match (stop, drain) {
                 (false, _) => savepoint::Ending::KeepRunning,
                 (true, false) => savepoint::Ending::Stop,
                 (true, true) => savepoint::Ending::StopAndDrain,
             };
-            let path = savepoint::trigger(&socket, &p.name, target.as_deref(), end, timeout).map_err(to_anyhow)?;
+            let path = savepoint::trigger(&layout, &p.name, target.as_deref(), end, timeout).map_err(to_anyhow)?;
             println!("Savepoint completed. Path: {}", path.display());
         }
         SavepointCommand::Dispose { path } => {
@@ -236,32 +237,38 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         "latest" => RestoreFrom::Latest,
         path => RestoreFrom::Path(path.into()),
     });
-    let start = match (&pipeline.checkpoint, &restore) {
+    // With checkpoints, the state directory is locked first (before any
+    // connector is opened) and stays locked until this function returns,
+    // after the runtime and everything on it is gone.
+    let (start, _lock) = match (&pipeline.checkpoint, &restore) {
         (Some(_), _) => {
             let policy =
                 restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
-            Some(restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?)
+            let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?;
+            (Some(prepared.start), Some(prepared.lock))
         }
         (None, Some(_)) => {
             return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())
         }
-        (None, None) => None,
+        (None, None) => (None, None),
     };
     let plan = Plan::new(pipeline);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let name = plan.pipeline.name.clone();
     let outcome = rt.block_on(async move {
+        // First, so a signal while the pipeline is being built is not fatal.
+        let mut signals = Signals::install().context("installing the SIGINT and SIGTERM handlers")?;
         let engine = Engine::build(&plan, start).context("building the pipeline")?;
         let metrics = engine.metrics();
         let show = !args.options.no_progress && std::io::stderr().is_terminal();
         let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
         let stop = engine.stop_handle();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            signals.next().await;
             tracing::info!("Stop requested; draining the pipeline.");
             stop.stop();
             // A second signal means "now": don't wait for the drain.
-            wait_for_signal().await;
+            signals.next().await;
             eprintln!("weir: stopped hard by a second signal");
             std::process::exit(130);
         });
@@ -277,16 +284,34 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() {
+/// SIGINT and SIGTERM, listened to from the start of the run to its end:
+/// installed once, so a signal that comes while the first is being handled
+/// (the second Ctrl-C) is never lost.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
         }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::checkpoint::layout::{self, Layout, METADATA_FILE};
 use crate::checkpoint::manifest::{Document, Kind, Metadata};
-use crate::checkpoint::validate;
+use crate::checkpoint::{store, validate};
 use crate::runtime::control::{Request, SavepointRequest};
 
 /// Why a savepoint command failed; `Refused` is exit 2, `Failed` exit 1.
@@ -30,10 +30,18 @@ pub enum Ending {
     StopAndDrain,
 }
 
-/// Ask the process listening on `socket` for a savepoint; returns its path.
-pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
+/// Ask the process running on the state directory of `layout` (through its
+/// control socket) for a savepoint; returns its path. A target the process
+/// would refuse (inside `checkpoints/`, not empty, ...) is refused here
+/// first, without contacting it.
+pub fn trigger(layout: &Layout, pipeline: &str, target: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
+    let socket = layout.control_socket();
     let target = match target {
-        Some(t) => Some(std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?),
+        Some(t) => {
+            let abs = std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?;
+            crate::checkpoint::target::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
+            Some(abs)
+        }
         None => None,
     };
     let (stop, drain) = match end {
@@ -42,7 +50,7 @@ pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, end: Ending
         Ending::StopAndDrain => (true, true),
     };
     let request = Request::Savepoint(SavepointRequest { target, stop, drain });
-    let response = call(socket, pipeline, &request, timeout)?;
+    let response = call(&socket, pipeline, &request, timeout)?;
     match response.get("path").and_then(|p| p.as_str()) {
         Some(path) if response["ok"] == true => Ok(PathBuf::from(path)),
         _ => Err(SavepointError::Failed(format!("savepoint failed: {}", error_of(&response)))),
@@ -52,8 +60,11 @@ pub fn trigger(socket: &Path, pipeline: &str, target: Option<&Path>, end: Ending
 /// One request, one response line.
 fn call(socket: &Path, pipeline: &str, request: &Request, timeout: Duration) -> Result<serde_json::Value, SavepointError> {
     let failed = SavepointError::Failed;
-    let mut stream = UnixStream::connect(socket)
-        .map_err(|e| failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display())))?;
+    let no_process = |e: std::io::Error| {
+        failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display()))
+    };
+    let addr = crate::runtime::control::SocketPath::new(socket).map_err(no_process)?;
+    let mut stream = UnixStream::connect(addr.path()).map_err(no_process)?;
     stream.set_read_timeout(Some(timeout)).map_err(|e| failed(e.to_string()))?;
     let mut line = serde_json::to_string(request).map_err(|e| failed(e.to_string()))?;
     line.push('\n');
@@ -73,40 +84,119 @@ fn error_of(response: &serde_json::Value) -> String {
     response.get("error").and_then(|e| e.as_str()).unwrap_or("no reason given").to_string()
 }
 
-/// Remove the savepoint at `path` (its directory or `_metadata`), and only that.
+/// Remove the savepoint at `path` (its directory or `_metadata`), and only
+/// that: a directory named by its own name (no `.` or `..` to resolve, not
+/// a symbolic link, with or without a trailing slash) that is exactly a
+/// savepoint root. Everything is checked before anything is deleted.
 pub fn dispose(path: &Path) -> Result<PathBuf, SavepointError> {
     let refused = |why: String| SavepointError::Refused(format!("not disposing {}: {why}", path.display()));
-    let dir = if path.file_name().is_some_and(|n| n == METADATA_FILE) { path.parent().unwrap_or(path) } else { path };
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| refused(e.to_string()))?;
-    if meta.file_type().is_symlink() {
-        return Err(refused("it is a symbolic link".into()));
-    }
-    if !meta.is_dir() {
-        return Err(refused("it is not a directory".into()));
-    }
-    let md_path = dir.join(METADATA_FILE);
-    let bytes =
-        std::fs::read(&md_path).map_err(|e| refused(format!("no readable {METADATA_FILE} ({e}), so it is not a weir savepoint")))?;
-    let md = Metadata::from_bytes(&bytes).map_err(|e| refused(format!("{}: {e}", md_path.display())))?;
-    if md.kind != Kind::Savepoint {
-        return Err(refused(format!("its {METADATA_FILE} says it is a {:?}, not a savepoint", md.kind).to_lowercase()));
-    }
-    for entry in std::fs::read_dir(dir).map_err(|e| refused(e.to_string()))? {
-        let name = entry.map_err(|e| refused(e.to_string()))?.file_name();
-        let name = name.to_string_lossy();
-        if name != METADATA_FILE && layout::parse_bundle_dir_name(&name).is_none() {
-            return Err(refused(format!("it holds `{name}`, which is not part of a savepoint")));
+    let (parent, name) = split_savepoint_path(path).map_err(refused)?;
+    // The parent is resolved once; the last component is never followed.
+    let parent = parent.canonicalize().map_err(|e| refused(format!("{}: {e}", parent.display())))?;
+    let dir = parent.join(&name);
+    let checked = savepoint_root(&dir).map_err(refused)?;
+    // Out of reach under a private name first, then checked again: what is
+    // deleted is what was checked, even if the path changed meanwhile.
+    let doomed = parent.join(format!(".{}.weir-dispose-{}", name.to_string_lossy(), std::process::id()));
+    std::fs::rename(&dir, &doomed).map_err(|e| SavepointError::Failed(format!("moving {} out of the way: {e}", dir.display())))?;
+    match savepoint_root(&doomed) {
+        Ok(again) if again == checked => {}
+        other => {
+            let _ = std::fs::rename(&doomed, &dir);
+            let why = other.err().unwrap_or_else(|| "it was replaced while being disposed".into());
+            return Err(refused(why));
         }
     }
-    std::fs::remove_dir_all(dir).map_err(|e| SavepointError::Failed(format!("removing {}: {e}", dir.display())))?;
-    Ok(dir.to_path_buf())
+    std::fs::remove_dir_all(&doomed).map_err(|e| SavepointError::Failed(format!("removing {}: {e}", doomed.display())))?;
+    Ok(dir)
+}
+
+/// The directory a dispose `path` names, as (parent, last component),
+/// lexically: a trailing slash and a last `_metadata` are dropped; `..`
+/// anywhere and a last `.` are refused (`sp/bundle-000/..` and `.` must not
+/// stand for a savepoint: say its name).
+fn split_savepoint_path(path: &Path) -> Result<(PathBuf, std::ffi::OsString), String> {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // Empty segments are repeated, leading or trailing slashes.
+    let mut segs: Vec<&[u8]> = bytes.split(|&c| c == b'/').filter(|s| !s.is_empty()).collect();
+    if segs.contains(&&b".."[..]) {
+        return Err("`..` in the path is refused; name the savepoint directory itself".into());
+    }
+    if !bytes.ends_with(b"/") && segs.last() == Some(&METADATA_FILE.as_bytes()) {
+        if segs.len() == 1 {
+            return Err(format!("name the savepoint directory, not a bare `{METADATA_FILE}`"));
+        }
+        segs.pop();
+    }
+    let name = match segs.pop() {
+        None => return Err("the root directory is not a savepoint".into()),
+        Some(b".") => return Err("`.` is refused; name the savepoint directory itself".into()),
+        Some(n) => OsStr::from_bytes(n).to_os_string(),
+    };
+    let joined = segs.join(&b'/');
+    let parent = match (bytes.starts_with(b"/"), joined.is_empty()) {
+        (true, _) => PathBuf::from("/").join(OsStr::from_bytes(&joined)),
+        (false, true) => PathBuf::from("."),
+        (false, false) => PathBuf::from(OsStr::from_bytes(&joined)),
+    };
+    Ok((parent, name))
+}
+
+/// Check that `dir` is exactly a savepoint root: a real directory (not a
+/// link) whose `_metadata` says savepoint and validates, holding nothing but
+/// `_metadata` and `bundle-NNN` directories of regular files. Returns its
+/// identity (device, inode).
+fn savepoint_root(dir: &Path) -> Result<(u64, u64), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if meta.file_type().is_symlink() {
+        return Err("it is a symbolic link".into());
+    }
+    if !meta.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    let md_path = dir.join(METADATA_FILE);
+    let bytes = store::read_regular(&md_path).map_err(|e| format!("no readable {METADATA_FILE} ({e}), so it is not a weir savepoint"))?;
+    let md = Metadata::from_bytes(&bytes).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    if md.kind != Kind::Savepoint {
+        return Err(format!("its {METADATA_FILE} says it is a {:?}, not a savepoint", md.kind).to_lowercase());
+    }
+    let list = |d: &Path| -> Result<Vec<(String, std::fs::FileType)>, String> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))? {
+            let entry = entry.map_err(|e| format!("{}: {e}", d.display()))?;
+            let t = entry.file_type().map_err(|e| format!("{}: {e}", entry.path().display()))?;
+            out.push((entry.file_name().to_string_lossy().into_owned(), t));
+        }
+        Ok(out)
+    };
+    for (name, t) in list(dir)? {
+        let is_bundle = layout::parse_bundle_dir_name(&name).is_some() && t.is_dir();
+        if !(name == METADATA_FILE && t.is_file()) && !is_bundle {
+            return Err(format!("it holds `{name}` ({}), which is not part of a savepoint", store::kind_of(&t)));
+        }
+        if is_bundle {
+            if let Some((inner, t)) = list(&dir.join(&name))?.into_iter().find(|(_, t)| !t.is_file()) {
+                return Err(format!("it holds `{name}/{inner}`, which is {}, not a state file", store::kind_of(&t)));
+            }
+        }
+    }
+    Ok((meta.dev(), meta.ino()))
 }
 
 /// A table of the savepoints under the state directory.
 pub fn list(layout: &Layout) -> Result<String, SavepointError> {
     let dir = layout.savepoints_dir();
     let mut dirs: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect(),
+        // Hidden names are savepoints being written or disposed.
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(SavepointError::Failed(format!("listing {}: {e}", dir.display()))),
     };
@@ -124,4 +214,27 @@ pub fn list(layout: &Layout) -> Result<String, SavepointError> {
         let _ = writeln!(out, "{id:<10} {created:<24} {bytes:>12}  {:<40}  {valid}", d.display());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispose_paths_name_the_directory_itself() {
+        let ok = |p: &str| split_savepoint_path(Path::new(p)).map(|(d, n)| (d.display().to_string(), n.to_string_lossy().into_owned()));
+        let pair = |d: &str, n: &str| Ok((d.to_string(), n.to_string()));
+        assert_eq!(ok("sp"), pair(".", "sp"));
+        assert_eq!(ok("sp/"), pair(".", "sp"));
+        assert_eq!(ok("./sp//"), pair(".", "sp"));
+        assert_eq!(ok("sp/_metadata"), pair(".", "sp"));
+        assert_eq!(ok("/a/b/sp/_metadata"), pair("/a/b", "sp"));
+        assert_eq!(ok("/sp"), pair("/", "sp"));
+        assert_eq!(ok("a//b/sp"), pair("a/b", "sp"));
+        // `sp/_metadata/` names a directory called `_metadata` (then refused as no savepoint).
+        assert_eq!(ok("sp/_metadata/"), pair("sp", "_metadata"));
+        for bad in [".", "./", "sp/.", "sp/bundle-000/..", "..", "../sp", "a/../sp", "/", "", "_metadata", "sp/./_metadata"] {
+            assert!(ok(bad).is_err(), "{bad:?} was accepted: {:?}", ok(bad));
+        }
+    }
 }

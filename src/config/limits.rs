@@ -29,13 +29,13 @@ pub(crate) const PROCESSING: DurationRange =
 /// `min_pause`: like `PROCESSING`, but 0 is allowed.
 pub(crate) const PAUSE: DurationRange = DurationRange { min: Duration::ZERO, ..PROCESSING };
 
-/// Spans of event time that must be positive (window size, slide and gap,
-/// dedup ttl): 1ms..=100y, whole milliseconds.
+/// The base of `EVENT_OFFSET`: 1ms..=100y, whole milliseconds. (Window
+/// size, slide and gap, ttl, lateness and out-of-orderness are checked
+/// against the whole range of event time by `specs::event_span`.)
 pub(crate) const EVENT_SPAN: DurationRange =
     DurationRange { min: Duration::from_millis(1), max: Duration::from_secs(100 * YEAR), whole_ms: true };
 
-/// Spans of event time that may be 0 (max_out_of_orderness,
-/// allowed_lateness, datagen interval and jitter): 0..=100y.
+/// Datagen `interval` and `jitter`: 0..=100y, whole milliseconds.
 pub(crate) const EVENT_OFFSET: DurationRange = DurationRange { min: Duration::ZERO, ..EVENT_SPAN };
 
 /// Records per second (`rate_limit` of sources and of the blackhole sink).

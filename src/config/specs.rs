@@ -58,7 +58,7 @@ impl Cx<'_> {
         let at = child(base, key);
         let d = self.duration(&at, text)?;
         if range.whole_ms && d.subsec_nanos() % 1_000_000 != 0 {
-            self.err(&at, format!("`{key}` must be a whole number of milliseconds (event time counts in ms), got `{text}`"));
+            self.err(&at, format!("`{key}` must be a whole number of milliseconds (the unit of event time), got `{text}`"));
             return None;
         }
         if d < range.min || d > range.max {
@@ -436,7 +436,7 @@ fn event_time_spec(cx: &mut Cx, at: &[Seg], raw: &RawEventTime) -> EventTimeSpec
         }
     };
     let max_out_of_orderness = match &raw.max_out_of_orderness {
-        Some(d) => cx.duration_in(at, "max_out_of_orderness", d, EVENT_OFFSET).unwrap_or_default(),
+        Some(d) => event_span(cx, at, "max_out_of_orderness", d, false).unwrap_or_default(),
         None => Duration::ZERO,
     };
     let idle_timeout = raw.idle_timeout.as_ref().and_then(|d| cx.duration_in(at, "idle_timeout", d, PROCESSING));
@@ -467,11 +467,11 @@ fn on_error_spec(cx: &mut Cx, at: &[Seg], on_error: Option<RawOnError>, dead_let
 }
 
 fn start_time_of(cx: &mut Cx, at: &[Seg], raw: Option<&Value>) -> Millis {
-    const EXPECTED: &str = "expected an RFC 3339 time such as `2024-01-01T00:00:00Z` or integer epoch milliseconds";
+    const EXPECTED: &str = "expected an RFC 3339 time such as `2024-01-01T00:00:00Z` or integer epoch milliseconds, in years 0000 to 9999";
     let parsed = match raw {
         None => return DEFAULT_START_TIME,
         Some(Value::String(s)) => crate::types::parse_rfc3339_ms(s).ok(),
-        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::Number(n)) => n.as_i64().filter(|&t| crate::types::check_event_time(t).is_ok()),
         Some(_) => None,
     };
     let (min, max) = START_TIME_MS;
@@ -541,7 +541,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
     match raw {
         RawOperator::Dedup { key, ttl, .. } => NodeKind::Dedup(DedupSpec {
             key: key_list(cx, &child(at, "key"), key),
-            ttl: ttl.as_ref().and_then(|t| cx.duration_in(at, "ttl", t, EVENT_SPAN)),
+            ttl: ttl.as_ref().and_then(|t| event_span(cx, at, "ttl", t, true)),
         }),
         RawOperator::Aggregate { key, window, allowed_lateness, aggregates, emit_interval, dead_letter, .. } => {
             let key = key_list(cx, &child(at, "key"), key);
@@ -560,7 +560,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                     only_windowed(cx, "allowed_lateness", "concerns late records");
                     Duration::ZERO
                 }
-                Some(d) => cx.duration_in(at, "allowed_lateness", d, EVENT_OFFSET).unwrap_or_default(),
+                Some(d) => event_span(cx, at, "allowed_lateness", d, false).unwrap_or_default(),
                 None => Duration::ZERO,
             };
             if dead_letter.is_some() && !windowed {
@@ -577,6 +577,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                 Some(d) => cx.duration_in(at, "emit_interval", d, PROCESSING).unwrap_or(DEFAULT_EMIT_INTERVAL),
                 None => DEFAULT_EMIT_INTERVAL,
             };
+            check_key_vs_window_bounds(cx, &child(at, "key"), &key, windowed);
             let aggregates = aggregate_fns(cx, &child(at, "aggregates"), aggregates, &key, windowed);
             NodeKind::Aggregate(AggregateSpec {
                 key,
@@ -608,9 +609,9 @@ fn key_list(cx: &mut Cx, at: &[Seg], key: &[String]) -> Vec<String> {
 
 fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
     Some(match raw {
-        RawWindow::Tumbling { size } => WindowSpec::Tumbling { size: cx.duration_in(at, "size", size, EVENT_SPAN)? },
+        RawWindow::Tumbling { size } => WindowSpec::Tumbling { size: event_span(cx, at, "size", size, true)? },
         RawWindow::Sliding { size, slide } => {
-            let (size_d, slide_d) = (cx.duration_in(at, "size", size, EVENT_SPAN), cx.duration_in(at, "slide", slide, EVENT_SPAN));
+            let (size_d, slide_d) = (event_span(cx, at, "size", size, true), event_span(cx, at, "slide", slide, true));
             let (size_d, slide_d) = (size_d?, slide_d?);
             if slide_d > size_d {
                 cx.err(&child(at, "slide"), format!("`slide` ({slide}) is longer than `size` ({size}): expected slide <= size"));
@@ -622,8 +623,45 @@ fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
             }
             WindowSpec::Sliding { size: size_d, slide: slide_d }
         }
-        RawWindow::Session { gap } => WindowSpec::Session { gap: cx.duration_in(at, "gap", gap, EVENT_SPAN)? },
+        RawWindow::Session { gap } => WindowSpec::Session { gap: event_span(cx, at, "gap", gap, true)? },
     })
+}
+
+/// A span of event time (window size, slide, gap, lateness,
+/// out-of-orderness): whole milliseconds, the unit of event time (`1500us`
+/// would silently become 1ms), and at most the event-time range (years 0000
+/// to 9999), so window and watermark arithmetic cannot overflow.
+fn event_span(cx: &mut Cx, base: &[Seg], key: &str, text: &str, positive: bool) -> Option<Duration> {
+    let at = child(base, key);
+    let d = cx.duration(&at, text)?;
+    let problem = if d.subsec_nanos() % 1_000_000 != 0 {
+        "must be a whole number of milliseconds (the unit of event time)"
+    } else if positive && d.is_zero() {
+        "must be greater than 0"
+    } else if d.as_millis() > crate::types::MAX_TIME_SPAN as u128 {
+        "must be at most 10000 years (the range of event time)"
+    } else {
+        return Some(d);
+    };
+    cx.err(&at, format!("`{key}` {problem}, got `{text}`"));
+    None
+}
+
+/// Output fields are the key fields, then (windowed) `window_start` and
+/// `window_end`: a key field with a window bound's name would give the
+/// output object two members of that name.
+fn check_key_vs_window_bounds(cx: &mut Cx, at: &[Seg], key: &[String], windowed: bool) {
+    if !windowed {
+        return;
+    }
+    for (i, k) in key.iter().enumerate() {
+        if k == WINDOW_START || k == WINDOW_END {
+            cx.err(
+                &item(at, i),
+                format!("key field `{k}` clashes with the window bound `{k}` that a windowed aggregate's output carries: expected another key field"),
+            );
+        }
+    }
 }
 
 fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], windowed: bool) -> Vec<AggregateFn> {

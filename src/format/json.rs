@@ -6,8 +6,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
-use crate::types::{parse_rfc3339_ms, Millis, Record, Value};
+use crate::types::{check_event_time, event_time_out_of_range, parse_rfc3339_ms, Millis, Record, Value, MAX_EVENT_TIME, MIN_EVENT_TIME};
 
 /// What the pipeline needs of one projected field.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,7 +54,7 @@ impl JsonParser {
 
         for (i, ((name, need), v)) in self.fields.iter().zip(&fields).enumerate() {
             if seen.get(i) {
-                if need.numeric && !matches!(v, Value::Int(_) | Value::Float(_) | Value::Null) {
+                if need.numeric && !matches!(v, Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null) {
                     return Err(format!("field `{name}` must be a number, found {v}"));
                 }
             } else if need.required {
@@ -201,16 +202,15 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The number at `i` and the index after it. Integers that surely fit an
-/// i64 are read here; other forms go through serde_json's number parser, so
-/// every number reads exactly as on the slow path.
+/// i64 are read here; other forms by their exact value (`number::parse`),
+/// as on the slow path.
 fn number(line: &str, i: usize) -> Option<(Value, usize)> {
     if let Some((n, end)) = integer(line.as_bytes(), i) {
         return Some((Value::Int(n), end));
     }
     let rest = &line.as_bytes()[i..];
     let len = rest.iter().position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')).unwrap_or(rest.len());
-    let v = serde_json::from_str::<Scalar>(&line[i..i + len]).ok()?.0.ok()?;
-    Some((v, i + len))
+    Some((crate::number::parse(&line[i..i + len])?, i + len))
 }
 
 /// A JSON integer at `i` that fits an i64 for sure (at most 18 digits), and
@@ -238,11 +238,14 @@ fn integer(b: &[u8], i: usize) -> Option<(i64, usize)> {
     Some((if neg { -n } else { n }, j))
 }
 
-/// Parse an event time: integer epoch milliseconds or an RFC 3339 string.
+/// Parse an event time: epoch milliseconds (a fraction is floored) or an
+/// RFC 3339 string, within the event-time range.
 pub fn parse_event_time(v: &Value) -> Result<Millis, String> {
     match v {
-        Value::Int(ms) => Ok(*ms),
-        Value::Float(f) if f.is_finite() => Ok(f.floor() as Millis),
+        Value::Int(ms) => check_event_time(*ms),
+        Value::Float(f) if (MIN_EVENT_TIME as f64..MAX_EVENT_TIME as f64 + 1.0).contains(f) => check_event_time(f.floor() as Millis),
+        Value::Float(f) if f.is_finite() => Err(event_time_out_of_range(v)),
+        Value::Decimal(_) => Err(event_time_out_of_range(v)),
         Value::Str(s) => parse_rfc3339_ms(s),
         other => Err(format!("expected epoch milliseconds or an RFC 3339 timestamp, found {other}")),
     }
@@ -276,8 +279,16 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
                     map.next_value::<IgnoredAny>()?;
                 }
                 _ => {
-                    let v = map.next_value::<Scalar>()?.0;
-                    let v = v.map_err(|kind| de::Error::custom(format!("field `{key}` must be a scalar, found {kind}")))?;
+                    // Raw text, so a number keeps its exact value (serde would round it to f64).
+                    let raw = map.next_value::<&'de RawValue>()?.get();
+                    let v = match raw.as_bytes().first() {
+                        Some(b'-' | b'0'..=b'9') => crate::number::parse(raw)
+                            .ok_or_else(|| de::Error::custom(format!("field `{key}`: number {raw} is out of range")))?,
+                        _ => serde_json::from_str::<Scalar>(raw)
+                            .map_err(de::Error::custom)?
+                            .0
+                            .map_err(|kind| de::Error::custom(format!("field `{key}` must be a scalar, found {kind}")))?,
+                    };
                     self.parser.store(&key, v, self.values, self.seen, self.event_time);
                 }
             }
@@ -370,6 +381,11 @@ mod tests {
             (r#"{"user": {"a": 1}, "ts": 1}"#, "field `user` must be a scalar, found an object"),
             (r#"{"user": "a"}"#, "missing event-time field `ts`"),
             (r#"{"user": "a", "ts": true}"#, "event-time field `ts`"),
+            (r#"{"user": "a", "ts": -9223372036854775808}"#, "outside the supported range"),
+            (r#"{"user": "a", "ts": 18446744073709551615}"#, "event time 18446744073709551615 is outside the supported range"),
+            (r#"{"user": "a", "ts": 1e300}"#, "event time 1e+300 is outside the supported range"),
+            (r#"{"user": "a", "ts": 1e400}"#, "out of range"),
+            (r#"{"user": "a\n", "ts": 1e400}"#, "field `ts`: number 1e400 is out of range"),
             (r#"{"user": "a", "ts": 1"#, "invalid JSON"),
             (r#"{"user": "a", "ts": 1} x"#, "invalid JSON"),
             ("[1,2]", "invalid JSON"),
@@ -438,9 +454,30 @@ mod tests {
         let (r, _) = both(&p, r#"{"user":"a","ts":1,"amount":-9223372036854775808}"#);
         assert_eq!(r.unwrap().fields[1], Value::Int(i64::MIN));
         let (r, _) = both(&p, r#"{"user":"a","ts":1,"amount":18446744073709551616}"#);
-        assert_eq!(r.unwrap().fields[1], Value::Float(18446744073709551616.0));
+        assert_eq!(r.unwrap().fields[1], Value::Decimal("18446744073709551616".into()));
+        // Exact values on both paths, also where serde_json alone would round to f64.
+        for (line, want) in [
+            (r#"{"user":18446744073709551614,"ts":1}"#, Value::Decimal("18446744073709551614".into())),
+            (r#"{"user":"\u0061","ts":1,"amount":0.10000000000000000001}"#, Value::Decimal("1.0000000000000000001e-1".into())),
+            (r#"{"user":"\u0061","ts":1,"amount":-0}"#, Value::Int(0)),
+            (r#"{"user":9e15,"ts":1,"amount":2.0}"#, Value::Float(2.0)),
+        ] {
+            let r = both(&p, line).0.unwrap();
+            let got = if line.starts_with(r#"{"user":1"#) { &r.fields[0] } else { &r.fields[1] };
+            assert_eq!(got, &want, "{line}");
+        }
         let (r, _) = both(&p, r#"{"user":"ü😀","ts":1}"#);
         assert_eq!(r.unwrap().fields[0], Value::Str("ü😀".into()));
+    }
+
+    #[test]
+    fn event_times_floor_and_stay_in_range() {
+        // Issue 18 #9 and #10: floats and RFC 3339 fractions floor; a u64 is not clamped.
+        let p = parser();
+        for (ts, want) in [("-0.5", -1), ("0.5", 0), ("\"1969-12-31T23:59:59.9995Z\"", -1), ("253402300799999", 253402300799999)] {
+            let r = both(&p, &format!(r#"{{"user":"a","ts":{ts}}}"#)).0.unwrap();
+            assert_eq!(r.event_time, Some(want), "{ts}");
+        }
     }
 
     #[test]

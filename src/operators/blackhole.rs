@@ -5,31 +5,31 @@
 use std::time::{Duration, Instant};
 
 use super::{Context, OpResult, Operator};
+use crate::pacing::Pacer;
 use crate::types::Record;
 
 pub struct Blackhole {
-    /// Records per second for this subtask.
-    rate_limit: Option<f64>,
-    started: Option<Instant>,
-    accepted: u64,
+    /// Paces a `rate_limit` (records per second for this subtask).
+    pacer: Option<Pacer>,
 }
 
 impl Blackhole {
     pub fn new(rate_limit: Option<f64>) -> Self {
-        Blackhole { rate_limit, started: None, accepted: 0 }
+        // After a stall, at most a batch (or a twentieth of a second) at once.
+        let burst = |rate: f64| ((rate / 20.0) as u64).clamp(1, 1024);
+        Blackhole { pacer: rate_limit.map(|r| Pacer::new(r, burst(r))) }
     }
 }
 
 impl Operator for Blackhole {
     fn process(&mut self, batch: Vec<Record>, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
-        self.started.get_or_insert_with(Instant::now);
-        self.accepted += batch.len() as u64;
+        if let Some(p) = &mut self.pacer {
+            p.sent(batch.len() as u64, Instant::now());
+        }
         Ok(())
     }
 
-    fn throttle(&self) -> Option<Duration> {
-        let (rate, started) = (self.rate_limit?, self.started?);
-        let due = super::source::paced(started, self.accepted, rate);
-        due.checked_duration_since(Instant::now())
+    fn throttle(&mut self) -> Option<Duration> {
+        self.pacer.as_mut()?.wait(Instant::now())
     }
 }

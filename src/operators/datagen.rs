@@ -12,7 +12,7 @@ use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
 use super::{OpError, OperatorMetrics};
 use crate::codec::{Dec, Enc};
 use crate::config::{DatagenSpec, GenField};
-use crate::types::{Millis, Record, Value};
+use crate::types::{check_event_time, Millis, Record, Value};
 
 pub struct Datagen {
     spec: DatagenSpec,
@@ -69,7 +69,7 @@ impl Datagen {
                     Value::Float(if rounded.is_finite() { rounded } else { v })
                 }
                 GenField::Timestamp { jitter_ms } => {
-                    // Saturating: an unbounded stream runs past any end of time.
+                    // Saturates far outside the event-time range, which `poll` refuses.
                     let base = self.spec.start_time.saturating_add(row_i64(n).saturating_mul(self.spec.interval_ms));
                     let jitter = if *jitter_ms > 0 { (r % (*jitter_ms as u64).saturating_add(1)) as Millis } else { 0 };
                     Value::Int(base.saturating_sub(jitter))
@@ -114,7 +114,10 @@ impl Source for Datagen {
             lane.0 += lane.1;
             self.generate(n);
             let fields = self.projection.iter().map(|&i| self.values[i].clone()).collect();
-            let event_time = self.event_time.and_then(|i| self.values[i].as_f64()).map(|t| t as Millis);
+            let event_time = match self.event_time.map(|i| &self.values[i]) {
+                Some(Value::Int(t)) => Some(check_event_time(*t).map_err(|e| OpError::Data(format!("datagen row {n}: {e}")))?),
+                _ => None,
+            };
             let raw = String::from_utf8(std::mem::take(&mut self.raw)).expect("generated JSON is UTF-8");
             OperatorMetrics::add(&metrics.bytes_in, raw.len() as u64);
             out.push(Record::new(fields, raw.into_boxed_str(), event_time));
@@ -271,14 +274,20 @@ mod tests {
                 ("ts".into(), GenField::Timestamp { jitter_ms: Millis::MAX }),
             ],
         };
-        let mut g = Datagen::new(spec, &["f".into()], Some("ts"), 0, 1).unwrap();
+        // As event time, such a timestamp is refused (outside years 0000 to 9999).
+        let mut g = Datagen::new(spec.clone(), &["f".into()], Some("ts"), 0, 1).unwrap();
+        g.lanes = vec![(i64::MAX as u64 - 2, 1)];
+        let err = g.poll(10, &mut Vec::new(), &OperatorMetrics::default()).unwrap_err().to_string();
+        assert!(err.contains("outside the supported range"), "{err}");
+        // As a plain field it clamps.
+        let mut g = Datagen::new(spec, &["f".into(), "ts".into()], None, 0, 1).unwrap();
         g.lanes = vec![(i64::MAX as u64 - 2, 1)];
         let mut out = Vec::new();
         assert_eq!(g.poll(10, &mut out, &OperatorMetrics::default()).unwrap(), SourcePoll::Finished);
         assert_eq!(out.len(), 2);
         for r in &out {
             assert!(matches!(r.fields[0], Value::Float(f) if f.is_finite()), "{:?}", r.fields);
-            assert!(r.event_time.is_some());
+            assert!(matches!(r.fields[1], Value::Int(_)), "{:?}", r.fields);
         }
     }
 

@@ -16,7 +16,9 @@
 //! position. Waiting for that checkpoint matters after a rescale, when the
 //! parts another old subtask staged are published by whichever new subtask
 //! now owns that key group — by the time a checkpoint completes, every
-//! subtask has finished its restore.
+//! subtask has finished its restore. A start with no checkpoint to restore
+//! (the crash came before the first one completed) removes the crashed
+//! run's hidden parts the same way.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -70,7 +72,10 @@ impl FileSink {
     pub fn new(dir: &Path, max_file_bytes: u64, subtask: u16, transactional: bool) -> Result<Self, OpError> {
         fs::create_dir_all(dir).map_err(|e| OpError::io(format!("creating output directory {}", dir.display()), e))?;
         let next_seq = next_free_seq(dir, subtask).map_err(|e| OpError::io(format!("listing {}", dir.display()), e))?;
-        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None, leftovers_below: None })
+        // Without a restore (none asked for, or none complete), no checkpoint
+        // of this run will publish the hidden parts already there.
+        let leftovers_below = transactional.then_some(next_seq);
+        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None, leftovers_below })
     }
 
     fn open_part(&mut self) -> Result<&mut Part, OpError> {
@@ -128,9 +133,16 @@ impl FileSink {
         for (hidden, kg) in &due {
             let Some(name) = final_name(hidden) else { continue };
             let (from, to) = (self.dir.join(hidden), self.dir.join(name));
-            // Already renamed before a crash: the final file is the proof.
-            if from.exists() || !to.exists() {
-                fs::rename(&from, &to).map_err(|e| OpError::io(format!("publishing {}", to.display()), e))?;
+            match fs::rename(&from, &to) {
+                Ok(()) => {}
+                // A staged part of a completed checkpoint leaves its hidden
+                // name only by this rename: it was published before a crash
+                // (the final file may since have been moved away by a
+                // consumer, or this is a new output directory).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !from.exists() => {
+                    tracing::info!(part = %to.display(), checkpoint = id, "Part already published.");
+                }
+                Err(e) => return Err(OpError::io(format!("publishing {}", to.display()), e)),
             }
             ctx.state.delete(PARTS, *kg, hidden.as_bytes())?;
         }
@@ -324,5 +336,61 @@ mod tests {
         new.run(|s, ctx, _| s.on_checkpoint_complete(6, ctx));
         assert_eq!(names(dir.path()), ["part-0001-000000.jsonl"], "the orphan of old subtask 1 is gone");
         assert_eq!(fs::read_to_string(dir.path().join("part-0001-000000.jsonl")).unwrap(), "staged\n");
+    }
+
+    /// State as a checkpoint taken now would hold it.
+    fn snapshot_of(h: &Harness<FileSink>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        crate::state::snapshot::write(h.state.as_ref(), &h.op.tables(), &mut bytes).unwrap();
+        bytes
+    }
+
+    fn restored(op: FileSink, bytes: &[u8]) -> Harness<FileSink> {
+        let mut h = Harness::new(op, "out", 0..1, 1);
+        crate::state::snapshot::read(&mut crate::codec::Dec::new(bytes), &h.op.tables(), h.state.as_mut()).unwrap();
+        h
+    }
+
+    #[test]
+    fn a_published_part_moved_away_is_not_published_again_on_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = Harness::new(sink(dir.path()), "out", 0..1, 1);
+        h.run(|s, ctx, out| s.process(vec![rec("x")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(3, ctx));
+        let chk3 = snapshot_of(&h);
+        h.run(|s, ctx, _| s.on_checkpoint_complete(3, ctx));
+        // A consumer picks the published part up; then a crash, and a restore
+        // from checkpoint 3, which still lists the part as staged.
+        let away = tempfile::tempdir().unwrap();
+        fs::rename(dir.path().join("part-0000-000000.jsonl"), away.path().join("p")).unwrap();
+        for _ in 0..2 {
+            let mut h = restored(sink(dir.path()), &chk3);
+            h.run(|s, ctx, _| s.on_restore(3, ctx));
+            assert!(names(dir.path()).is_empty(), "nothing published twice: {:?}", names(dir.path()));
+        }
+        // A savepoint restored into a new, empty output directory.
+        let fresh = tempfile::tempdir().unwrap();
+        let mut h = restored(sink(fresh.path()), &chk3);
+        h.run(|s, ctx, _| s.on_restore(3, ctx));
+        h.run(|s, ctx, out| s.process(vec![rec("y")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(4, ctx));
+        h.run(|s, ctx, _| s.on_checkpoint_complete(4, ctx));
+        assert_eq!(names(fresh.path()), ["part-0000-000000.jsonl"]);
+        assert_eq!(fs::read_to_string(fresh.path().join("part-0000-000000.jsonl")).unwrap(), "y\n");
+    }
+
+    #[test]
+    fn a_start_without_a_restored_checkpoint_removes_the_crashed_runs_hidden_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        // Left by a run at parallelism 4 that died before its first checkpoint.
+        for name in [".part-0000-000000.jsonl.inprogress", ".part-0003-000000.jsonl.inprogress"] {
+            fs::write(dir.path().join(name), "lost\n").unwrap();
+        }
+        let mut h = Harness::new(sink(dir.path()), "out", 0..4, 4);
+        h.run(|s, ctx, out| s.process(vec![rec("a")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(1, ctx));
+        h.run(|s, ctx, _| s.on_checkpoint_complete(1, ctx));
+        assert_eq!(names(dir.path()), ["part-0000-000001.jsonl"]);
+        assert_eq!(fs::read_to_string(dir.path().join("part-0000-000001.jsonl")).unwrap(), "a\n");
     }
 }

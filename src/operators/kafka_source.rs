@@ -283,6 +283,11 @@ impl Decoder {
             Ok(mut r) => {
                 if self.message_timestamp {
                     r.event_time = m.timestamp().to_millis();
+                    if let Some(Err(reason)) = r.event_time.map(crate::types::check_event_time) {
+                        let text = text.to_string();
+                        self.bad_record(&place(), &text, &format!("message timestamp: {reason}"), metrics)?;
+                        return Ok(false);
+                    }
                 }
                 if let (Some(ts), Some(t)) = (r.event_time, self.times.get_mut(tp)) {
                     t.max_ts = t.max_ts.max(ts);

@@ -121,7 +121,7 @@ pub trait Operator: Send {
 
     /// How long the task should wait before giving this operator more input
     /// (a rate-limited sink); None to go on at once.
-    fn throttle(&self) -> Option<Duration> {
+    fn throttle(&mut self) -> Option<Duration> {
         None
     }
 

@@ -81,28 +81,3 @@ impl RestoredPositions {
 pub fn deal<T>(items: impl IntoIterator<Item = T>, parallelism: u16, subtask: u16) -> Vec<T> {
     items.into_iter().enumerate().filter(|(i, _)| *i % parallelism as usize == subtask as usize).map(|(_, t)| t).collect()
 }
-
-/// When the `count`-th record is due at `rate` records per second from
-/// `started`. Saturates: a pace too slow to express (a tiny rate) is simply
-/// far in the future, never a panic.
-pub fn paced(started: std::time::Instant, count: u64, rate: f64) -> std::time::Instant {
-    const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
-    let wait = std::time::Duration::try_from_secs_f64(count as f64 / rate).unwrap_or(FAR).min(FAR);
-    started.checked_add(wait).unwrap_or(started)
-}
-
-#[cfg(test)]
-mod pace_tests {
-    use std::time::{Duration, Instant};
-
-    use super::paced;
-
-    #[test]
-    fn pacing_never_overflows() {
-        let now = Instant::now();
-        assert_eq!(paced(now, 10, 100.0), now + Duration::from_millis(100));
-        assert!(paced(now, u64::MAX, 1e-30) > now);
-        assert!(paced(now, 1, 0.0) > now);
-        assert_eq!(paced(now, 0, f64::NAN), now + Duration::from_secs(100 * 365 * 86_400));
-    }
-}

@@ -101,8 +101,10 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
         }
         NodeKind::Aggregate(a) => {
             merge_needs(&mut needs, a.key.iter().map(|k| (k.clone(), FieldNeed { required: true, numeric: false })).collect());
-            let fields = a.aggregates.iter().filter_map(|f| f.field.clone());
-            merge_needs(&mut needs, fields.map(|f| (f, FieldNeed { required: false, numeric: true })).collect());
+            // `count` counts non-null values of any type (SQL `COUNT(field)`);
+            // the other functions need numbers.
+            let fields = a.aggregates.iter().filter_map(|f| Some((f.field.clone()?, f.func != crate::config::AggFunc::Count)));
+            merge_needs(&mut needs, fields.map(|(f, numeric)| (f, FieldNeed { required: false, numeric })).collect());
         }
         NodeKind::Sink(crate::config::SinkSpec::Kafka(k)) => {
             merge_needs(&mut needs, k.key.iter().map(|k| (k.clone(), FieldNeed { required: false, numeric: false })).collect())
@@ -202,5 +204,18 @@ sinks:
             ]
         );
         assert_eq!(p.schemas[3], ["user", "total"], "an aggregate emits its own schema");
+    }
+
+    #[test]
+    fn count_of_a_field_needs_no_number() {
+        // Issue 18 #8: `count` of a string field rejected the records that had one.
+        let yaml = PIPELINE.replace(
+            "{fn: sum, field: amount, as: total}",
+            "{fn: count, field: user, as: n}, {fn: count, field: amount, as: m}, {fn: max, field: amount, as: top}",
+        );
+        let p = plan(&yaml);
+        let needs: Vec<(&str, FieldNeed)> = p.projections[0].iter().map(|(f, n)| (f.as_str(), *n)).collect();
+        assert!(needs.contains(&("user", FieldNeed { required: true, numeric: false })), "{needs:?}");
+        assert!(needs.contains(&("amount", FieldNeed { required: false, numeric: true })), "max needs a number: {needs:?}");
     }
 }

@@ -28,7 +28,7 @@ use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
 use crate::operators::blackhole::Blackhole;
 use crate::operators::datagen::Datagen;
-use crate::operators::dead_letter::DeadLetters;
+use crate::operators::dead_letter::{commit_operator_name, DeadLetters};
 use crate::operators::dedup::Dedup;
 use crate::operators::file_sink::FileSink;
 use crate::operators::file_source::{splits_for, FileSource};
@@ -36,7 +36,7 @@ use crate::operators::kafka_sink::{default_transaction_timeout, KafkaSink};
 use crate::operators::kafka_source::KafkaSource;
 use crate::operators::source::{Extent, Source};
 use crate::operators::stdout_sink::StdoutSink;
-use crate::operators::{Operator, OperatorMetrics, SubtaskInfo};
+use crate::operators::{DeadLetter, Operator, OperatorMetrics, SubtaskInfo};
 use crate::plan::{Edge, Plan};
 use crate::state::memory::MemoryState;
 use crate::state::rocks::native::{self, Uploader};
@@ -88,7 +88,7 @@ pub fn build(
 ) -> Result<Built, BuildError> {
     let p = plan.pipeline.parallelism;
     let metrics: Vec<NodeMetrics> = plan.pipeline.nodes.iter().map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p)).collect();
-    let mut dead_letters = DeadLetters::default();
+    let mut dead_letters = DeadLetterWiring { letters: DeadLetters::default(), transactional: wiring.is_some(), commits: Vec::new() };
 
     // Channels into every non-source chain head: rx[chain][subtask] holds
     // one receiver per upstream sender feeding that subtask.
@@ -143,8 +143,14 @@ pub fn build(
             let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
             let head = chain[0];
             let rest = if matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)) { &chain[1..] } else { &chain[..] };
-            let ops =
+            let src = match &plan.pipeline.nodes[head].kind {
+                NodeKind::Source(spec) => Some(source(plan, head, spec, i, &mut dead_letters)?),
+                _ => None,
+            };
+            let mut ops =
                 rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends)).collect::<Result<Vec<_>, _>>()?;
+            // Dead-letter commits run last, after every writer of the task.
+            ops.append(&mut dead_letters.commits);
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
             let task_id = TaskId { chain: c as u32, subtask: i };
             let bundle = (i / bundle_size) as BundleId;
@@ -159,14 +165,16 @@ pub fn build(
                 notified: 0,
             });
             let task_restored = restored.as_deref_mut().map(|r| {
-                let nodes: Vec<String> = chain.iter().map(|&id| plan.pipeline.nodes[id].name.clone()).collect();
+                let mut nodes: Vec<String> = chain.iter().map(|&id| plan.pipeline.nodes[id].name.clone()).collect();
+                let commits: Vec<String> = ops.iter().map(|op| op.info.operator.clone()).filter(|n| !nodes.contains(n)).collect();
+                nodes.extend(commits);
                 let source = matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)).then(|| nodes[0].as_str());
                 let (snapshot, positions) = r.for_task(task_id, &nodes, source);
                 Restored { id: r.id, snapshot, positions, clock: clock.clone().expect("a clock when restoring") }
             });
             let task = match &plan.pipeline.nodes[head].kind {
                 NodeKind::Source(spec) => {
-                    let source = source(plan, head, spec, i, &mut dead_letters)?;
+                    let source = src.expect("built above");
                     extents.push(source.extent());
                     Task::Source(SourceTask {
                         source,
@@ -247,7 +255,13 @@ fn info(plan: &Plan, id: NodeId, subtask: u16) -> SubtaskInfo {
     }
 }
 
-fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters: &mut DeadLetters) -> Result<Box<dyn Source>, BuildError> {
+fn source(
+    plan: &Plan,
+    id: NodeId,
+    spec: &SourceSpec,
+    subtask: u16,
+    dead_letters: &mut DeadLetterWiring,
+) -> Result<Box<dyn Source>, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
     let event_field = spec.event_time.as_ref().map(|e| e.field.clone());
@@ -258,7 +272,7 @@ fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters
                 .map(|f| fs::metadata(f).map(|m| (f.clone(), m.len())).map_err(|e| err(format!("{}: {e}", f.display()))))
                 .collect::<Result<Vec<_>, _>>()?;
             let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 _ => None,
             };
             let parser = JsonParser::new(plan.projections[id].clone(), event_field);
@@ -274,7 +288,7 @@ fn source(plan: &Plan, id: NodeId, spec: &SourceSpec, subtask: u16, dead_letters
         }
         SourceKind::Kafka(k) => {
             let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 _ => None,
             };
             let event_field = if k.message_timestamp { None } else { event_field };
@@ -311,7 +325,12 @@ impl Backends {
         let p = &plan.pipeline;
         let Backend::RocksDb(spec) = &p.state.backend else { return Ok(Backends::Memory) };
         let layout = Layout::new(&p.state.dir);
-        let options = rocks::RocksOptions { block_cache: spec.block_cache, write_buffer: spec.write_buffer, compression: spec.compression };
+        let options = rocks::RocksOptions {
+            block_cache: spec.block_cache,
+            write_buffer: spec.write_buffer,
+            compression: spec.compression,
+            ..rocks::RocksOptions::default()
+        };
         let cfs: Vec<String> = p.nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
         let mut dbs = Vec::new();
         let mut uploaders = Vec::new();
@@ -406,7 +425,7 @@ fn chain_op(
     id: NodeId,
     subtask: u16,
     metrics: &[NodeMetrics],
-    dead_letters: &mut DeadLetters,
+    dead_letters: &mut DeadLetterWiring,
     backends: &Backends,
 ) -> Result<ChainOp, BuildError> {
     let node = &plan.pipeline.nodes[id];
@@ -418,7 +437,7 @@ fn chain_op(
         NodeKind::Dedup(spec) => Box::new(Dedup::new(spec, input_schema, plan.pipeline.has_event_time()).map_err(err)?),
         NodeKind::Aggregate(spec) => {
             let dead_letter = match &spec.dead_letter {
-                Some(path) => Some(dead_letters.get(path).map_err(|e| err(format!("{}: {e}", path.display())))?),
+                Some(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 None => None,
             };
             Box::new(Aggregate::new(spec, input_schema, dead_letter).map_err(err)?)
@@ -441,4 +460,30 @@ fn chain_op(
     let state = backends.state(plan, id, subtask, op.as_ref())?;
     let m: Arc<OperatorMetrics> = metrics[id].subtasks[subtask as usize].clone();
     Ok(ChainOp::new(op, state, info(plan, id, subtask), m))
+}
+
+/// The dead-letter writers of the task being built and, with checkpoints,
+/// the operators that commit them with the checkpoint (appended to the
+/// writer's chain, so they are snapshotted and restored like any operator).
+struct DeadLetterWiring {
+    letters: DeadLetters,
+    transactional: bool,
+    commits: Vec<ChainOp>,
+}
+
+impl DeadLetterWiring {
+    fn open(&mut self, plan: &Plan, id: NodeId, subtask: u16, path: &std::path::Path) -> Result<DeadLetter, BuildError> {
+        let node = &plan.pipeline.nodes[id];
+        let err = |e: std::io::Error| BuildError { node: node.name.clone(), reason: format!("{}: {e}", path.display()) };
+        if !self.transactional {
+            return self.letters.get(path).map_err(err);
+        }
+        let (dl, commit) = self.letters.staged(path, &node.name, subtask).map_err(err)?;
+        let p = &plan.pipeline;
+        let state = MemoryState::new(&commit.tables(), key_group_range(subtask, p.parallelism, p.max_parallelism));
+        let mut info = info(plan, id, subtask);
+        info.operator = commit_operator_name(&node.name);
+        self.commits.push(ChainOp::new(Box::new(commit), Box::new(state), info, Arc::default()));
+        Ok(dl)
+    }
 }

@@ -108,8 +108,8 @@ impl Chain {
     }
 
     /// The longest pause any operator asks for before more input.
-    pub fn throttle(&self) -> Option<Duration> {
-        self.ops.iter().filter_map(|op| op.op.throttle()).max()
+    pub fn throttle(&mut self) -> Option<Duration> {
+        self.ops.iter_mut().filter_map(|op| op.op.throttle()).max()
     }
 
     /// How long until the next operator wants a tick.

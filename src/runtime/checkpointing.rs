@@ -10,12 +10,13 @@
 //!
 //! Savepoints (asked for over the control socket) go through the same
 //! arbiters. Their bundles are written under `checkpoints/chk-n/` like any
-//! checkpoint; once every bundle committed, the directory is moved to the
-//! savepoint's place and its `_metadata` (kind `savepoint`) written there
-//! last. An intermediate savepoint does not tell the sinks it completed (the
+//! checkpoint; once every bundle committed, the directory is moved into a
+//! temp directory next to the savepoint's place, its `_metadata` (kind
+//! `savepoint`) written there, and the whole renamed onto that place last
+//! (`checkpoint::target`). An intermediate savepoint does not tell the sinks it completed (the
 //! next checkpoint publishes what it staged); stop-with-savepoint does.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -29,7 +30,7 @@ use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
-use crate::checkpoint::{store, BundleId, CheckpointId};
+use crate::checkpoint::{store, target, BundleId, CheckpointId};
 use crate::config::CheckpointSpec;
 use crate::faults;
 
@@ -375,22 +376,22 @@ impl Driver {
 
     /// Move the committed bundles of savepoint `id` to its directory and
     /// write its `_metadata` there last.
+    /// Built in a temp directory next to the target and renamed onto it
+    /// last (`checkpoint::target`): a failure, or another savepoint that
+    /// took the target first, removes only that temp directory.
     async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata) -> (PathBuf, Result<(), store::StoreError>) {
-        let target = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.target.clone());
-        let dir = target.unwrap_or_else(|| self.setup.layout.savepoints_dir().join(savepoint_dir_name(id)));
+        let asked = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.target.clone());
+        let dir = asked.unwrap_or_else(|| self.setup.layout.savepoints_dir().join(savepoint_dir_name(id)));
         let from = self.setup.layout.checkpoint_dir(id);
         let to = dir.clone();
         let bytes = md.to_bytes();
         let result = tokio::task::spawn_blocking(move || {
-            move_dir(&from, &to)?;
-            store::write_atomic(&to.join(crate::checkpoint::layout::METADATA_FILE), &bytes)
+            let staging = target::Staging::begin(&to)?;
+            staging.fill_from(&from)?;
+            staging.commit(&bytes).map(drop)
         })
         .await
         .expect("savepoint write does not panic");
-        if result.is_err() {
-            // Nothing half-written stays where a savepoint is expected.
-            let _ = std::fs::remove_dir_all(&dir);
-        }
         (dir, result)
     }
 
@@ -413,7 +414,7 @@ impl Driver {
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
-            Command::Savepoint { request, reply } => match self.savepoint_refusal(&request) {
+            Command::Savepoint { request, reply } => match self.savepoint_refusal() {
                 Some(why) => {
                     let _ = reply.send(Err(why));
                 }
@@ -433,8 +434,9 @@ impl Driver {
         }
     }
 
-    /// Why a savepoint cannot be taken now, if it cannot.
-    fn savepoint_refusal(&self, request: &SavepointRequest) -> Option<String> {
+    /// Why a savepoint cannot be taken now, if it cannot (the target is
+    /// checked by `request_savepoint`).
+    fn savepoint_refusal(&self) -> Option<String> {
         if let Some(sp) = &self.savepoint {
             let which = sp.id.map_or("one".to_string(), |id| format!("savepoint {id}"));
             return Some(format!("a savepoint is already in progress ({which}); try again when it completed"));
@@ -442,14 +444,20 @@ impl Driver {
         if self.final_wanted {
             return Some("the pipeline is stopping (its final checkpoint is being taken)".into());
         }
-        match &request.target {
-            Some(t) if !t.is_absolute() => Some(format!("target {} must be an absolute path", t.display())),
-            Some(t) if !is_empty_or_missing(t) => Some(format!("target {} exists and is not an empty directory", t.display())),
-            _ => None,
-        }
+        None
     }
 
-    fn request_savepoint(&mut self, request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
+    fn request_savepoint(&mut self, mut request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
+        // Resolved once: the savepoint goes where the check looked.
+        if let Some(t) = &request.target {
+            match target::check(&self.setup.layout, t) {
+                Ok(resolved) => request.target = Some(resolved),
+                Err(e) => {
+                    let _ = reply.send(Err(e.to_string()));
+                    return;
+                }
+            }
+        }
         tracing::info!(stop = request.stop, "Savepoint requested.");
         if request.stop {
             // The savepoint is the final checkpoint: sources stop after its barrier.
@@ -499,49 +507,6 @@ impl Driver {
 /// `sp-0000012`.
 pub fn savepoint_dir_name(id: CheckpointId) -> String {
     format!("sp-{id:07}")
-}
-
-fn is_empty_or_missing(dir: &Path) -> bool {
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => entries.next().is_none(),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    }
-}
-
-/// Move `from` to `to` (an empty or missing directory): a rename on the
-/// same file system, else a copy of the two levels a checkpoint has.
-fn move_dir(from: &Path, to: &Path) -> Result<(), store::StoreError> {
-    let io = |op: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| store::StoreError::Io { op, path, source }
-    };
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).map_err(io("create", parent))?;
-    }
-    if std::fs::rename(from, to).is_ok() {
-        return store::fsync_dir(to.parent().unwrap_or(to));
-    }
-    if !is_empty_or_missing(to) {
-        let e = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the target is not empty");
-        return Err(io("copy", to)(e));
-    }
-    copy_tree(from, to).map_err(io("copy", to))?;
-    store::remove_dir_all(from)
-}
-
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let dest = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
-        } else {
-            std::fs::copy(entry.path(), &dest)?;
-            std::fs::File::open(&dest)?.sync_all()?;
-        }
-    }
-    std::fs::File::open(to)?.sync_all()
 }
 
 /// The next command, or never when there is no control socket.

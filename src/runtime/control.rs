@@ -90,8 +90,6 @@ pub enum Command {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("another weir process is running on this state directory (its control socket {0} answers)")]
-    InUse(PathBuf),
     #[error("control socket {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -107,19 +105,19 @@ pub struct ControlServer {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 impl ControlServer {
-    /// Bind `path` (removing a stale socket) and serve until `shutdown`.
+    /// Bind `path` and serve until `shutdown`. The caller holds the state
+    /// directory's lock, so a socket already there is stale (its process
+    /// is gone) and is replaced.
     pub async fn start(path: &Path, commands: mpsc::UnboundedSender<Command>) -> Result<ControlServer, ControlError> {
         let io = |source| ControlError::Io { path: path.to_path_buf(), source };
         if std::fs::symlink_metadata(path).is_ok() {
-            if UnixStream::connect(path).await.is_ok() {
-                return Err(ControlError::InUse(path.to_path_buf()));
-            }
             std::fs::remove_file(path).map_err(io)?;
         }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let listener = UnixListener::bind(path).map_err(io)?;
+        let addr = SocketPath::new(path).map_err(io)?;
+        let listener = UnixListener::bind(addr.path()).map_err(io)?;
         set_owner_only(path).map_err(io)?;
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, commands, stop_rx));
@@ -132,6 +130,40 @@ impl ControlServer {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_millis(500), self.task).await;
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The longest path a Unix socket address holds (`sun_path` is 108 bytes
+/// on Linux, with the terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// A path to bind or connect a socket file by: the file's own path, or,
+/// when that is too long for a socket address, the same name reached
+/// through an open handle of its directory (`/proc/self/fd/N/control.sock`),
+/// so any state directory can have its socket. Keep it alive while binding
+/// or connecting.
+pub struct SocketPath {
+    path: PathBuf,
+    _dir: Option<std::fs::File>,
+}
+
+impl SocketPath {
+    pub fn new(path: &Path) -> std::io::Result<SocketPath> {
+        if path.as_os_str().len() <= MAX_SOCKET_PATH {
+            return Ok(SocketPath { path: path.to_path_buf(), _dir: None });
+        }
+        let too_long = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path is too long for a Unix socket");
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return Err(too_long()) };
+        let dir = std::fs::File::open(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })?;
+        let short = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir))).join(name);
+        if short.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(too_long());
+        }
+        Ok(SocketPath { path: short, _dir: Some(dir) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 

@@ -133,15 +133,8 @@ impl Engine {
     /// tokio runtime.
     pub async fn run(self) -> Result<Outcome, RuntimeError> {
         let server = match &self.control {
-            Some((path, commands)) => match control::ControlServer::start(path, commands.clone()).await {
-                Ok(server) => Some(server),
-                Err(e @ control::ControlError::InUse(_)) => return Err(e.into()),
-                // E.g. a path too long for a Unix socket: run, without savepoints.
-                Err(e) => {
-                    tracing::warn!(error = %e, "No control socket; savepoints cannot be triggered.");
-                    None
-                }
-            },
+            // Without it no savepoint could be taken: a failure to start.
+            Some((path, commands)) => Some(control::ControlServer::start(path, commands.clone()).await?),
             None => None,
         };
         let result = self.run_tasks().await;

@@ -1,16 +1,28 @@
 //! Choosing and loading the checkpoint a run starts from, and preparing the
-//! state directory: claim it for this pipeline, pick `latest` or the given
-//! path (validated by `BundleStateValidator`), remove unfinished checkpoints
-//! and orphaned bundle directories, and find the next checkpoint id.
+//! state directory, in three phases:
 //!
-//! An explicit path that fails validation changes nothing on disk.
+//! 1. **Lock** the directory (`checkpoint::lock`): a second process is
+//!    refused before it reads or writes anything, and before any connector
+//!    is opened.
+//! 2. **Decide**, reading only: who owns the directory, which checkpoint
+//!    (`latest` within the current lineage, see `checkpoint::lineage`, or
+//!    the given path, validated by `BundleStateValidator`), every check
+//!    that can refuse it, and its state loaded.
+//! 3. **Commit**: claim the directory, record the lineage, remove
+//!    unfinished checkpoints, orphaned bundle directories and unreferenced
+//!    shared files.
+//!
+//! So a refused start changes nothing on disk; with a fresh `state.dir`
+//! the directory is not even created.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
-use crate::checkpoint::manifest::{BundleManifest, FileEntry, Metadata, TaskId};
+use crate::checkpoint::lineage::{self, Lineage};
+use crate::checkpoint::lock::{self, StateDirLock};
+use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, TaskId};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
@@ -44,6 +56,12 @@ pub enum RestoreError {
     InFlight { id: CheckpointId, parallelism: u16 },
     #[error("checkpoint {id} is an incremental RocksDB checkpoint: {reason}; to change that, restore it as it was taken, trigger a savepoint (always canonical) and restore the savepoint")]
     Native { id: CheckpointId, reason: String },
+    #[error("--restore latest: the history of this state directory began with a restore of {kind} {id} from {}, and no checkpoint completed since; it cannot be used again ({reason}). Restore it from where it is now with --restore PATH, or another checkpoint or savepoint, or start without --restore", .path.display())]
+    LineageGone { id: CheckpointId, kind: &'static str, path: PathBuf, reason: String },
+    #[error("--restore latest: {0}")]
+    Lineage(#[from] lineage::LineageError),
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
 }
@@ -94,81 +112,207 @@ pub struct RestorePolicy {
     pub allow_non_restored_state: bool,
 }
 
-/// Prepare the state directory and resolve `restore`.
-pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<StartPoint, RestoreError> {
-    let force = policy.force;
+/// A prepared start and the lock that must be held while the run lasts.
+pub struct Prepared {
+    pub start: StartPoint,
+    pub lock: StateDirLock,
+}
+
+/// Lock the state directory, resolve `restore` and run every check that
+/// can refuse it, and only then write (see the module comment).
+pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<Prepared, RestoreError> {
     let layout = Layout::new(&pipeline.state.dir);
-    // An explicit path is validated before anything on disk is touched.
-    let explicit = match restore {
-        Some(RestoreFrom::Path(p)) => {
-            let valid = validate_path(p)?;
-            check_compatible(pipeline, &valid.metadata, policy)?;
-            check_native(pipeline, &valid)?;
-            Some(valid)
+    let empty_before = is_empty_or_absent(layout.state_dir())?;
+    let locked = StateDirLock::lock_existing(&layout)?;
+    let decision = decide(pipeline, &layout, restore, policy)?;
+    let (mut lock, decision) = match locked {
+        Some(lock) => (lock, decision),
+        None => {
+            // No lock file yet: decided unlocked, so nothing was created for
+            // a refusal. The decision stands if the directory was empty and
+            // holds nothing but the new lock file; else decide again.
+            let lock = StateDirLock::lock_creating(&layout)?;
+            if empty_before && holds_only_the_lock(&layout)? {
+                (lock, decision)
+            } else {
+                drop(decision);
+                (lock, decide(pipeline, &layout, restore, policy)?)
+            }
         }
-        _ => None,
     };
-    claim(&layout, &pipeline.name, force)?;
+    // The first write: from here on the start is decided.
+    lock.record_pid()?;
+    let start = commit(pipeline, &layout, decision)?;
+    Ok(Prepared { start, lock })
+}
+
+/// Everything a start needs, decided without writing.
+struct Decision {
+    owner: Owner,
+    /// The lineage this start begins (None: it continues the current one).
+    lineage: Option<Lineage>,
+    restored: Option<RestoredState>,
+    first_id: CheckpointId,
+    /// The restored checkpoint, if it is one of this directory's: kept by cleanup.
+    keep: Vec<CheckpointId>,
+}
+
+enum Owner {
+    Ours,
+    Unclaimed,
+    /// `--force` over the directory of the named pipeline.
+    TakeOver(String),
+}
+
+/// Phase 2, reading only. Every check that can refuse the start runs here,
+/// before anything is written: the owner, validation, compatibility,
+/// native RocksDB and in-flight records at another layout (in `load`).
+fn decide(pipeline: &Pipeline, layout: &Layout, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<Decision, RestoreError> {
+    let owner = check_owner(layout, &pipeline.name, policy.force)?;
+    let ids = store::list_checkpoint_ids(layout)?;
+    let next_id = ids.last().map_or(1, |m| m + 1);
+    let (chosen, begins_lineage) = match restore {
+        Some(RestoreFrom::Path(p)) => (Some(validate_path(p)?), true),
+        Some(RestoreFrom::Latest) => (resolve_latest(pipeline, layout)?, false),
+        None => (None, true),
+    };
+    let origin = chosen.as_ref().map(|c| (c.dir.clone(), c.metadata.checkpoint_id, c.metadata.kind));
+    let restored = match chosen {
+        Some(valid) => Some(load(pipeline, valid, policy)?),
+        None => None,
+    };
+    // Further checks of the restored state against the pipeline belong
+    // here: nothing has been written yet.
+    let first_id = next_id.max(restored.as_ref().map_or(1, |r| r.id + 1));
+    let keep = restored.as_ref().filter(|r| is_checkpoint_of(layout, r)).map(|r| r.id).into_iter().collect();
+    let lineage = begins_lineage.then(|| {
+        let from = origin.map(|(dir, checkpoint_id, kind)| lineage::RestoredFrom {
+            path: lineage::record_path(layout, &dir),
+            checkpoint_id,
+            kind,
+        });
+        Lineage::new(&pipeline.name, first_id, from)
+    });
+    Ok(Decision { owner, lineage, restored, first_id, keep })
+}
+
+/// Phase 3: the writes, under the lock.
+fn commit(pipeline: &Pipeline, layout: &Layout, d: Decision) -> Result<StartPoint, RestoreError> {
+    match &d.owner {
+        Owner::Ours => {}
+        Owner::Unclaimed => store::write_owner(layout, &pipeline.name)?,
+        Owner::TakeOver(previous) => {
+            let dir = layout.state_dir().display();
+            tracing::warn!(dir = %dir, previous = %previous, "Taking over a state directory of another pipeline (--force).");
+            store::write_owner(layout, &pipeline.name)?;
+        }
+    }
+    if let Some(l) = &d.lineage {
+        lineage::write(layout, l)?;
+    }
     let validator = BundleStateValidator::new(layout.clone(), pipeline.name.clone());
-    let chosen = match (restore, explicit) {
-        (_, Some(valid)) => Some(valid),
-        (Some(RestoreFrom::Latest), None) => match validator.find_latest() {
-            Ok(latest) => {
-                for (id, why) in &latest.skipped {
-                    tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint.");
-                }
-                Some(latest.checkpoint)
-            }
-            Err(FindError::NoneValid { skipped, .. }) => {
-                for (id, why) in &skipped {
-                    tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint.");
-                }
-                tracing::info!("No complete checkpoint to restore; starting from the beginning.");
-                None
-            }
-            Err(FindError::Store(e)) => return Err(e.into()),
-        },
-        (_, None) => None,
-    };
-    let ids = store::list_checkpoint_ids(&layout)?;
-    let first_id = ids.iter().max().map_or(1, |m| m + 1).max(chosen.as_ref().map_or(1, |c| c.metadata.checkpoint_id + 1));
-    let keep: Vec<CheckpointId> = chosen.iter().map(|c| c.metadata.checkpoint_id).filter(|id| ids.contains(id)).collect();
-    let report = validator.cleanup(&keep)?;
+    let report = validator.cleanup(&d.keep)?;
     for id in &report.removed_checkpoints {
         tracing::info!(checkpoint = id, "Removed an unfinished checkpoint.");
     }
     for dir in &report.removed_bundle_dirs {
         tracing::info!(dir = %dir.display(), "Removed an orphaned bundle directory.");
     }
-    match crate::checkpoint::shared::collect_garbage(&layout, true) {
+    match crate::checkpoint::shared::collect_garbage(layout, true) {
         Ok(removed) if !removed.is_empty() => tracing::info!(files = removed.len(), "Removed shared files no checkpoint references."),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files; keeping them all."),
     }
-    let mut retained = store::list_checkpoint_ids(&layout)?;
+    let mut retained = store::list_checkpoint_ids(layout)?;
     retained.sort_unstable();
-    let restored = match chosen {
-        Some(valid) => Some(load(pipeline, valid, policy)?),
-        None => None,
-    };
-    Ok(StartPoint { restored, first_id, retained })
+    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained })
 }
 
-fn claim(layout: &Layout, pipeline: &str, force: bool) -> Result<(), RestoreError> {
-    match store::claim_state_dir(layout, pipeline) {
-        Ok(()) => Ok(()),
-        Err(store::StoreError::PipelineMismatch { .. }) if force => {
-            tracing::warn!(dir = %layout.state_dir().display(), "Taking over a state directory of another pipeline (--force).");
-            std::fs::write(layout.pipeline_file(), format!("{pipeline}\n")).map_err(|source| store::StoreError::Io {
-                op: "write",
-                path: layout.pipeline_file(),
-                source,
-            })?;
-            Ok(())
+/// Refuse a directory of another pipeline unless `force`. Reads only.
+fn check_owner(layout: &Layout, pipeline: &str, force: bool) -> Result<Owner, RestoreError> {
+    match store::state_dir_owner(layout)? {
+        None => Ok(Owner::Unclaimed),
+        Some(found) if found == pipeline => Ok(Owner::Ours),
+        Some(found) if force => Ok(Owner::TakeOver(found)),
+        Some(found) => {
+            let e = store::StoreError::PipelineMismatch { path: layout.pipeline_file(), expected: pipeline.into(), found };
+            Err(RestoreError::OtherPipeline(e.to_string()))
         }
-        Err(e @ store::StoreError::PipelineMismatch { .. }) => Err(RestoreError::OtherPipeline(e.to_string())),
-        Err(e) => Err(e.into()),
     }
+}
+
+/// `--restore latest`: the newest valid checkpoint of the current lineage;
+/// with none, where the lineage began (the beginning, or the same
+/// checkpoint or savepoint again).
+fn resolve_latest(pipeline: &Pipeline, layout: &Layout) -> Result<Option<ValidCheckpoint>, RestoreError> {
+    // A record of another pipeline (before a take-over with --force) says
+    // nothing about this one.
+    let current = lineage::read(layout)?.filter(|l| l.pipeline == pipeline.name);
+    let validator = BundleStateValidator::new(layout.clone(), pipeline.name.clone());
+    let skipped = match validator.find_latest_from(current.as_ref().map_or(0, |l| l.first_id)) {
+        Ok(latest) => {
+            log_skipped(&latest.skipped);
+            return Ok(Some(latest.checkpoint));
+        }
+        Err(FindError::NoneValid { skipped, .. }) => skipped,
+        Err(FindError::Store(e)) => return Err(e.into()),
+    };
+    log_skipped(&skipped);
+    let Some((l, from)) = current.as_ref().and_then(|l| l.restored.as_ref().map(|r| (l, r))) else {
+        tracing::info!("No complete checkpoint to restore; starting from the beginning.");
+        return Ok(None);
+    };
+    let dir = l.restored_dir(layout).unwrap_or_default();
+    let kind = match from.kind {
+        Kind::Checkpoint => "checkpoint",
+        Kind::Savepoint => "savepoint",
+    };
+    let gone = |reason: String| RestoreError::LineageGone { id: from.checkpoint_id, kind, path: dir.clone(), reason };
+    let valid = validate::validate_dir(&dir).map_err(|e| gone(e.to_string()))?;
+    if valid.metadata.checkpoint_id != from.checkpoint_id || valid.metadata.pipeline != l.pipeline {
+        let md = &valid.metadata;
+        return Err(gone(format!("it now holds checkpoint {} of pipeline `{}`", md.checkpoint_id, md.pipeline)));
+    }
+    tracing::info!(
+        checkpoint = from.checkpoint_id,
+        dir = %dir.display(),
+        "No checkpoint completed since this state directory was restored from it; restoring it again."
+    );
+    Ok(Some(valid))
+}
+
+fn log_skipped(skipped: &[(CheckpointId, validate::Invalid)]) {
+    for (id, why) in skipped {
+        tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint.");
+    }
+}
+
+/// Whether `r` is this directory's `chk-<id>` (not a savepoint, nor
+/// another directory's checkpoint of the same id).
+fn is_checkpoint_of(layout: &Layout, r: &RestoredState) -> bool {
+    match (std::fs::canonicalize(&r.dir), std::fs::canonicalize(layout.checkpoint_dir(r.id))) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn is_empty_or_absent(dir: &Path) -> Result<bool, RestoreError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => Ok(entries.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(source) => Err(store::StoreError::Io { op: "list", path: dir.to_path_buf(), source }.into()),
+    }
+}
+
+fn holds_only_the_lock(layout: &Layout) -> Result<bool, RestoreError> {
+    let dir = layout.state_dir();
+    let io = |source| store::StoreError::Io { op: "list", path: dir.to_path_buf(), source };
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        if entry.map_err(io)?.file_name() != crate::checkpoint::layout::LOCK_FILE {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// `--restore PATH`: a checkpoint directory or its `_metadata` file.
@@ -259,7 +403,7 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
         for voter in &m.voters {
             let path = bundle_dir.join(snapshot::file_name(*voter));
-            let bytes = std::fs::read(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
             let snap = TaskSnapshot::decode(&bytes).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
             tasks.insert(*voter, snap);
         }

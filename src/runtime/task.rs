@@ -22,6 +22,7 @@ use crate::checkpoint::CheckpointId;
 use crate::faults;
 use crate::operators::source::{RestoredPositions, Source, SourcePoll};
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
+use crate::pacing::Pacer;
 use crate::types::{Millis, MAX_WATERMARK, MIN_WATERMARK};
 
 /// How a task ended.
@@ -95,8 +96,8 @@ impl SourceTask {
             emitted_wm = self.restore(r).await?;
         }
         let mut max_ts = emitted_wm.saturating_add(self.timing.max_out_of_orderness.unwrap_or(0)).saturating_add(1);
-        let started = Instant::now();
-        let mut produced: u64 = 0;
+        // After a stall, at most one batch at once (no catching up).
+        let mut pacer = self.timing.rate_limit.map(|rate| Pacer::new(rate, batch_size as u64));
         let mut idle_since: Option<Instant> = None;
         let mut idle_sent = false;
         // With checkpoints a source outlives its input: it still answers
@@ -129,7 +130,9 @@ impl SourceTask {
             if !batch.is_empty() {
                 idle_since = None;
                 idle_sent = false;
-                produced += batch.len() as u64;
+                if let Some(p) = &mut pacer {
+                    p.sent(batch.len() as u64, Instant::now());
+                }
                 OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
                 max_ts = batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max);
                 let out = self.chain.process(0, batch)?;
@@ -173,9 +176,8 @@ impl SourceTask {
                     }
                 }
                 SourcePoll::More => {
-                    if let Some(rate) = self.timing.rate_limit {
-                        let due = crate::operators::source::paced(started, produced, rate);
-                        match self.wait(Some(due)).await {
+                    if let Some(pause) = pacer.as_mut().and_then(|p| p.wait(Instant::now())) {
+                        match self.wait(Some(Instant::now() + pause)).await {
                             Wake::Stop => return self.shut_down().await,
                             Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
                             Wake::Completed => self.notify_completed()?,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::ckpt::{both_backends, copy_dir, fast, restored_from, tree, Backend, Job};
 use super::util::tmp;
@@ -115,4 +116,35 @@ pub fn shared_refs(chk: &Path) -> BTreeSet<String> {
         }
     }
     names
+}
+
+#[test]
+fn a_fifo_named_in_a_manifest_is_refused_without_blocking() {
+    use weir::checkpoint::manifest::{BundleManifest, Document, FileEntry};
+    let job = Job::new();
+    job.cmd().set("sources.events.rate_limit", "5000").ok();
+    let chks = job.checkpoints();
+    assert!(chks.len() >= 2, "want at least 2 retained checkpoints, have {chks:?}");
+    let (newest, previous) = (chks.last().unwrap(), &chks[chks.len() - 2]);
+    let id_of = |chk: &Path| -> u64 { chk.file_name().unwrap().to_string_lossy()["chk-".len()..].parse().unwrap() };
+    // A crafted MANIFEST (valid checksum) naming a FIFO of size 0.
+    let manifest = newest.join("bundle-000/MANIFEST");
+    let mut m = BundleManifest::from_bytes(&std::fs::read(&manifest).unwrap()).unwrap();
+    m.files.push(FileEntry::private("pipe.snapshot", 0, 0));
+    std::fs::write(&manifest, m.to_bytes()).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(newest.join("bundle-000/pipe.snapshot")).status().unwrap();
+    assert!(made.success());
+
+    // inspect answers (instead of blocking on the FIFO), exit 2, naming it.
+    for path in [&job.state, newest] {
+        let o = super::util::weir(&["inspect", &path.display().to_string()]).spawn().wait_for(Duration::from_secs(20));
+        o.expect_code(2);
+        assert!(o.stdout.contains("pipe.snapshot: is a FIFO, not a regular file"), "{}", o.stdout);
+    }
+    // --restore latest skips that checkpoint, saying why.
+    let o = fast(job.restore()).spawn().wait_for(Duration::from_secs(60));
+    o.expect_code(0);
+    let skip = o.stderr.lines().find(|l| l.contains("Skipping an invalid checkpoint."));
+    assert!(skip.is_some_and(|l| l.contains("pipe.snapshot") && l.contains("FIFO")), "{}", o.stderr);
+    assert_eq!(restored_from(&o.stderr), Some(id_of(previous)));
 }

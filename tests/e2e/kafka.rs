@@ -492,3 +492,21 @@ fn produce_raw(brokers: &str, topic: &str, lines: &[String]) {
     }
     p.flush(Duration::from_secs(30)).expect("flushing");
 }
+
+#[test]
+fn kafka_a_second_run_on_the_state_dir_neither_fences_nor_disturbs_the_running_one() {
+    // The newcomer's producers would fence the running pipeline's (same
+    // transactional ids): it must be refused before opening any connector.
+    let want = canon(clean_windowed());
+    let job = KJob::new("second-run", WINDOWED, true);
+    let first = job.cmd().spawn();
+    let state = job.dir.path().join("state");
+    assert!(wait_until(Duration::from_secs(30), || state.join("control.sock").exists()), "the first run did not start");
+    let o = job.cmd().run();
+    o.expect_code(2);
+    o.expect_stderr_contains(&format!("is in use by weir process {}", first.child.id()));
+    let done = first.wait_for(RUN_TIMEOUT);
+    done.expect_code(0);
+    assert!(!done.stderr.contains("Checkpoint aborted."), "{}", done.stderr);
+    assert_same_multiset("kafka, a second run refused while the first ran", canon(&job.output()), want);
+}

@@ -364,3 +364,167 @@ fn a_memory_savepoint_restores_into_rocksdb() {
 fn a_rocksdb_savepoint_restores_into_memory() {
     savepoint_across_backends(Backend::RocksDb, Backend::Memory);
 }
+
+/// Every entry under `dir` (not following links, never reading a FIFO):
+/// relative path -> (file type, size), to compare a tree before and after.
+fn entries(dir: &Path) -> std::collections::BTreeMap<PathBuf, (String, u64)> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, (String, u64)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            out.insert(p.strip_prefix(root).unwrap().to_path_buf(), (format!("{:?}", m.file_type()), m.len()));
+            if m.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// A savepoint made from a finished run's newest checkpoint (its
+/// `_metadata` rewritten to kind savepoint, checksum and all).
+fn crafted_savepoint(job: &Job, at: &Path) {
+    use weir::checkpoint::manifest::{Document, Kind, Metadata};
+    fast(job.cmd()).ok();
+    let chk = job.checkpoints().pop().expect("a retained checkpoint");
+    super::ckpt::copy_dir(&chk, at);
+    let md = Metadata::from_bytes(&std::fs::read(at.join("_metadata")).unwrap()).unwrap();
+    std::fs::write(at.join("_metadata"), Metadata { kind: Kind::Savepoint, ..md }.to_bytes()).unwrap();
+    weir(&["inspect", &at.display().to_string()]).ok();
+}
+
+#[test]
+fn dispose_refuses_links_dot_forms_and_anything_but_a_savepoint_root_deleting_nothing() {
+    let job = Job::new();
+    let root = job.dir.path().join("sps");
+    let sp = root.join("sp");
+    crafted_savepoint(&job, &sp);
+    let link = root.join("link");
+    std::os::unix::fs::symlink(&sp, &link).unwrap();
+    let before = entries(&root);
+    let s = |p: &Path| p.display().to_string();
+    // (path, cwd, what stderr says)
+    let cases = [
+        (s(&link), None, "symbolic link"),
+        (format!("{}/", link.display()), None, "symbolic link"),
+        (format!("{}/_metadata", link.display()), None, "symbolic link"),
+        (".".to_string(), Some(sp.clone()), "`.` is refused"),
+        ("./".to_string(), Some(sp.clone()), "`.` is refused"),
+        (format!("{}/.", sp.display()), None, "`.` is refused"),
+        (format!("{}/bundle-000/..", sp.display()), None, "`..` in the path is refused"),
+        ("../sp".to_string(), Some(sp.join("bundle-000")), "`..` in the path is refused"),
+        (s(&sp.join("bundle-000")), None, "not a weir savepoint"),
+        (s(&root), None, "not a weir savepoint"),
+        (s(&sp.join("_metadata/")), None, "not a directory"),
+    ];
+    for (path, cwd, why) in &cases {
+        let mut cmd = weir(&["savepoint", "dispose", path]);
+        if let Some(dir) = cwd {
+            cmd = cmd.cwd(dir);
+        }
+        let o = cmd.run();
+        o.expect_code(2);
+        o.expect_stderr_contains(why);
+        assert_eq!(entries(&root), before, "`dispose {path}` changed the tree");
+    }
+
+    // Not exactly a savepoint root: an extra file, a FIFO or a link inside.
+    let extras: [(&str, fn(&Path)); 3] = [
+        ("notes", |p| std::fs::write(p, b"mine").unwrap()),
+        ("bundle-000/fifo", |p| assert!(std::process::Command::new("mkfifo").arg(p).status().unwrap().success())),
+        ("bundle-000/link", |p| std::os::unix::fs::symlink("/etc/passwd", p).unwrap()),
+    ];
+    for (name, make) in extras {
+        let extra = sp.join(name);
+        make(&extra);
+        let before = entries(&root);
+        let o = weir(&["savepoint", "dispose", &s(&sp)]).run();
+        o.expect_code(2);
+        o.expect_stderr_contains(name);
+        assert_eq!(entries(&root), before, "dispose with {name} inside changed the tree");
+        std::fs::remove_file(&extra).unwrap();
+    }
+
+    // The savepoint itself, with a trailing slash: it goes, and only it.
+    let o = weir(&["savepoint", "dispose", &format!("{}/", sp.display())]).run();
+    o.expect_code(0);
+    assert!(!sp.exists());
+    let left: Vec<_> = entries(&root).into_keys().collect();
+    assert_eq!(left, vec![PathBuf::from("link")], "only the (now dangling) link is left");
+}
+
+/// `weir run` of the checkpointed pipeline for savepoint tests: slow
+/// source, no periodic checkpoints, every barrier delayed by `delay`.
+fn slow_run(job: &Job, delay: &str) -> super::util::Running {
+    let cmd = job.cmd().set("checkpoint.interval", "1h").set("sources.events.rate_limit", "300");
+    let run = cmd.env("WEIR_FAULTS", format!("barrier_delay={delay}")).spawn();
+    job.wait_for_socket();
+    run
+}
+
+#[test]
+fn two_savepoints_racing_for_one_target_leave_the_winners_savepoint_valid() {
+    // Two pipelines with their own state dirs, one target. The barrier
+    // delay keeps both savepoints in flight at once, so both requests pass
+    // the check while the target is still missing.
+    let (a, b) = (Job::new(), Job::new());
+    let (run_a, run_b) = (slow_run(&a, "1s"), slow_run(&b, "1s"));
+    let target = a.dir.path().join("shared-target");
+    let trigger = |job: &Job| job.savepoint("trigger").arg("--target").arg(target.display().to_string()).spawn();
+    let (ta, tb) = (trigger(&a), trigger(&b));
+    let (oa, ob) = (ta.wait_for(Duration::from_secs(30)), tb.wait_for(Duration::from_secs(30)));
+    let (won, lost) = match (oa.code(), ob.code()) {
+        (Some(0), Some(1)) => (&a, &ob),
+        (Some(1), Some(0)) => (&b, &oa),
+        _ => panic!("want exactly one winner:\n{oa:?}\n{ob:?}"),
+    };
+    // The winner's savepoint is whole: it validates (and restores, below).
+    weir(&["inspect", &target.display().to_string()]).ok();
+    assert_eq!(kind_of(&target), "savepoint");
+    // The loser got as far as the rename: both were in flight at once.
+    lost.expect_stderr_contains("not empty any more");
+    let hidden: Vec<_> = std::fs::read_dir(a.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "temp directories left next to the target: {hidden:?}");
+    for run in [&run_a, &run_b] {
+        run.terminate();
+    }
+    run_a.wait_for(Duration::from_secs(30)).expect_code(0);
+    run_b.wait_for(Duration::from_secs(30)).expect_code(0);
+    // And it restores.
+    let fresh = won.dir.path().join("fresh");
+    let restore = weir(&["restore", &target.display().to_string(), PIPELINE, "--no-progress"]);
+    let o = fast(restore).set("state.dir", fresh.join("state")).set("sinks.out.path", fresh.join("out")).run();
+    o.expect_code(0);
+    o.expect_stderr_contains("Restoring from checkpoint.");
+}
+
+#[test]
+fn a_target_inside_the_state_dirs_managed_folders_is_refused() {
+    let job = Job::new();
+    let run = slow_run(&job, "10ms");
+    let chk = job.state.join("checkpoints").join("chk-0000009");
+    let via_link = job.dir.path().join("to-state");
+    std::os::unix::fs::symlink(&job.state, &via_link).unwrap();
+    for t in [chk.clone(), job.state.join("local/sp"), via_link.join("checkpoints/mine"), job.state.join("savepoints/../checkpoints/x")] {
+        // The CLI refuses before it contacts the process (exit 2) ...
+        let o = job.savepoint("trigger").arg("--target").arg(t.display().to_string()).run();
+        o.expect_code(2);
+        o.expect_stderr_contains("which weir manages");
+        // ... and the process refuses the same over its socket.
+        let answer = ask(&job.state.join("control.sock"), &format!(r#"{{"savepoint": {{"target": "{}"}}}}"#, t.display()));
+        assert_eq!(answer["ok"], false, "{answer}");
+        assert!(answer["error"].as_str().unwrap().contains("which weir manages"), "{answer}");
+    }
+    assert!(!chk.exists() && !job.state.join("local/sp").exists(), "a refused target was created");
+    // Under savepoints/ is fine.
+    let ok = job.savepoint("trigger").arg("--target").arg(job.state.join("savepoints/mine").display().to_string()).run();
+    assert_eq!(savepoint_path(&ok), job.state.join("savepoints/mine"));
+    run.terminate();
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+}

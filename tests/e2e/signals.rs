@@ -71,3 +71,33 @@ fn windows_fire_on_the_watermark_before_the_input_ends() {
         }
     }
 }
+
+/// Two SIGTERMs a few milliseconds apart while the stop's final checkpoint
+/// is held up (a stalled subtask): the second one exits 130 at once. The
+/// handlers are installed once for the whole run, so no signal is lost
+/// between the first being handled and the next being awaited.
+#[test]
+fn a_second_sigterm_right_after_the_first_exits_at_once() {
+    for gap_ms in [10, 40] {
+        let dir = tmp();
+        let out = dir.path().join("out");
+        let pipeline = dir.path().join("p.yaml");
+        let yaml = format!(
+            "name: two_signals\nparallelism: 1\nstate: {{dir: {state}}}\ncheckpoint: {{interval: 1h}}\n\
+             sources:\n  - {{name: gen, type: datagen, rate_limit: 2000, fields: {{n: {{kind: sequence}}}}}}\n\
+             operators:\n  - {{name: unique, type: dedup, input: gen, key: [n]}}\n\
+             sinks:\n  - {{name: out, type: file, input: unique, path: {out}}}\n",
+            state = dir.path().join("state").display(),
+            out = out.display()
+        );
+        std::fs::write(&pipeline, yaml).unwrap();
+        let run = weir_run(pipeline.to_str().unwrap(), 1).env("WEIR_FAULTS", "stall=unique:0:30s").spawn();
+        wait_for_output(&run, &out);
+        run.terminate();
+        std::thread::sleep(Duration::from_millis(gap_ms));
+        run.terminate();
+        let o = run.wait_for(Duration::from_secs(20));
+        o.expect_code(130);
+        assert!(o.elapsed < Duration::from_secs(5), "gap {gap_ms} ms: the second SIGTERM took {:?}", o.elapsed);
+    }
+}

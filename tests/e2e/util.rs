@@ -46,6 +46,12 @@ impl Weir {
         self.arg("--set").arg(format!("{key}={}", value.as_ref().display()))
     }
 
+    /// Run in `dir` instead of the repository root.
+    pub fn cwd(mut self, dir: impl AsRef<Path>) -> Self {
+        self.cmd.current_dir(dir.as_ref());
+        self
+    }
+
     pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
         self.cmd.env(k, v);
         self

@@ -3,20 +3,29 @@
 //! A key's (or window's) accumulators are one byte string: one fixed-width
 //! slot per aggregate function, in the order of `spec.aggregates`. All-zero
 //! bytes are the empty state of every slot, so a new accumulator is just
-//! `width()` zeros. The layout is fixed (no version byte); changing it
-//! orphans saved state. Numbers are little-endian.
+//! `width()` zeros. The layout is fixed (no version byte); the one layout
+//! before it (`legacy_width()`, 9-byte sums and 16-byte avgs) is still read
+//! and upgraded by `adopt`. Numbers are little-endian.
 //!
 //! | function | width | layout |
 //! |---|---|---|
 //! | count | 8 | u64 count |
-//! | sum, min, max | 9 | tag u8 (0 = no value yet, 1 = Int, 2 = Float) + i64 or f64 bits |
-//! | avg | 16 | u64 count + f64 sum |
+//! | min, max | 9 | tag u8 (0 = no value yet, 1 = Int, 2 = Float) + i64 or f64 bits |
+//! | sum | 33 | tag u8 (0 = no value yet, 1 = integers only, 2 = a float seen) + `Sum` |
+//! | avg | 40 | u64 count + `Sum` |
 //!
-//! Semantics: count counts records (with a field: its non-null values); sum
-//! stays Int while every input is an integer and nothing overflows, then
-//! turns Float; min/max keep the input's type (Int stays Int); avg is Float.
-//! Nulls and non-numbers are skipped; over no values the result is Null
-//! (count gives 0).
+//! `Sum` (32 bytes) is an i128 sum of the integer inputs (exact: no order of
+//! inputs can overflow it) + an f64 sum of the other inputs and its
+//! Neumaier compensation (f64 bits).
+//!
+//! Semantics: count counts records (with a field: its non-null values, of
+//! any type); sum is an exact integer while every input is an integer (an
+//! `Int` if it fits an i64, else an exact `Decimal`), otherwise the float
+//! nearest to the integer part plus the compensated float sum; min/max keep
+//! the input's type (Int stays Int); avg is Float (exact integer sum divided
+//! once). Nulls and non-numbers are skipped; over no values the result is
+//! Null (count gives 0). A float sum outside the f64 range is infinite
+//! (printed as the string `"Infinity"` or `"-Infinity"`).
 
 use crate::config::{AggFunc, AggregateFn};
 use crate::types::Value;
@@ -36,7 +45,7 @@ struct Slot {
     offset: usize,
 }
 
-/// A number read from input or from a slot.
+/// A number read from input or from a min/max slot.
 #[derive(Debug, Clone, Copy)]
 enum Num {
     Int(i64),
@@ -48,6 +57,7 @@ impl Num {
         match v {
             Value::Int(i) => Some(Num::Int(*i)),
             Value::Float(f) => Some(Num::Float(*f)),
+            Value::Decimal(_) => v.as_f64().map(Num::Float),
             _ => None,
         }
     }
@@ -75,11 +85,117 @@ impl Num {
     }
 }
 
+/// What a sum or avg adds: integers exactly, everything else as f64.
+enum Addend {
+    Int(i128),
+    Float(f64),
+}
+
+impl Addend {
+    fn of(v: &Value) -> Option<Addend> {
+        match v {
+            Value::Int(i) => Some(Addend::Int(*i as i128)),
+            Value::Float(f) => Some(Addend::Float(*f)),
+            Value::Decimal(d) => match d.parse::<i128>() {
+                Ok(i) => Some(Addend::Int(i)),
+                Err(_) => v.as_f64().map(Addend::Float),
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The `Sum` part of a sum or avg slot: exact integer part, compensated float part.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Sum {
+    int: i128,
+    float: f64,
+    comp: f64,
+}
+
+const SUM_WIDTH: usize = 32;
+
+impl Sum {
+    fn read(b: &[u8], at: usize) -> Sum {
+        let mut i = [0u8; 16];
+        i.copy_from_slice(&b[at..at + 16]);
+        Sum { int: i128::from_le_bytes(i), float: f64::from_bits(rd_u64(b, at + 16)), comp: f64::from_bits(rd_u64(b, at + 24)) }
+    }
+
+    fn write(self, b: &mut [u8], at: usize) {
+        b[at..at + 16].copy_from_slice(&self.int.to_le_bytes());
+        wr_u64(b, at + 16, self.float.to_bits());
+        wr_u64(b, at + 24, self.comp.to_bits());
+    }
+
+    /// Neumaier's compensated addition of `x` to the float part.
+    fn add_float(&mut self, x: f64) {
+        let t = self.float + x;
+        if !t.is_finite() {
+            // Overflow (or an infinite input): the compensation means nothing any more.
+            self.float = t;
+            self.comp = 0.0;
+            return;
+        }
+        if self.float.abs() >= x.abs() {
+            self.comp += (self.float - t) + x;
+        } else {
+            self.comp += (x - t) + self.float;
+        }
+        self.float = t;
+    }
+
+    fn add(&mut self, a: Addend) {
+        match a {
+            // 2^64 inputs of at most 2^63 each stay below 2^127: never saturates.
+            Addend::Int(i) => self.int = self.int.saturating_add(i),
+            Addend::Float(f) => self.add_float(f),
+        }
+    }
+
+    fn merge(&mut self, other: Sum) {
+        self.int = self.int.saturating_add(other.int);
+        self.add_float(other.float);
+        self.add_float(other.comp);
+    }
+
+    /// The f64 nearest to the whole sum (float part rounded once more).
+    fn total(self) -> f64 {
+        let hi = self.int as f64;
+        let lo = (self.int - hi as i128) as f64;
+        let mut s = Sum { int: 0, float: self.float, comp: self.comp };
+        s.add_float(hi);
+        s.add_float(lo);
+        s.float + s.comp
+    }
+
+    /// The mean over `n` values.
+    fn mean(self, n: u64) -> f64 {
+        let n128 = n as i128;
+        if self.float == 0.0 && self.comp == 0.0 {
+            // Integers only: divide exactly, round once.
+            let (q, r) = (self.int / n128, self.int % n128);
+            return q as f64 + r as f64 / n as f64;
+        }
+        self.total() / n as f64
+    }
+}
+
 // Slot tags; 0 (all-zero bytes) means no value yet.
 const TAG_INT: u8 = 1;
 const TAG_FLOAT: u8 = 2;
 
 fn width_of(func: AggFunc) -> usize {
+    match func {
+        AggFunc::Count => 8,
+        AggFunc::Min | AggFunc::Max => 9,
+        AggFunc::Sum => 1 + SUM_WIDTH,
+        AggFunc::Avg => 8 + SUM_WIDTH,
+    }
+}
+
+/// The width of a slot in the layout before exact sums.
+fn legacy_width_of(func: AggFunc) -> usize {
     match func {
         AggFunc::Count => 8,
         AggFunc::Sum | AggFunc::Min | AggFunc::Max => 9,
@@ -113,17 +229,6 @@ fn wr_num(b: &mut [u8], at: usize, n: Num) {
     };
     b[at] = tag;
     wr_u64(b, at + 1, bits);
-}
-
-fn sum(acc: Option<Num>, n: Num) -> Num {
-    match (acc, n) {
-        (None, n) => n,
-        (Some(Num::Int(a)), Num::Int(b)) => match a.checked_add(b) {
-            Some(s) => Num::Int(s),
-            None => Num::Float(a as f64 + b as f64),
-        },
-        (Some(a), b) => Num::Float(a.f64() + b.f64()),
-    }
 }
 
 impl Accumulators {
@@ -168,9 +273,25 @@ impl Accumulators {
                         wr_u64(acc, at, rd_u64(acc, at).wrapping_add(1));
                     }
                 }
+                AggFunc::Sum => {
+                    if let Some(a) = input.and_then(Addend::of) {
+                        acc[at] = acc[at].max(if matches!(a, Addend::Int(_)) { TAG_INT } else { TAG_FLOAT });
+                        let mut sum = Sum::read(acc, at + 1);
+                        sum.add(a);
+                        sum.write(acc, at + 1);
+                    }
+                }
+                AggFunc::Avg => {
+                    if let Some(a) = input.and_then(Addend::of) {
+                        wr_u64(acc, at, rd_u64(acc, at).wrapping_add(1));
+                        let mut sum = Sum::read(acc, at + 8);
+                        sum.add(a);
+                        sum.write(acc, at + 8);
+                    }
+                }
                 func => {
                     if let Some(n) = input.and_then(Num::of) {
-                        self.fold(func, acc, at, n, 1);
+                        self.fold(func, acc, at, n);
                     }
                 }
             }
@@ -183,26 +304,30 @@ impl Accumulators {
             let at = s.offset;
             match s.func {
                 AggFunc::Count => wr_u64(into, at, rd_u64(into, at).wrapping_add(rd_u64(from, at))),
+                AggFunc::Sum => {
+                    into[at] = into[at].max(from[at]);
+                    let mut sum = Sum::read(into, at + 1);
+                    sum.merge(Sum::read(from, at + 1));
+                    sum.write(into, at + 1);
+                }
                 AggFunc::Avg => {
-                    let count = rd_u64(from, at);
-                    if count > 0 {
-                        self.fold(AggFunc::Avg, into, at, Num::Float(f64::from_bits(rd_u64(from, at + 8))), count);
-                    }
+                    wr_u64(into, at, rd_u64(into, at).wrapping_add(rd_u64(from, at)));
+                    let mut sum = Sum::read(into, at + 8);
+                    sum.merge(Sum::read(from, at + 8));
+                    sum.write(into, at + 8);
                 }
                 func => {
                     if let Some(n) = rd_num(from, at) {
-                        self.fold(func, into, at, n, 1);
+                        self.fold(func, into, at, n);
                     }
                 }
             }
         }
     }
 
-    /// Fold the number `n` (for avg: a sum over `count` values) into a slot.
-    fn fold(&self, func: AggFunc, acc: &mut [u8], at: usize, n: Num, count: u64) {
+    /// Fold the number `n` into a min or max slot.
+    fn fold(&self, func: AggFunc, acc: &mut [u8], at: usize, n: Num) {
         match func {
-            AggFunc::Count => wr_u64(acc, at, rd_u64(acc, at).wrapping_add(count)),
-            AggFunc::Sum => wr_num(acc, at, sum(rd_num(acc, at), n)),
             AggFunc::Min => match rd_num(acc, at) {
                 Some(cur) if !n.lt(cur) => {}
                 _ => wr_num(acc, at, n),
@@ -211,11 +336,50 @@ impl Accumulators {
                 Some(cur) if !cur.lt(n) => {}
                 _ => wr_num(acc, at, n),
             },
-            AggFunc::Avg => {
-                wr_u64(acc, at, rd_u64(acc, at).wrapping_add(count));
-                wr_u64(acc, at + 8, (f64::from_bits(rd_u64(acc, at + 8)) + n.f64()).to_bits());
-            }
+            AggFunc::Count | AggFunc::Sum | AggFunc::Avg => {}
         }
+    }
+
+    /// The byte length of an accumulator set written in the layout before
+    /// exact sums (9-byte sum, 16-byte avg).
+    pub fn legacy_width(&self) -> usize {
+        self.slots.iter().map(|s| legacy_width_of(s.func)).sum()
+    }
+
+    /// Make `acc` an accumulator set of this layout: true if it is one, or
+    /// was one of the legacy layout (upgraded in place); false otherwise.
+    pub fn adopt(&self, acc: &mut Vec<u8>) -> bool {
+        if acc.len() == self.width {
+            return true;
+        }
+        if acc.len() != self.legacy_width() {
+            return false;
+        }
+        let old = std::mem::take(acc);
+        self.init(acc);
+        let mut from = 0;
+        for s in &self.slots {
+            let at = s.offset;
+            match s.func {
+                AggFunc::Count => acc[at..at + 8].copy_from_slice(&old[from..from + 8]),
+                AggFunc::Min | AggFunc::Max => acc[at..at + 9].copy_from_slice(&old[from..from + 9]),
+                AggFunc::Sum => {
+                    let sum = match rd_num(&old, from) {
+                        None => (0, Sum::default()),
+                        Some(Num::Int(i)) => (TAG_INT, Sum { int: i as i128, ..Sum::default() }),
+                        Some(Num::Float(f)) => (TAG_FLOAT, Sum { float: f, ..Sum::default() }),
+                    };
+                    acc[at] = sum.0;
+                    sum.1.write(acc, at + 1);
+                }
+                AggFunc::Avg => {
+                    acc[at..at + 8].copy_from_slice(&old[from..from + 8]);
+                    Sum { float: f64::from_bits(rd_u64(&old, from + 8)), ..Sum::default() }.write(acc, at + 8);
+                }
+            }
+            from += legacy_width_of(s.func);
+        }
+        true
     }
 
     /// Append one output value per function, in spec order.
@@ -224,10 +388,15 @@ impl Accumulators {
             let at = s.offset;
             out.push(match s.func {
                 AggFunc::Count => Value::Int(rd_u64(acc, at).min(i64::MAX as u64) as i64),
-                AggFunc::Sum | AggFunc::Min | AggFunc::Max => rd_num(acc, at).map_or(Value::Null, Num::value),
+                AggFunc::Min | AggFunc::Max => rd_num(acc, at).map_or(Value::Null, Num::value),
+                AggFunc::Sum => match acc[at] {
+                    TAG_INT => crate::number::from_i128(Sum::read(acc, at + 1).int),
+                    TAG_FLOAT => Value::Float(Sum::read(acc, at + 1).total()),
+                    _ => Value::Null,
+                },
                 AggFunc::Avg => match rd_u64(acc, at) {
                     0 => Value::Null,
-                    n => Value::Float(f64::from_bits(rd_u64(acc, at + 8)) / n as f64),
+                    n => Value::Float(Sum::read(acc, at + 8).mean(n)),
                 },
             });
         }
@@ -264,7 +433,7 @@ mod tests {
     #[test]
     fn every_function_over_ints_floats_and_nulls() {
         let a = accs(&[(Count, None), (Count, Some("x")), (Sum, Some("x")), (Min, Some("x")), (Max, Some("x")), (Avg, Some("x"))]);
-        assert_eq!(a.width(), 8 + 8 + 9 + 9 + 9 + 16);
+        assert_eq!(a.width(), 8 + 8 + 33 + 9 + 9 + 40);
         assert_eq!(run(&a, &[I(3), Null, I(-2), I(5)]), vec![I(4), I(3), I(6), I(-2), I(5), F(2.0)]);
         assert_eq!(run(&a, &[I(3), F(0.5), Null]), vec![I(3), I(2), F(3.5), F(0.5), I(3), F(1.75)]);
         // No non-null values: Null everywhere, counts 0 (count of records still counts).
@@ -280,11 +449,64 @@ mod tests {
     }
 
     #[test]
-    fn int_sum_turns_float_on_overflow() {
+    fn int_sum_is_exact_whatever_the_order() {
+        // Issue 18 #5: `MAX, 1, -5` turned into a lossy float, `1, -5, MAX` did not.
+        let a = accs(&[(Sum, Some("x")), (Avg, Some("x"))]);
+        let want = vec![I(i64::MAX - 4), F((i64::MAX - 4) as f64 / 3.0)];
+        for xs in [[I(i64::MAX), I(1), I(-5)], [I(1), I(-5), I(i64::MAX)], [I(-5), I(i64::MAX), I(1)]] {
+            assert_eq!(run(&a, &xs), want, "{xs:?}");
+        }
+        // Beyond i64 the sum stays an exact integer.
+        assert_eq!(run(&a, &[I(i64::MAX), I(1)])[0], Value::Decimal("9223372036854775808".into()));
+        assert_eq!(run(&a, &[I(i64::MIN), I(-1)])[0], Value::Decimal("-9223372036854775809".into()));
+        assert_eq!(run(&a, &[Value::Decimal("18446744073709551614".into()), I(-18)])[0], Value::Decimal("18446744073709551596".into()));
+        assert_eq!(run(&a, &[I(0), I(0)])[0], I(0));
+    }
+
+    #[test]
+    fn avg_divides_the_exact_integer_sum() {
+        let a = accs(&[(Avg, Some("x"))]);
+        let two53 = 1i64 << 53;
+        assert_eq!(run(&a, &[I(two53), I(1), I(1), I(1), I(1)]), vec![F(1801439850948199.2)]);
+        assert_eq!(run(&a, &[I(1), I(two53), I(1), I(1), I(1)]), vec![F(1801439850948199.2)]);
+        assert_eq!(run(&a, &[I(-7), I(2)]), vec![F(-2.5)]);
+    }
+
+    #[test]
+    fn float_sums_are_compensated_and_overflow_to_infinity() {
         let a = accs(&[(Sum, Some("x"))]);
-        assert_eq!(run(&a, &[I(i64::MAX - 1), I(1)]), vec![I(i64::MAX)]);
-        assert_eq!(run(&a, &[I(i64::MAX), I(1), I(-5)]), vec![F(i64::MAX as f64 + 1.0 - 5.0)]);
-        assert_eq!(run(&a, &[I(i64::MIN), I(-1)]), vec![F(i64::MIN as f64 - 1.0)]);
+        assert_eq!(run(&a, &[F(1e16), F(1.0), F(-1e16), F(1.0)]), vec![F(2.0)], "no cancellation loss");
+        assert_eq!(run(&a, &[F(0.1), F(0.2), F(0.3)]), run(&a, &[F(0.3), F(0.2), F(0.1)]));
+        assert_eq!(run(&a, &[I(1 << 60), F(0.5), I(1)]), run(&a, &[F(0.5), I(1), I(1 << 60)]));
+        // 1e308 + 1e308 is out of the f64 range: infinite, printed as such (not `null`).
+        let out = run(&a, &[F(1e308), F(1e308)]);
+        assert_eq!(out, vec![F(f64::INFINITY)]);
+        assert_eq!(out[0].to_string(), "\"Infinity\"");
+        assert_eq!(run(&a, &[F(-1e308), F(-1e308)])[0].to_string(), "\"-Infinity\"");
+    }
+
+    #[test]
+    fn legacy_accumulators_are_adopted() {
+        // The layout before exact sums: count 8, sum 9 (tag + i64/f64), max 9, avg 16 (count + f64 sum).
+        let a = accs(&[(Count, None), (Sum, Some("x")), (Max, Some("x")), (Avg, Some("x")), (Sum, Some("y"))]);
+        assert_eq!(a.legacy_width(), 8 + 9 + 9 + 16 + 9);
+        let mut old = Vec::new();
+        old.extend_from_slice(&3u64.to_le_bytes());
+        old.push(TAG_INT);
+        old.extend_from_slice(&(-4i64).to_le_bytes());
+        old.push(TAG_INT);
+        old.extend_from_slice(&7i64.to_le_bytes());
+        old.extend_from_slice(&2u64.to_le_bytes());
+        old.extend_from_slice(&5.0f64.to_bits().to_le_bytes());
+        old.push(TAG_FLOAT);
+        old.extend_from_slice(&1.5f64.to_bits().to_le_bytes());
+        assert!(a.adopt(&mut old));
+        assert_eq!(old.len(), a.width());
+        a.add(&mut old, &[I(1), F(0.5)]);
+        let mut out = Vec::new();
+        a.finish(&old, &mut out);
+        assert_eq!(out, vec![I(4), I(-3), I(7), F(2.0), F(2.0)]);
+        assert!(!a.adopt(&mut vec![0; 5]));
     }
 
     #[test]

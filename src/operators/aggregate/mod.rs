@@ -86,9 +86,16 @@ impl Output {
             fields.push(Value::Int(w.start));
             fields.push(Value::Int(w.end));
         }
-        if acc.len() != self.accs.width() {
-            return Err(corrupt("accumulator"));
-        }
+        let mut adopted;
+        let acc = if acc.len() == self.accs.width() {
+            acc
+        } else {
+            adopted = acc.to_vec();
+            if !self.accs.adopt(&mut adopted) {
+                return Err(corrupt("accumulator"));
+            }
+            &adopted[..]
+        };
         self.accs.finish(acc, &mut fields);
         json.clear();
         if self.json_names.is_empty() {
@@ -132,10 +139,17 @@ fn corrupt(what: &str) -> OpError {
     OpError::Data(format!("aggregate: corrupt {what} in state"))
 }
 
+/// A record whose windows i64 cannot hold (sources refuse event times
+/// outside the supported range, so only a bug upstream gets here).
+fn out_of_range(ts: Millis) -> OpError {
+    OpError::Data(format!("aggregate: {}", crate::types::event_time_out_of_range(ts)))
+}
+
 fn positive_ms(d: Duration, what: &str) -> Result<Millis, String> {
     match duration_ms(d) {
-        ms if ms >= 1 => Ok(ms),
-        _ => Err(format!("window {what} must be at least 1ms")),
+        _ if d.subsec_nanos() % 1_000_000 != 0 => Err(format!("window {what} must be a whole number of milliseconds")),
+        ms if (1..=crate::types::MAX_TIME_SPAN).contains(&ms) => Ok(ms),
+        _ => Err(format!("window {what} must be between 1ms and 10000 years")),
     }
 }
 
@@ -154,7 +168,7 @@ fn add_to_accumulator(
         if !found {
             accs.init(acc);
             created = true;
-        } else if acc.len() != accs.width() {
+        } else if !accs.adopt(acc) {
             ok = false;
             return false;
         }
@@ -162,6 +176,41 @@ fn add_to_accumulator(
         true
     })?;
     Ok((created, ok))
+}
+
+/// Make `list` a session list of the current accumulator layout: true if it
+/// is one, or is one of the legacy layout (upgraded in place). A length that
+/// fits both strides is read in the layout whose windows are well-formed
+/// (each start < end, sorted, not overlapping).
+fn adopt_sessions(accs: &Accumulators, list: &mut Vec<u8>) -> bool {
+    let (new, old) = (16 + accs.width(), 16 + accs.legacy_width());
+    let fits = |stride: usize| list.len() % stride == 0;
+    let well_formed = |stride: usize| {
+        let mut prev_end = Millis::MIN;
+        list.chunks_exact(stride).all(|c| {
+            let (start, end) = (decode_time(&c[..8]), decode_time(&c[8..16]));
+            let ok = prev_end <= start && start < end;
+            prev_end = end;
+            ok
+        })
+    };
+    if fits(new) && (new == old || !fits(old) || well_formed(new)) {
+        return true;
+    }
+    if new == old || !fits(old) || !well_formed(old) {
+        return false;
+    }
+    let mut upgraded = Vec::with_capacity(list.len() / old * new);
+    for entry in list.chunks_exact(old) {
+        let mut acc = entry[16..].to_vec();
+        if !accs.adopt(&mut acc) {
+            return false;
+        }
+        upgraded.extend_from_slice(&entry[..16]);
+        upgraded.extend_from_slice(&acc);
+    }
+    *list = upgraded;
+    true
 }
 
 /// `key ++ start ++ end`, the `windows` key (and the tail of the timer key).
@@ -280,10 +329,10 @@ impl Aggregate {
     fn load_sessions(&mut self, kg: KeyGroup, ctx: &mut Context<'_>) -> OpResult {
         self.sessions.clear();
         if ctx.state.get(SESSIONS, kg, &self.key, &mut self.other)? {
-            let stride = self.session_stride();
-            if self.other.len() % stride != 0 {
+            if !adopt_sessions(&self.output.accs, &mut self.other) {
                 return Err(corrupt("session list"));
             }
+            let stride = self.session_stride();
             self.sessions.extend(self.other.chunks_exact(stride).map(|c| Window::new(decode_time(&c[..8]), decode_time(&c[8..16]))));
         } else {
             self.other.clear();
@@ -308,7 +357,7 @@ impl Aggregate {
 
     fn add_to_session(&mut self, record: &Record, ts: Millis, gap: Millis, ctx: &mut Context<'_>) -> OpResult {
         let kg = record.key_group;
-        let new = window::session(ts, gap);
+        let new = window::session(ts, gap).ok_or_else(|| out_of_range(ts))?;
         self.load_sessions(kg, ctx)?;
         let (range, merged) = window::merge_session(&self.sessions, new);
         let stride = self.session_stride();
@@ -346,7 +395,7 @@ impl Aggregate {
         let kg = record.key_group;
         match assigner {
             Assigner::Tumbling { size } => {
-                let w = window::tumbling(ts, size);
+                let w = window::tumbling(ts, size).ok_or_else(|| out_of_range(ts))?;
                 if self.fired(w, ctx.watermark) {
                     return self.late(record, w, ctx);
                 }
@@ -354,7 +403,10 @@ impl Aggregate {
             }
             Assigner::Sliding { size, slide } => {
                 let mut windows = std::mem::take(&mut self.windows);
-                window::sliding(ts, size, slide, &mut windows);
+                if window::sliding(ts, size, slide, &mut windows).is_none() {
+                    self.windows = windows;
+                    return Err(out_of_range(ts));
+                }
                 let mut added = false;
                 for &w in &windows {
                     if !self.fired(w, ctx.watermark) {

@@ -349,3 +349,44 @@ fn throughput_tumbling_and_running() {
         assert_eq!(emitted, expected, "{window:?}");
     }
 }
+
+#[test]
+fn state_written_before_exact_sums_is_upgraded_when_read() {
+    // The layout before exact sums: sum = tag + i64 (9 bytes). A checkpoint
+    // taken by an earlier version restores into this one.
+    let legacy_sum = |tag: u8, bits: u64| [&[tag][..], &bits.to_le_bytes()].concat();
+    let key_of = |r: &Record| {
+        let mut k = Vec::new();
+        encode_key(&r.fields, &[0], &mut k);
+        k
+    };
+
+    // Running: `accumulators` holds sum = i64::MAX for a.
+    let mut h = Harness::for_spec(&spec(None, 0, vec![agg(AggFunc::Sum, Some("amount"), "total")]), None);
+    let r = int("a", 5, 0);
+    h.state.put(ACCS, r.key_group, &key_of(&r), &legacy_sum(1, i64::MAX as u64)).unwrap();
+    h.state.put(DIRTY, r.key_group, &key_of(&r), &[]).unwrap();
+    h.feed(vec![r]);
+    assert_eq!(raws(&h.end()), [r#"{"user":"a","total":9223372036854775812}"#]);
+
+    // Session: one legacy session [0, 10) with count 2 and sum 1.5.
+    let s = spec(
+        Some(WindowSpec::Session { gap: ms(10) }),
+        0,
+        vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "total")],
+    );
+    let mut h = Harness::for_spec(&s, None);
+    let r = int("a", 2, 5);
+    let mut list = encode_time(0).to_vec();
+    list.extend_from_slice(&encode_time(10));
+    list.extend_from_slice(&2u64.to_le_bytes());
+    list.extend_from_slice(&legacy_sum(2, 1.5f64.to_bits()));
+    let mut timer = encode_time(9).to_vec();
+    window_key(&key_of(&r), Window::new(0, 10), &mut h.op.wkey);
+    timer.extend_from_slice(&h.op.wkey);
+    h.state.put(SESSIONS, r.key_group, &key_of(&r), &list).unwrap();
+    h.state.put(TIMERS, r.key_group, &timer, &[]).unwrap();
+    h.feed(vec![r]);
+    assert_eq!(raws(&h.end()), [r#"{"user":"a","window_start":0,"window_end":15,"n":3,"total":3.5}"#]);
+    assert_eq!(h.state_len(), 0);
+}

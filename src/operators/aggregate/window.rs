@@ -1,8 +1,10 @@
 //! Window assignment and firing rules, as pure functions of time.
 //!
 //! A window is the half-open interval `[start, end)` of event time in ms.
-//! Arithmetic saturates at the ends of the i64 range instead of wrapping, so
-//! absurd timestamps give clamped windows rather than nonsense.
+//! Window arithmetic is checked: a window that i64 cannot hold is None, never
+//! a clamped (overlapping or empty) one. Event times and durations are
+//! bounded (`types::MIN_EVENT_TIME..=MAX_EVENT_TIME`, `MAX_TIME_SPAN`), so
+//! for validated pipelines every window exists.
 
 use std::ops::Range;
 
@@ -22,35 +24,40 @@ impl Window {
 }
 
 /// The largest multiple of `step` that is <= `ts` (correct for negative ts).
-fn floor_to(ts: Millis, step: Millis) -> Millis {
-    ts.div_euclid(step).saturating_mul(step)
+fn floor_to(ts: Millis, step: Millis) -> Option<Millis> {
+    ts.checked_div_euclid(step)?.checked_mul(step)
 }
 
 /// The tumbling window of `size` holding `ts`: `[floor(ts/size)*size, +size)`.
-pub fn tumbling(ts: Millis, size: Millis) -> Window {
-    let start = floor_to(ts, size);
-    Window::new(start, start.saturating_add(size))
+pub fn tumbling(ts: Millis, size: Millis) -> Option<Window> {
+    let start = floor_to(ts, size)?;
+    Some(Window::new(start, start.checked_add(size)?))
 }
 
 /// Every sliding window `[s, s+size)` with `s` a multiple of `slide` that
 /// holds `ts`, appended to `out` (cleared first) in ascending start order.
-/// Empty when `slide > size` leaves `ts` in a gap between windows.
-pub fn sliding(ts: Millis, size: Millis, slide: Millis, out: &mut Vec<Window>) {
+/// Empty when `slide > size` leaves `ts` in a gap between windows; None
+/// (and `out` empty) if a window would leave the i64 range.
+pub fn sliding(ts: Millis, size: Millis, slide: Millis, out: &mut Vec<Window>) -> Option<()> {
     out.clear();
-    let mut start = floor_to(ts, slide);
-    while start.saturating_add(size) > ts {
-        out.push(Window::new(start, start.saturating_add(size)));
-        match start.checked_sub(slide) {
-            Some(s) => start = s,
-            None => break,
+    let windows = (|| {
+        let mut start = floor_to(ts, slide)?;
+        while start.checked_add(size)? > ts {
+            out.push(Window::new(start, start + size));
+            start = start.checked_sub(slide)?;
         }
+        Some(())
+    })();
+    if windows.is_none() {
+        out.clear();
     }
     out.reverse();
+    windows
 }
 
 /// The session window a single record opens: `[ts, ts+gap)`.
-pub fn session(ts: Millis, gap: Millis) -> Window {
-    Window::new(ts, ts.saturating_add(gap))
+pub fn session(ts: Millis, gap: Millis) -> Option<Window> {
+    Some(Window::new(ts, ts.checked_add(gap)?))
 }
 
 /// The watermark at which a window ending at `end` fires.
@@ -89,20 +96,43 @@ mod tests {
 
     #[test]
     fn tumbling_floors_including_negative_times() {
-        assert_eq!(tumbling(0, 10), w(0, 10));
-        assert_eq!(tumbling(9, 10), w(0, 10));
-        assert_eq!(tumbling(10, 10), w(10, 20));
-        assert_eq!(tumbling(-1, 10), w(-10, 0));
-        assert_eq!(tumbling(-10, 10), w(-10, 0));
-        assert_eq!(tumbling(-11, 10), w(-20, -10));
-        // Extremes clamp instead of overflowing.
-        assert_eq!(tumbling(Millis::MAX, 10).end, Millis::MAX);
-        assert_eq!(tumbling(Millis::MIN, 10).start, Millis::MIN);
+        let t = |ts, size| tumbling(ts, size).unwrap();
+        assert_eq!(t(0, 10), w(0, 10));
+        assert_eq!(t(9, 10), w(0, 10));
+        assert_eq!(t(10, 10), w(10, 20));
+        assert_eq!(t(-1, 10), w(-10, 0));
+        assert_eq!(t(-10, 10), w(-10, 0));
+        assert_eq!(t(-11, 10), w(-20, -10));
+    }
+
+    #[test]
+    fn windows_beyond_i64_do_not_exist_instead_of_overlapping_or_empty() {
+        // Issue 18 #10: these gave [MIN, MIN+10) and [MIN+8, MIN+18), and [MAX, MAX).
+        assert_eq!(tumbling(Millis::MIN, 10), None);
+        assert_eq!(tumbling(Millis::MAX, 10), None);
+        assert_eq!(tumbling(Millis::MIN + 7, 10), None);
+        assert_eq!(tumbling(Millis::MIN + 8, 10), Some(w(Millis::MIN + 8, Millis::MIN + 18)), "a multiple of 10");
+        let mut out = Vec::new();
+        assert_eq!(sliding(Millis::MIN, 10, 5, &mut out), None);
+        assert!(out.is_empty());
+        assert_eq!(sliding(Millis::MAX, 10, 5, &mut out), None);
+        assert_eq!(session(Millis::MAX - 5, 10), None);
+        // At the ends of the event-time range with the longest span, every window exists.
+        use crate::types::{MAX_EVENT_TIME, MAX_TIME_SPAN, MIN_EVENT_TIME};
+        for ts in [MIN_EVENT_TIME, MAX_EVENT_TIME] {
+            for size in [1, 7, MAX_TIME_SPAN] {
+                let w = tumbling(ts, size).unwrap();
+                assert!(w.start <= ts && ts < w.end && w.end - w.start == size, "{ts} {size}: {w:?}");
+                assert!(sliding(ts, size, (size / 3).max(1), &mut out).is_some());
+                assert!(session(ts, size).is_some());
+            }
+        }
     }
 
     #[test]
     fn sliding_lists_every_window_holding_ts() {
         let mut out = Vec::new();
+        let sliding = |ts, size, slide, out: &mut Vec<Window>| assert!(sliding(ts, size, slide, out).is_some());
         sliding(12, 10, 5, &mut out);
         assert_eq!(out, vec![w(5, 15), w(10, 20)]);
         sliding(10, 10, 5, &mut out);
@@ -117,8 +147,6 @@ mod tests {
         // A gap between hopping windows holds no window.
         sliding(7, 5, 10, &mut out);
         assert!(out.is_empty());
-        sliding(Millis::MIN, 10, 5, &mut out);
-        assert_eq!(out.len(), 1);
     }
 
     #[test]
@@ -147,6 +175,6 @@ mod tests {
         assert_eq!(merge_session(&s, w(35, 45)), (2..2, w(35, 45)));
         assert_eq!(merge_session(&s, w(70, 80)), (3..3, w(70, 80)));
         assert_eq!(merge_session(&[], w(1, 2)), (0..0, w(1, 2)));
-        assert_eq!(session(-5, 10), w(-5, 5));
+        assert_eq!(session(-5, 10), Some(w(-5, 5)));
     }
 }

@@ -37,11 +37,18 @@ pub struct RocksOptions {
     /// Memtable bytes per column family.
     pub write_buffer: u64,
     pub compression: Compression,
+    /// RocksDB starts a new MANIFEST (holding only the live files) past this
+    /// size. Without a bound it grows with every flush and compaction, and
+    /// it is copied whole into each incremental checkpoint.
+    pub max_manifest_bytes: usize,
 }
+
+/// The info LOG rolls past this size; two old ones are kept.
+pub const MAX_INFO_LOG_BYTES: usize = 1 << 20;
 
 impl Default for RocksOptions {
     fn default() -> Self {
-        RocksOptions { block_cache: 256 << 20, write_buffer: 64 << 20, compression: Compression::Lz4 }
+        RocksOptions { block_cache: 256 << 20, write_buffer: 64 << 20, compression: Compression::Lz4, max_manifest_bytes: 64 << 10 }
     }
 }
 
@@ -90,6 +97,10 @@ impl BundleDb {
         // for a DB checkpoint to be one consistent cut.
         db_opts.set_atomic_flush(true);
         db_opts.set_keep_log_file_num(2);
+        db_opts.set_max_manifest_file_size(options.max_manifest_bytes);
+        // At INFO the LOG grows by ~200 MB an hour of frequent checkpoints.
+        db_opts.set_log_level(rocksdb::LogLevel::Warn);
+        db_opts.set_max_log_file_size(MAX_INFO_LOG_BYTES);
         let cfs: Vec<ColumnFamilyDescriptor> =
             column_families.iter().map(|name| ColumnFamilyDescriptor::new(name, cf_options(options, &cache))).collect();
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| backend_error("cannot open RocksDB at", path, e))?;

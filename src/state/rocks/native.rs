@@ -187,8 +187,16 @@ impl Uploader {
     }
 }
 
+/// The size of a regular file (None: missing, or a FIFO, link, ...).
 fn file_size(path: &Path) -> Option<u64> {
-    fs::metadata(path).ok().map(|m| m.len())
+    fs::symlink_metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
+}
+
+/// Copy a regular file (only: a FIFO named in a MANIFEST must not block the restore).
+fn copy_regular(from: &Path, to: &Path) -> io::Result<u64> {
+    let (mut src, _) = store::open_regular(from)?;
+    let mut dst = File::create(to)?;
+    io::copy(&mut src, &mut dst)
 }
 
 /// Copy `from` to `to` (via a temp file renamed into place when `atomic`),
@@ -204,7 +212,7 @@ fn copy_synced(from: &Path, to: &Path, atomic: bool) -> Result<(u64, u32), Store
     } else {
         to.to_path_buf()
     };
-    let mut src = File::open(from).map_err(io("open", from))?;
+    let (mut src, _) = store::open_regular(from).map_err(io("open", from))?;
     let mut dst = File::create(&target).map_err(io("create", &target))?;
     let mut buf = vec![0u8; 1 << 20];
     let (mut size, mut crc) = (0u64, 0u32);
@@ -287,13 +295,14 @@ pub fn restore(
         let to = db_path.join(&name);
         if f.shared {
             // SSTs are immutable: a hard link is a copy that costs nothing.
-            if fs::hard_link(&from, &to).is_err() {
-                fs::copy(&from, &to).map_err(|e| err("cannot copy", &from, &e))?;
+            // A link only to a regular file (a link to a FIFO would block RocksDB).
+            if file_size(&from).is_none() || fs::hard_link(&from, &to).is_err() {
+                copy_regular(&from, &to).map_err(|e| err("cannot copy", &from, &e))?;
             }
             uploader.known.insert(name, Shared { name: f.name.clone(), size: f.size, crc32c: f.crc32c });
         } else {
             // RocksDB may append to its MANIFEST: a private copy.
-            fs::copy(&from, &to).map_err(|e| err("cannot copy", &from, &e))?;
+            copy_regular(&from, &to).map_err(|e| err("cannot copy", &from, &e))?;
         }
     }
     let db = BundleDb::open(db_path, column_families, options)?;
