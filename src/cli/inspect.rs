@@ -120,7 +120,31 @@ fn read<T: Document>(path: &PathBuf) -> Result<T, String> {
     T::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// `created_ms` as an RFC 3339 time; a value RFC 3339 cannot write (before
+/// 1970 or after 9999, only in a damaged or crafted `_metadata`) is shown as
+/// the number it is.
 pub(super) fn time(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    const LAST_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    if !(0..=LAST_MS).contains(&ms) {
+        return format!("{ms} ms (out of range)");
+    }
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
     humantime::format_rfc3339_seconds(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time;
+
+    /// A huge `created_ms` in a `_metadata` with a valid checksum made
+    /// `inspect` and `savepoint list` panic.
+    #[test]
+    fn created_time_out_of_range_is_shown_not_a_panic() {
+        assert_eq!(time(1_700_000_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(time(253_402_300_799_999), "9999-12-31T23:59:59Z");
+        for ms in [i64::MAX, 253_402_300_800_000, -1, i64::MIN] {
+            assert_eq!(time(ms), format!("{ms} ms (out of range)"));
+        }
+    }
 }

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 
 use super::deser::{Parsed, Section};
 use super::locate::{child, item, Locator, Seg, YPath};
-use super::pipeline::{CheckpointSpec, Delivery, Node, NodeKind, Pipeline, SinkSpec};
+use super::outputs::{self, Place, Role};
+use super::pipeline::{CheckpointSpec, Delivery, Node, NodeKind, OnError, Pipeline, SinkSpec, SourceKind, StateSpec};
 use super::raw::{RawOperator, RawPipeline, RawSink, RawSource};
 use super::specs::{self, Cx};
 use super::ConfigError;
@@ -54,6 +55,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, errors: &mut Vec<ConfigErr
     check_read(&mut cx, &items, &inputs, &in_cycle);
     let kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
     check_kafka_transactions(&mut cx, &items, &kinds, checkpoint.as_ref());
+    outputs::check(&mut cx, &places(raw, &state, &items, &kinds));
     let order = topological_order(&items, &inputs);
     check_flow(&mut cx, &items, &inputs, &kinds, &order);
     errors.extend(cx.errors);
@@ -325,7 +327,7 @@ fn check_kafka_transactions(cx: &mut Cx, items: &[Item], kinds: &[Option<NodeKin
             );
             continue;
         };
-        let needed = (c.interval + c.timeout).as_millis();
+        let needed = c.interval.saturating_add(c.timeout).as_millis();
         let Some((_, v)) = k.properties.iter().find(|(name, _)| name == "transaction.timeout.ms") else {
             if needed >= 900_000 {
                 cx.err(
@@ -347,4 +349,48 @@ fn check_kafka_transactions(cx: &mut Cx, items: &[Item], kinds: &[Option<NodeKin
             Err(_) => cx.err(&at, format!("`transaction.timeout.ms` must be a number of milliseconds, got `{v}`")),
         }
     }
+}
+
+/// Every place the pipeline writes (state directory, file sinks, dead
+/// letters) or reads (file sources), in file order.
+fn places(raw: &RawPipeline, state: &StateSpec, items: &[Item], kinds: &[Option<NodeKind>]) -> Vec<Place> {
+    let state_at = match raw.state.as_ref().and_then(|s| s.dir.as_ref()) {
+        Some(_) => vec![Seg::Key("state".into()), Seg::Key("dir".into())],
+        None => vec![Seg::Key("name".into())],
+    };
+    let what = if state_at.len() == 2 { "the state directory" } else { "the default state directory (from `name`)" };
+    let mut out = vec![Place { path: state.dir.clone(), role: Role::Dir, what: what.into(), at: state_at }];
+    for (it, kind) in items.iter().zip(kinds) {
+        let name = it.name.unwrap_or("?");
+        let dead_letter = |path: &std::path::Path, what: &str| Place {
+            path: path.to_path_buf(),
+            role: Role::DeadLetter,
+            what: format!("the dead-letter file of {what} `{name}`"),
+            at: child(&it.path, "dead_letter"),
+        };
+        match kind {
+            Some(NodeKind::Source(s)) => {
+                if let SourceKind::File { files } = &s.kind {
+                    out.extend(files.iter().map(|f| Place {
+                        path: f.clone(),
+                        role: Role::Input,
+                        what: format!("source `{name}`"),
+                        at: child(&it.path, "path"),
+                    }));
+                }
+                if let OnError::DeadLetter(path) = &s.on_error {
+                    out.push(dead_letter(path, "source"));
+                }
+            }
+            Some(NodeKind::Aggregate(a)) => out.extend(a.dead_letter.as_deref().map(|p| dead_letter(p, "aggregate"))),
+            Some(NodeKind::Sink(SinkSpec::File { dir, .. })) => out.push(Place {
+                path: dir.clone(),
+                role: Role::Dir,
+                what: format!("the output directory of sink `{name}`"),
+                at: child(&it.path, "path"),
+            }),
+            _ => {}
+        }
+    }
+    out
 }

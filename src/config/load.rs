@@ -8,19 +8,33 @@ use serde_yaml::Value;
 use super::compile::compile;
 use super::deser::deserialize;
 use super::env::{expand, position_of};
-use super::locate::Locator;
+use super::locate::{unplaced_error_position, Locator};
 use super::overrides;
 use super::pipeline::Pipeline;
-use super::{ConfigError, ConfigErrors};
+use super::{ConfigError, ConfigErrors, MAX_PIPELINE_BYTES};
 
 /// Load and validate the pipeline file at `path`, with `--set KEY=VALUE`
 /// overrides applied. Errors name `path` as given.
 pub fn load_file(path: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
     let origin = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(text) => load_str(&text, &origin, overrides),
-        Err(e) => Err(ConfigErrors(vec![ConfigError { origin, line: 0, col: 0, message: format!("cannot read the pipeline file: {e}") }])),
+    let whole = |message: String| ConfigErrors(vec![ConfigError { origin: origin.clone(), line: 0, col: 0, message }]);
+    let text = read_capped(path, MAX_PIPELINE_BYTES).map_err(whole)?;
+    load_str(&text, &origin, overrides)
+}
+
+/// Read at most `cap` bytes of `path` as UTF-8 text; more is an error. Reads
+/// through a limit, so a device or FIFO without end (`/dev/zero`) costs at
+/// most `cap + 1` bytes.
+fn read_capped(path: &Path, cap: u64) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("cannot read the pipeline file: {e}");
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("the pipeline file is larger than {} MiB: expected a YAML pipeline, not data", cap >> 20));
     }
+    String::from_utf8(bytes).map_err(|e| format!("cannot read the pipeline file: not UTF-8 text ({e})"))
 }
 
 /// Load and validate pipeline `text`; `origin` names it in errors.
@@ -34,6 +48,10 @@ pub(crate) fn load_with_env(
     overrides: &[String],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Pipeline, ConfigErrors> {
+    if text.len() as u64 > MAX_PIPELINE_BYTES {
+        let message = format!("the pipeline is larger than {} MiB: expected a YAML pipeline, not data", MAX_PIPELINE_BYTES >> 20);
+        return Err(ConfigErrors(vec![ConfigError { origin: origin.to_string(), line: 1, col: 1, message }]));
+    }
     let at = |offset: usize, message: String| {
         let (line, col) = position_of(text, offset);
         ConfigError { origin: origin.to_string(), line, col, message }
@@ -46,7 +64,11 @@ pub(crate) fn load_with_env(
                 let own = format!(" at line {} column {}", l.line(), l.column());
                 (line, col, e.to_string().replacen(&own, "", 1))
             }
-            None => (0, 0, e.to_string()),
+            None => {
+                let pos = unplaced_error_position(&expanded.text);
+                let (line, col) = expanded.to_source(pos.line.max(1), pos.col.max(1));
+                (line, col, e.to_string())
+            }
         };
         ConfigErrors(vec![ConfigError { origin: origin.to_string(), line, col, message: format!("invalid YAML: {message}") }])
     })?;
@@ -68,6 +90,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::config::env::position_of;
     use crate::config::{AggFunc, NodeKind, OnError, SinkSpec, SourceKind, WindowSpec};
 
     const DATAGEN: &str = "\
@@ -196,6 +219,163 @@ sources:
         assert!(errs[1].starts_with("t.yaml:8:116: `fn: sum` needs a `field`"), "{errs:#?}");
     }
 
+    /// `where` (a unique snippet of `text`) as `t.yaml:LINE:COL`.
+    fn place_of(text: &str, needle: &str) -> String {
+        assert_eq!(text.matches(needle).count(), 1, "{needle:?} must be unique in {text}");
+        let (line, col) = position_of(text, text.find(needle).unwrap());
+        format!("t.yaml:{line}:{col}")
+    }
+
+    /// Each class of number a pipeline sets is refused outside its range,
+    /// at the value, naming the range; the largest allowed value passes.
+    /// (`checkpoint: {interval: 300000000000y}` validated, then panicked.)
+    #[test]
+    fn every_value_class_is_range_checked_with_its_location() {
+        let ck = |c: &str| format!("{}checkpoint: {{{c}}}\n", with(SINK));
+        let agg = |w: &str, extra: &str| {
+            with(&format!("operators:\n  - {{name: a, type: aggregate, input: gen, key: [user], window: {w}{extra}, aggregates: [{{fn: count, as: n}}]}}\nsinks:\n  - {{name: out, type: stdout, input: a}}\n"))
+        };
+        let run = |e: &str| {
+            with(&format!("operators:\n  - {{name: r, type: aggregate, input: gen, key: [user], {e}, aggregates: [{{fn: count, as: n}}]}}\nsinks:\n  - {{name: out, type: stdout, input: r}}\n"))
+        };
+        let rocks = |r: &str| format!("{}state: {{backend: rocksdb, rocksdb: {{{r}}}}}\n", with(SINK));
+        let src =
+            |extra: &str| with(SINK).replace("    event_time: {field: ts}\n", &format!("    event_time: {{field: ts}}\n    {extra}\n"));
+        let dedup = |ttl: &str| {
+            with(&format!("operators:\n  - {{name: d, type: dedup, input: gen, key: [user], ttl: {ttl}}}\nsinks:\n  - {{name: out, type: stdout, input: d}}\n"))
+        };
+        let cases: Vec<(String, &str, &str)> = vec![
+            (ck("interval: 300000000000y"), "300000000000y", "`interval` must be between 1ms and 7days"),
+            (ck("timeout: 8d"), "8d", "`timeout` must be between 1ms and 7days"),
+            (ck("min_pause: 8d"), "8d", "`min_pause` must be between 0s and 7days"),
+            (ck("aligned_timeout: 500us"), "500us", "`aligned_timeout` must be between 1ms and 7days"),
+            (ck("retain: 1001"), "1001", "`retain` must be between 1 and 1000"),
+            (ck("tolerable_failures: 10001"), "10001", "`tolerable_failures` must be between 0 and 10000"),
+            (format!("{}bundles: {{size: 32769}}\n", with(SINK)), "32769", "`bundles.size` must be between 1 and 32768"),
+            (src("rate_limit: 1e-30"), "1e-30", "`rate_limit` must be between 0.001 and 1e9 records per second, got 1e-30"),
+            (src("rows: 9223372036854775808"), "9223372036854775808", "`rows` must be between 0 and 9223372036854775807"),
+            (src("start_time: 253402300800000"), "253402300800000", "invalid `start_time` `253402300800000`: expected an RFC 3339 time"),
+            (src("interval: 101y"), "101y", "`interval` must be between 0s and 100years"),
+            (
+                with(SINK).replace("{kind: int, min: 0, max: 9}", "{kind: float, min: -1e308, max: 1e308}"),
+                "-1e308",
+                "`min` (-1e308) must be less than `max` (1e308), both finite and `max - min` finite",
+            ),
+            (
+                with(SINK).replace("{kind: timestamp}", "{kind: timestamp, jitter: 101y}"),
+                "101y",
+                "`jitter` must be between 0s and 100years",
+            ),
+            (
+                with(SINK).replace("event_time: {field: ts}", "event_time: {field: ts, max_out_of_orderness: 106751991168d}"),
+                "106751991168d",
+                "`max_out_of_orderness` must be at most 10000 years (the range of event time)",
+            ),
+            (
+                with(SINK).replace("event_time: {field: ts}", "event_time: {field: ts, idle_timeout: 8d}"),
+                "8d",
+                "`idle_timeout` must be between 1ms and 7days",
+            ),
+            (dedup("20000y"), "20000y", "`ttl` must be at most 10000 years (the range of event time)"),
+            (dedup("1500us"), "1500us", "`ttl` must be a whole number of milliseconds (the unit of event time)"),
+            (agg("{type: tumbling, size: 500us}", ""), "500us", "`size` must be a whole number of milliseconds"),
+            (agg("{type: session, gap: 20000y}", ""), "20000y", "`gap` must be at most 10000 years"),
+            (agg("{type: sliding, size: 1d, slide: 1ms}", ""), "1ms", "`size` / `slide` (1d / 1ms) puts each record in more than 10000 windows"),
+            (agg("{type: tumbling, size: 1s}", ", allowed_lateness: 20000y"), "20000y", "`allowed_lateness` must be at most 10000 years"),
+            (run("emit_interval: 8d"), "8d", "`emit_interval` must be between 1ms and 7days"),
+            (
+                with("sinks:\n  - {name: out, type: file, input: gen, path: o, max_file_bytes: 1099511627777}\n"),
+                "1099511627777",
+                "`max_file_bytes` must be between 1B and 1TiB",
+            ),
+            (
+                with("sinks:\n  - {name: out, type: blackhole, input: gen, rate_limit: 1e10}\n"),
+                "1e10",
+                "`rate_limit` must be between 0.001 and 1e9 records per second, got 1e10",
+            ),
+            (
+                with("sinks:\n  - {name: out, type: kafka, input: gen, brokers: 'h:1', topic: t, delivery: at_least_once, broker_timeout: 8d}\n"),
+                "8d",
+                "`broker_timeout` must be between 1ms and 7days",
+            ),
+            (rocks("write_buffer: 1KiB"), "1KiB", "`write_buffer` must be between 64KiB and 64GiB, got 1024 bytes"),
+            (rocks("block_cache: 2TiB"), "2TiB", "`block_cache` must be between 1B and 1TiB"),
+        ];
+        for (text, value, want) in &cases {
+            assert_one(text, &format!("{}: {want}", place_of(text, value)));
+        }
+        // The largest allowed values pass.
+        let largest = [
+            ck("interval: 7d, timeout: 7d, min_pause: 7d, retain: 1000, tolerable_failures: 10000"),
+            src("rate_limit: 1e9"),
+            src("rate_limit: 0.001"),
+            src("rows: 9223372036854775807"),
+            src("start_time: 253402300799999"),
+            dedup("100y"),
+            agg("{type: sliding, size: 10s, slide: 1ms}", ", allowed_lateness: 100y"),
+            rocks("write_buffer: 64GiB, block_cache: 1TiB"),
+        ];
+        for text in &largest {
+            assert_eq!(errors(text), Vec::<String>::new(), "{text}");
+        }
+    }
+
+    /// Two file sinks with one `path` passed validation and, with
+    /// checkpoints, lost half the output: every pair of colliding outputs
+    /// is refused, naming both places.
+    #[test]
+    fn colliding_outputs_are_refused_with_both_locations() {
+        let two = |a: &str, b: &str| {
+            with(&format!(
+                "sinks:\n  - {{name: s1, type: file, input: gen, path: {a}}}\n  - {{name: s2, type: file, input: gen, path: {b}}}\n"
+            ))
+        };
+        let text = two("out/x", "./out//x/");
+        let first = place_of(&text, "out/x}");
+        assert_one(
+            &text,
+            &format!(
+                "{}: the output directory of sink `s2` `./out//x/` is also the output directory of sink `s1` `out/x` (at {first})",
+                place_of(&text, "./out//x/")
+            ),
+        );
+        assert!(errors(&two("out/x", "out/x/../x/y"))[0].contains("is inside the output directory of sink `s1`"));
+        assert!(errors(&two("out/x", "out/xy")).is_empty(), "siblings sharing a prefix are fine");
+        // A dead letter inside a sink's directory, or one that is a sink's path.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("in.jsonl"), "{}\n").unwrap();
+        let in_path = dir.path().join("in.jsonl");
+        let file_src = |dl: &str, sink: &str| {
+            format!("name: p\nsources:\n  - {{name: f, type: file, path: {}, on_error: dead_letter, dead_letter: {dl}}}\nsinks:\n  - {{name: s, type: file, input: f, path: {sink}}}\n", in_path.display())
+        };
+        let e = errors(&file_src("out/bad.jsonl", "out"));
+        assert!(
+            e.len() == 1 && e[0].contains("the output directory of sink `s` `out` contains the dead-letter file of source `f`"),
+            "{e:?}"
+        );
+        let e = errors(&file_src("out", "out"));
+        assert!(e.len() == 1 && e[0].contains("is also the dead-letter file of source `f`"), "{e:?}");
+        // A source reading a sink's directory or its own dead letter.
+        let e = errors(&file_src("bad.jsonl", &dir.path().display().to_string()));
+        assert!(e.len() == 1 && e[0].contains("`, read by source `f` (at t.yaml:3:33): a pipeline must not read its own output"), "{e:?}");
+        let e = errors(&file_src(&in_path.display().to_string(), "out"));
+        assert!(e.len() == 1 && e[0].contains("in.jsonl` is read by source `f` (at t.yaml:3:33)"), "{e:?}");
+        // Dead letters may share one file; a sink inside the state directory may not.
+        let shared = with("operators:\n  - {name: a, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 1s}, aggregates: [{fn: count, as: n}], dead_letter: dl.jsonl}\n  - {name: b, type: aggregate, input: gen, key: [user], window: {type: tumbling, size: 2s}, aggregates: [{fn: count, as: n}], dead_letter: ./dl.jsonl}\nsinks:\n  - {name: o1, type: stdout, input: a}\n  - {name: o2, type: stdout, input: b}\n");
+        assert_eq!(errors(&shared), Vec::<String>::new());
+        let e = errors(&two("state/p/out", "o"));
+        assert!(e.len() == 1 && e[0].contains("is inside the default state directory (from `name`) `state/p`"), "{e:?}");
+    }
+
+    #[test]
+    fn a_pipeline_file_over_the_cap_is_refused_unread() {
+        let e = load_file(Path::new("/dev/zero"), &[]).unwrap_err();
+        assert_eq!(e.0.len(), 1);
+        assert_eq!(e.0[0].to_string(), "/dev/zero: the pipeline file is larger than 16 MiB: expected a YAML pipeline, not data");
+        let big = format!("name: p\n#{}\n", "x".repeat(MAX_PIPELINE_BYTES as usize));
+        assert!(errors(&big)[0].starts_with("t.yaml:1:1: the pipeline is larger than 16 MiB"));
+    }
+
     #[test]
     fn env_expansion() {
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}/x\"}\n");
@@ -207,7 +387,7 @@ sources:
         assert_one(&text, "t.yaml:8:48: environment variable `NOPE` is not set");
         // A later error is still located in the file's own columns.
         let text = with("sinks:\n  - {name: out, type: file, input: gen, path: \"${OUT}\", max_file_bytes: 0}\n");
-        assert_one(&text, "t.yaml:8:73: `max_file_bytes` must be greater than 0");
+        assert_one(&text, "t.yaml:8:73: `max_file_bytes` must be between 1B and 1TiB, got 0");
     }
 
     #[test]

@@ -205,6 +205,27 @@ impl MarkedEventReceiver for Builder {
     }
 }
 
+/// Where to blame a YAML error serde_yaml gives no position for: the start
+/// of a second document (the one such error seen), else where yaml-rust2's
+/// parser stops, else the start of the text.
+pub(crate) fn unplaced_error_position(text: &str) -> Pos {
+    let mut parser = Parser::new_from_str(text);
+    let mut documents = 0;
+    loop {
+        match parser.next_token() {
+            Ok((Event::DocumentStart, mark)) => {
+                documents += 1;
+                if documents == 2 {
+                    return Pos::from(mark);
+                }
+            }
+            Ok((Event::StreamEnd, _)) => return Pos { line: 1, col: 1 },
+            Ok(_) => {}
+            Err(e) => return Pos::from(*e.marker()),
+        }
+    }
+}
+
 /// Turns paths into located `ConfigError`s.
 pub(crate) struct Locator<'a> {
     origin: &'a str,
@@ -237,11 +258,24 @@ impl<'a> Locator<'a> {
         }
     }
 
+    /// Where `path` is, as `file:line:col` (or the `--set` that set it), to
+    /// name a second place in a message.
+    pub fn place(&self, path: &[Seg]) -> String {
+        let e = self.locate(path, false, String::new());
+        if e.line == 0 {
+            e.origin
+        } else {
+            format!("{}:{}:{}", e.origin, e.line, e.col)
+        }
+    }
+
     fn locate(&self, path: &[Seg], at_key: bool, message: String) -> ConfigError {
         if let Some((_, origin)) = self.overrides.iter().rev().find(|(p, _)| path.starts_with(p)) {
             return ConfigError { origin: origin.clone(), line: 0, col: 0, message };
         }
-        let (line, col) = self.position(path, at_key).unwrap_or((0, 0));
+        // Nothing indexed, not even the root: an empty document, which
+        // starts where the file does.
+        let (line, col) = self.position(path, at_key).unwrap_or((1, 1));
         ConfigError { origin: self.origin.to_string(), line, col, message }
     }
 

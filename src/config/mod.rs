@@ -8,14 +8,19 @@ mod compile;
 mod deser;
 mod duration;
 mod env;
+#[cfg(test)]
+pub(crate) mod fuzz_tests;
+mod limits;
 mod load;
 mod locate;
+mod outputs;
 mod overrides;
 pub mod pipeline;
 pub mod raw;
 mod specs;
 
 pub use duration::parse_duration;
+pub use limits::{MAX_PIPELINE_BYTES, MAX_WINDOWS_PER_RECORD};
 pub use load::{load_file, load_str};
 pub use pipeline::*;
 

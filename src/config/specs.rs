@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_yaml::Value;
 
 use super::duration::parse_duration;
+use super::limits::*;
 use super::locate::{child, item, Locator, Seg};
 use super::pipeline::*;
 use super::raw::*;
@@ -51,47 +52,41 @@ impl Cx<'_> {
         parse_duration(text).map_err(|e| self.err(at, e)).ok()
     }
 
-    /// A duration that must be > 0.
-    fn positive(&mut self, base: &[Seg], key: &str, text: &str) -> Option<Duration> {
+    /// A duration at `base.key` within `range`, reported with the range
+    /// when it is outside.
+    fn duration_in(&mut self, base: &[Seg], key: &str, text: &str, range: DurationRange) -> Option<Duration> {
         let at = child(base, key);
         let d = self.duration(&at, text)?;
-        if d.is_zero() {
-            self.err(&at, format!("`{key}` must be greater than 0, got `{text}`"));
+        if range.whole_ms && d.subsec_nanos() % 1_000_000 != 0 {
+            self.err(&at, format!("`{key}` must be a whole number of milliseconds (the unit of event time), got `{text}`"));
+            return None;
+        }
+        if d < range.min || d > range.max {
+            self.err(&at, format!("`{key}` must be between {} and {}, got `{text}`", show_duration(range.min), show_duration(range.max)));
             return None;
         }
         Some(d)
     }
 
-    /// A duration in whole milliseconds (the unit of event time).
-    fn millis(&mut self, base: &[Seg], key: &str, text: &str) -> Option<Millis> {
-        let at = child(base, key);
-        let d = self.duration(&at, text)?;
-        match Millis::try_from(d.as_millis()) {
-            Ok(ms) if d.subsec_nanos() % 1_000_000 == 0 => Some(ms),
-            Ok(_) => {
-                self.err(&at, format!("`{key}` must be a whole number of milliseconds, got `{text}`"));
-                None
-            }
-            Err(_) => {
-                self.err(&at, format!("`{key}` is too large: `{text}`"));
-                None
-            }
-        }
+    /// A span of event time, in whole milliseconds.
+    fn millis(&mut self, base: &[Seg], key: &str, text: &str, range: DurationRange) -> Option<Millis> {
+        // Within the range, so at most 100 years of milliseconds: fits.
+        self.duration_in(base, key, text, range).map(|d| Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX))
     }
 
-    /// A positive byte size (a YAML number or a string with a unit).
-    fn bytes(&mut self, at: &[Seg], key: &str, v: &Value) -> Option<u64> {
+    /// A positive byte size within `min..=max` (a YAML number or a string with a unit).
+    fn bytes(&mut self, at: &[Seg], key: &str, v: &Value, (min, max): (u64, u64)) -> Option<u64> {
         let parsed = match v {
             Value::Number(n) => n.as_u64().ok_or_else(|| format!("`{key}` must be a positive whole number of bytes, got {n}")),
             Value::String(t) => parse_bytes(t),
             _ => Err(format!("`{key}` must be a size in bytes, e.g. `64MiB`")),
         };
         match parsed {
-            Ok(0) => {
-                self.err(at, format!("`{key}` must be greater than 0"));
+            Ok(n) if (min..=max).contains(&n) => Some(n),
+            Ok(n) => {
+                self.err(at, format!("`{key}` must be between {} and {}, got {n} bytes", show_bytes(min), show_bytes(max)));
                 None
             }
-            Ok(n) => Some(n),
             Err(e) => {
                 self.err(at, e);
                 None
@@ -101,10 +96,23 @@ impl Cx<'_> {
 
     fn rate_limit(&mut self, base: &[Seg], rate: Option<f64>) -> Option<f64> {
         let r = rate?;
-        if !(r > 0.0 && r.is_finite()) {
-            self.err(&child(base, "rate_limit"), format!("`rate_limit` must be a positive number of records per second, got {r}"));
+        if !(MIN_RATE..=MAX_RATE).contains(&r) {
+            self.err(
+                &child(base, "rate_limit"),
+                format!("`rate_limit` must be between {MIN_RATE} and {MAX_RATE:e} records per second, got {}", show_rate(r)),
+            );
+            return None;
         }
         Some(r)
+    }
+
+    /// A count at `at` within `min..=max`.
+    fn count(&mut self, at: &[Seg], key: &str, n: u64, (min, max): (u64, u64)) -> bool {
+        let ok = (min..=max).contains(&n);
+        if !ok {
+            self.err(at, format!("`{key}` must be between {min} and {max}, got {n}"));
+        }
+        ok
     }
 
     fn not_empty(&mut self, base: &[Seg], key: &str, text: &str, expected: &str) {
@@ -131,12 +139,12 @@ pub(crate) fn state(cx: &mut Cx, raw: &RawPipeline) -> StateSpec {
         RawBackend::RocksDb => {
             let r = s.rocksdb.as_ref();
             let r_at = child(&at, "rocksdb");
-            let mut size = |key: &str, v: Option<&Value>, default: u64| match v {
-                Some(v) => cx.bytes(&child(&r_at, key), key, v).unwrap_or(default),
+            let mut size = |key: &str, v: Option<&Value>, default: u64, range: (u64, u64)| match v {
+                Some(v) => cx.bytes(&child(&r_at, key), key, v, range).unwrap_or(default),
                 None => default,
             };
-            let block_cache = size("block_cache", r.and_then(|r| r.block_cache.as_ref()), DEFAULT_BLOCK_CACHE);
-            let write_buffer = size("write_buffer", r.and_then(|r| r.write_buffer.as_ref()), DEFAULT_WRITE_BUFFER);
+            let block_cache = size("block_cache", r.and_then(|r| r.block_cache.as_ref()), DEFAULT_BLOCK_CACHE, BLOCK_CACHE);
+            let write_buffer = size("write_buffer", r.and_then(|r| r.write_buffer.as_ref()), DEFAULT_WRITE_BUFFER, WRITE_BUFFER);
             let compression = match r.and_then(|r| r.compression).unwrap_or(RawCompression::Lz4) {
                 RawCompression::None => Compression::None,
                 RawCompression::Lz4 => Compression::Lz4,
@@ -162,31 +170,34 @@ pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
         "MiB" => 1 << 20,
         "GB" => 1_000_000_000,
         "GiB" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` in `{text}`: expected B, KB, KiB, MB, MiB, GB or GiB")),
+        "TB" => 1_000_000_000_000,
+        "TiB" => 1 << 40,
+        other => return Err(format!("unknown size unit `{other}` in `{text}`: expected B, KB, KiB, MB, MiB, GB, GiB, TB or TiB")),
     };
     n.checked_mul(mult).ok_or_else(|| format!("`{text}` is too large"))
 }
 
 pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointSpec> {
     let at = [Seg::Key("checkpoint".into())];
-    let mut d = |key: &str, v: &Option<String>, default: Duration| match v {
-        Some(t) => cx.positive(&at, key, t),
+    let mut d = |key: &str, v: &Option<String>, default: Duration, range: DurationRange| match v {
+        Some(t) => cx.duration_in(&at, key, t, range),
         None => Some(default),
     };
-    let interval = d("interval", &raw.interval, DEFAULT_CHECKPOINT_INTERVAL);
-    let timeout = d("timeout", &raw.timeout, DEFAULT_CHECKPOINT_TIMEOUT);
-    let aligned_timeout = raw.aligned_timeout.as_ref().and_then(|t| cx.positive(&at, "aligned_timeout", t));
-    let min_pause = match &raw.min_pause {
-        Some(t) => cx.duration(&child(&at, "min_pause"), t),
-        None => Some(Duration::ZERO),
-    };
-    let retain = match std::num::NonZeroUsize::new(raw.retain.unwrap_or(DEFAULT_RETAIN) as usize) {
-        Some(r) => Some(r),
+    let interval = d("interval", &raw.interval, DEFAULT_CHECKPOINT_INTERVAL, PROCESSING);
+    let timeout = d("timeout", &raw.timeout, DEFAULT_CHECKPOINT_TIMEOUT, PROCESSING);
+    let min_pause = d("min_pause", &raw.min_pause, Duration::ZERO, PAUSE);
+    let aligned_timeout = raw.aligned_timeout.as_ref().and_then(|t| cx.duration_in(&at, "aligned_timeout", t, PROCESSING));
+    let retain = raw.retain.unwrap_or(DEFAULT_RETAIN);
+    let retain = match std::num::NonZeroUsize::new(retain as usize) {
+        Some(r) if cx.count(&child(&at, "retain"), "retain", retain.into(), RETAIN) => Some(r),
+        Some(_) => None,
         None => {
             cx.err(&child(&at, "retain"), "`retain` must be at least 1: the newest checkpoint is always kept");
             None
         }
     };
+    let tolerable_failures = raw.tolerable_failures.unwrap_or(DEFAULT_TOLERABLE_FAILURES);
+    let failures_ok = cx.count(&child(&at, "tolerable_failures"), "tolerable_failures", tolerable_failures.into(), TOLERABLE_FAILURES);
     let alignment = match (raw.mode.unwrap_or(RawCheckpointMode::ExactlyOnce), raw.alignment, aligned_timeout) {
         (RawCheckpointMode::AtLeastOnce, None, None) => Alignment::AtLeastOnce,
         (RawCheckpointMode::AtLeastOnce, _, _) => {
@@ -211,7 +222,7 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
         timeout: timeout?,
         min_pause: min_pause?,
         retain: retain?,
-        tolerable_failures: raw.tolerable_failures.unwrap_or(DEFAULT_TOLERABLE_FAILURES),
+        tolerable_failures: failures_ok.then_some(tolerable_failures)?,
     })
 }
 
@@ -220,6 +231,9 @@ pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u
     let at = [Seg::Key("bundles".into()), Seg::Key("size".into())];
     if b.size == 0 {
         cx.err(&at, "`bundles.size` must be at least 1");
+        return 1;
+    }
+    if !cx.count(&at, "bundles.size", b.size.into(), BUNDLE_SIZE) {
         return 1;
     }
     // A bundle larger than the parallelism is one bundle of everything.
@@ -257,7 +271,7 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             ..
         } => {
             let broker_timeout =
-                broker_timeout.as_ref().and_then(|t| cx.positive(at, "broker_timeout", t)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
+                broker_timeout.as_ref().and_then(|t| cx.duration_in(at, "broker_timeout", t, PROCESSING)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
             cx.not_empty(at, "brokers", brokers, "bootstrap servers such as `127.0.0.1:9092`");
             let topics = match (topics, topic_pattern) {
                 (Some(t), None) => {
@@ -317,11 +331,14 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             }
         }
         RawSource::Datagen { seed, rows, rate_limit, start_time, interval, fields, event_time, .. } => {
+            if let Some(n) = rows {
+                cx.count(&child(at, "rows"), "rows", *n, ROWS);
+            }
             let gen = DatagenSpec {
                 seed: seed.unwrap_or(0),
                 rows: *rows,
                 start_time: start_time_of(cx, &child(at, "start_time"), start_time.as_ref()),
-                interval_ms: interval.as_ref().and_then(|i| cx.millis(at, "interval", i)).unwrap_or(DEFAULT_INTERVAL),
+                interval_ms: interval.as_ref().and_then(|i| cx.millis(at, "interval", i, EVENT_OFFSET)).unwrap_or(DEFAULT_INTERVAL),
                 fields: gen_fields(cx, &child(at, "fields"), fields),
             };
             no_message_timestamp(cx, at, event_time.as_ref());
@@ -429,7 +446,7 @@ fn event_time_spec(cx: &mut Cx, at: &[Seg], raw: &RawEventTime) -> EventTimeSpec
         Some(d) => event_span(cx, at, "max_out_of_orderness", d, false).unwrap_or_default(),
         None => Duration::ZERO,
     };
-    let idle_timeout = raw.idle_timeout.as_ref().and_then(|d| cx.positive(at, "idle_timeout", d));
+    let idle_timeout = raw.idle_timeout.as_ref().and_then(|d| cx.duration_in(at, "idle_timeout", d, PROCESSING));
     EventTimeSpec { field, max_out_of_orderness, idle_timeout }
 }
 
@@ -464,11 +481,19 @@ fn start_time_of(cx: &mut Cx, at: &[Seg], raw: Option<&Value>) -> Millis {
         Some(Value::Number(n)) => n.as_i64().filter(|&t| crate::types::check_event_time(t).is_ok()),
         Some(_) => None,
     };
-    parsed.unwrap_or_else(|| {
-        let shown = serde_yaml::to_string(raw.unwrap_or(&Value::Null)).unwrap_or_default();
-        cx.err(at, format!("invalid `start_time` `{}`: {EXPECTED}", shown.trim()));
-        DEFAULT_START_TIME
-    })
+    let (min, max) = START_TIME_MS;
+    match parsed {
+        Some(t) if (min..=max).contains(&t) => t,
+        Some(t) => {
+            cx.err(at, format!("`start_time` ({t} epoch ms) must be between {min} and {max} (years 0000 to 9999)"));
+            DEFAULT_START_TIME
+        }
+        None => {
+            let shown = serde_yaml::to_string(raw.unwrap_or(&Value::Null)).unwrap_or_default();
+            cx.err(at, format!("invalid `start_time` `{}`: {EXPECTED}", shown.trim()));
+            DEFAULT_START_TIME
+        }
+    }
 }
 
 fn gen_fields(cx: &mut Cx, at: &[Seg], raw: &indexmap::IndexMap<String, RawGenField>) -> Vec<(String, GenField)> {
@@ -494,13 +519,14 @@ fn gen_field(cx: &mut Cx, at: &[Seg], raw: &RawGenField) -> GenField {
             GenField::Int { min: *min, max: *max }
         }
         RawGenField::Float { min, max } => {
-            if !(min.is_finite() && max.is_finite() && min < max) {
-                cx.err(&child(at, "min"), format!("`min` ({min}) must be less than `max` ({max}), both finite"));
+            // `max - min` scales the draw: it must be finite too.
+            if !(min.is_finite() && max.is_finite() && min < max && (max - min).is_finite()) {
+                cx.err(&child(at, "min"), format!("`min` ({min:?}) must be less than `max` ({max:?}), both finite and `max - min` finite"));
             }
             GenField::Float { min: *min, max: *max }
         }
         RawGenField::Timestamp { jitter } => {
-            GenField::Timestamp { jitter_ms: jitter.as_ref().and_then(|j| cx.millis(at, "jitter", j)).unwrap_or(0) }
+            GenField::Timestamp { jitter_ms: jitter.as_ref().and_then(|j| cx.millis(at, "jitter", j, EVENT_OFFSET)).unwrap_or(0) }
         }
     }
 }
@@ -555,7 +581,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                     );
                     DEFAULT_EMIT_INTERVAL
                 }
-                Some(d) => cx.positive(at, "emit_interval", d).unwrap_or(DEFAULT_EMIT_INTERVAL),
+                Some(d) => cx.duration_in(at, "emit_interval", d, PROCESSING).unwrap_or(DEFAULT_EMIT_INTERVAL),
                 None => DEFAULT_EMIT_INTERVAL,
             };
             check_key_vs_window_bounds(cx, &child(at, "key"), &key, windowed);
@@ -596,6 +622,11 @@ fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
             let (size_d, slide_d) = (size_d?, slide_d?);
             if slide_d > size_d {
                 cx.err(&child(at, "slide"), format!("`slide` ({slide}) is longer than `size` ({size}): expected slide <= size"));
+            } else if size_d.as_millis() / slide_d.as_millis() > MAX_WINDOWS_PER_RECORD as u128 {
+                cx.err(
+                    &child(at, "slide"),
+                    format!("`size` / `slide` ({size} / {slide}) puts each record in more than {MAX_WINDOWS_PER_RECORD} windows: expected size / slide <= {MAX_WINDOWS_PER_RECORD}"),
+                );
             }
             WindowSpec::Sliding { size: size_d, slide: slide_d }
         }
@@ -691,8 +722,10 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
         RawSink::File { path, format: _, max_file_bytes, .. } => {
             cx.not_empty(at, "path", path, "the output directory");
             let max_file_bytes = max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
-            if max_file_bytes == 0 {
-                cx.err(&child(at, "max_file_bytes"), "`max_file_bytes` must be greater than 0");
+            let (lo, hi) = FILE_BYTES;
+            if !(lo..=hi).contains(&max_file_bytes) {
+                let range = format!("{} and {}", show_bytes(lo), show_bytes(hi));
+                cx.err(&child(at, "max_file_bytes"), format!("`max_file_bytes` must be between {range}, got {max_file_bytes}"));
             }
             SinkSpec::File { dir: PathBuf::from(path), max_file_bytes }
         }
@@ -700,7 +733,7 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
         RawSink::Blackhole { rate_limit, .. } => SinkSpec::Blackhole { rate_limit: cx.rate_limit(at, *rate_limit) },
         RawSink::Kafka { brokers, topic, format: _, key, delivery, broker_timeout, properties, .. } => {
             let broker_timeout =
-                broker_timeout.as_ref().and_then(|t| cx.positive(at, "broker_timeout", t)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
+                broker_timeout.as_ref().and_then(|t| cx.duration_in(at, "broker_timeout", t, PROCESSING)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
             cx.not_empty(at, "brokers", brokers, "bootstrap servers such as `127.0.0.1:9092`");
             cx.not_empty(at, "topic", topic, "the topic to write to");
             let key = match key {

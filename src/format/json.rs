@@ -491,4 +491,147 @@ mod tests {
         let err = p.parse(r#"{"f0":1}"#).unwrap_err();
         assert!(err.contains("missing key field `f1`"), "{err}");
     }
+
+    /// Seeded random bytes, truncated and mutated records, extreme numbers:
+    /// the parser never panics, a refusal always says why, and the scanner
+    /// always agrees with serde_json.
+    #[test]
+    fn json_reader_fuzz_never_panics_and_agrees_with_serde_json() {
+        use crate::config::fuzz_tests::Rng;
+        const NUMBERS: &[&str] = &[
+            "0",
+            "-0",
+            "1e400",
+            "-1e400",
+            "1e-400",
+            "0.1e1",
+            "1E+2",
+            "-1.5e-7",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "18446744073709551616",
+            "123456789012345678",
+            "1234567890123456789",
+            "99999999999999999999999999999999999999",
+            "1.7976931348623157e308",
+            "5e-324",
+            "00",
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "--1",
+            "1e",
+            "1e+",
+            "NaN",
+            "Infinity",
+        ];
+        const BITS: &[&str] = &[
+            "\"",
+            "\\",
+            "\\u0000",
+            "\\ud800",
+            "\\uDFFF\\uD800",
+            "{",
+            "}",
+            "[",
+            "]",
+            ":",
+            ",",
+            " ",
+            "\t",
+            "\u{0}",
+            "é",
+            "😀",
+            "\u{7f}",
+            "null",
+            "true",
+            "tru",
+            "\"ts\"",
+            "\"user\"",
+        ];
+        let valid = [
+            r#"{"user":"u1","amount":7,"ts":1000}"#,
+            r#"{"ts":"2024-01-01T00:00:00Z","user":"a\"b","amount":2.5,"other":{"x":[1,{"y":null}]}}"#,
+            r#"{"user":"ü😀","ts":-12,"amount":null,"flag":true}"#,
+            r#"{"user":1.5,"ts":1.7e3}"#,
+        ];
+        let p = parser();
+        let mut rng = Rng::new(0x1503);
+        let mut lines: Vec<String> = Vec::new();
+        for case in 0..12_000u64 {
+            let base = *rng.pick(&valid);
+            let line = match case % 4 {
+                // Random bytes (made text as a file source would meet them).
+                0 => {
+                    let bytes: Vec<u8> = (0..rng.below(80)).map(|_| rng.next() as u8).collect();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+                // A valid record cut anywhere.
+                1 => {
+                    let mut at = rng.below(base.len() + 1);
+                    while !base.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    base[..at].to_string()
+                }
+                // Numbers replaced by extremes.
+                2 => {
+                    let mut out = String::new();
+                    let mut rest = base;
+                    while let Some(i) = rest.find(|c: char| c.is_ascii_digit()) {
+                        let end = rest[i..].find(|c: char| !(c.is_ascii_digit() || ".eE+-".contains(c))).map_or(rest.len(), |e| i + e);
+                        out.push_str(&rest[..i]);
+                        out.push_str(*rng.pick(NUMBERS));
+                        rest = &rest[end..];
+                    }
+                    out.push_str(rest);
+                    out
+                }
+                // Pieces inserted, deleted or nested deep.
+                _ => {
+                    let mut line = base.to_string();
+                    for _ in 0..1 + rng.below(4) {
+                        let mut at = rng.below(line.len() + 1);
+                        while !line.is_char_boundary(at) {
+                            at -= 1;
+                        }
+                        match rng.below(4) {
+                            0 => line.insert_str(at, *rng.pick(BITS)),
+                            1 => {
+                                let mut end = (at + 1 + rng.below(5)).min(line.len());
+                                while !line.is_char_boundary(end) {
+                                    end += 1;
+                                }
+                                line.replace_range(at..end, "");
+                            }
+                            2 => {
+                                let depth = rng.below(300);
+                                line = format!(r#"{{"user":"a","ts":1,"deep":{}1{}}}"#, "[".repeat(depth), "]".repeat(depth));
+                            }
+                            _ => line.insert_str(at, &format!(r#","{}":{}"#, rng.pick(&["user", "ts", "amount", "x"]), rng.pick(NUMBERS))),
+                        }
+                    }
+                    line
+                }
+            };
+            lines.push(line);
+        }
+        let mut failures = Vec::new();
+        for (case, line) in lines.iter().enumerate() {
+            let outcome = std::panic::catch_unwind(|| (p.parse(line), p.parse_with(line, false)));
+            match outcome {
+                Err(_) => failures.push(format!("case {case}: panicked on {line:?}")),
+                Ok((fast, slow)) if fast != slow => {
+                    failures.push(format!("case {case}: scanner {fast:?} != serde_json {slow:?} on {line:?}"))
+                }
+                Ok((Err(e), _)) if e.is_empty() => failures.push(format!("case {case}: refused without a reason: {line:?}")),
+                Ok(_) => {}
+            }
+        }
+        assert!(failures.is_empty(), "{} failures, first ones:\n{}", failures.len(), failures[..failures.len().min(5)].join("\n"));
+    }
 }

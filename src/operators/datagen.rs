@@ -54,7 +54,7 @@ impl Datagen {
         for (i, (name, field)) in self.spec.fields.iter().enumerate() {
             let r = random(self.spec.seed, n, i as u64);
             let v = match field {
-                GenField::Sequence => Value::Int(n as i64),
+                GenField::Sequence => Value::Int(row_i64(n)),
                 GenField::Key { cardinality, prefix } => Value::Str(format!("{prefix}{}", r % cardinality).into()),
                 GenField::Int { min, max } => {
                     let span = (*max as i128 - *min as i128 + 1) as u128;
@@ -62,13 +62,16 @@ impl Datagen {
                 }
                 GenField::Float { min, max } => {
                     let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
-                    // Two decimals keep the JSON short and sums readable.
-                    Value::Float(((min + unit * (max - min)) * 100.0).round() / 100.0)
+                    // Two decimals keep the JSON short and sums readable
+                    // (unless scaling by 100 leaves the finite range).
+                    let v = min + unit * (max - min);
+                    let rounded = (v * 100.0).round() / 100.0;
+                    Value::Float(if rounded.is_finite() { rounded } else { v })
                 }
                 GenField::Timestamp { jitter_ms } => {
                     // Saturates far outside the event-time range, which `poll` refuses.
-                    let base = self.spec.start_time.saturating_add((n as Millis).saturating_mul(self.spec.interval_ms));
-                    let jitter = if *jitter_ms > 0 { (r % (*jitter_ms as u64 + 1)) as Millis } else { 0 };
+                    let base = self.spec.start_time.saturating_add(row_i64(n).saturating_mul(self.spec.interval_ms));
+                    let jitter = if *jitter_ms > 0 { (r % (*jitter_ms as u64).saturating_add(1)) as Millis } else { 0 };
                     Value::Int(base.saturating_sub(jitter))
                 }
             };
@@ -82,6 +85,11 @@ impl Datagen {
         }
         self.raw.push(b'}');
     }
+}
+
+/// Row `n` as a signed value (rows are at most `i64::MAX` when bounded).
+fn row_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A well-mixed 64-bit value for (seed, row, field): splitmix64's finaliser.
@@ -248,6 +256,38 @@ mod tests {
             }
             got.sort();
             assert_eq!(got, rows(1), "{old_p} -> {new_p}");
+        }
+    }
+
+    /// Extreme but valid settings: times clamp at the ends instead of
+    /// overflowing, floats stay finite.
+    #[test]
+    fn extreme_specs_do_not_overflow() {
+        let spec = DatagenSpec {
+            seed: 1,
+            rows: Some(i64::MAX as u64),
+            start_time: 253_402_300_799_999,
+            interval_ms: 3_155_760_000_000,
+            fields: vec![
+                ("id".into(), GenField::Sequence),
+                ("f".into(), GenField::Float { min: -1e307, max: 1e307 }),
+                ("ts".into(), GenField::Timestamp { jitter_ms: Millis::MAX }),
+            ],
+        };
+        // As event time, such a timestamp is refused (outside years 0000 to 9999).
+        let mut g = Datagen::new(spec.clone(), &["f".into()], Some("ts"), 0, 1).unwrap();
+        g.lanes = vec![(i64::MAX as u64 - 2, 1)];
+        let err = g.poll(10, &mut Vec::new(), &OperatorMetrics::default()).unwrap_err().to_string();
+        assert!(err.contains("outside the supported range"), "{err}");
+        // As a plain field it clamps.
+        let mut g = Datagen::new(spec, &["f".into(), "ts".into()], None, 0, 1).unwrap();
+        g.lanes = vec![(i64::MAX as u64 - 2, 1)];
+        let mut out = Vec::new();
+        assert_eq!(g.poll(10, &mut out, &OperatorMetrics::default()).unwrap(), SourcePoll::Finished);
+        assert_eq!(out.len(), 2);
+        for r in &out {
+            assert!(matches!(r.fields[0], Value::Float(f) if f.is_finite()), "{:?}", r.fields);
+            assert!(matches!(r.fields[1], Value::Int(_)), "{:?}", r.fields);
         }
     }
 

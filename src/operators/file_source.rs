@@ -4,10 +4,16 @@
 //! parallel; a line belongs to the split holding its first byte. The
 //! position a checkpoint records is the list of byte ranges still to read,
 //! so a restore at another parallelism deals those ranges out anew.
+//!
+//! Line numbers (for bad-line reports) are counted as lines are read, from
+//! the line number where the split began; that one is known at a file's
+//! start and otherwise counted once, when the split's first bad line needs
+//! it, from the nearest offset whose line is already known (`LineIndex`).
 
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::dead_letter::reject;
 use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
@@ -70,6 +76,7 @@ pub struct FileSource {
     on_error: OnError,
     dead_letter: Option<DeadLetter>,
     line: Vec<u8>,
+    lines: LineIndex,
 }
 
 struct OpenSplit {
@@ -77,6 +84,11 @@ struct OpenSplit {
     /// Offset of the next unread byte.
     offset: u64,
     end: u64,
+    /// Where reading began (a line start) and its line number, if known yet.
+    opened_at: u64,
+    first_line: Option<u64>,
+    /// Lines read since `opened_at`.
+    lines_read: u64,
 }
 
 impl FileSource {
@@ -101,6 +113,7 @@ impl FileSource {
             on_error,
             dead_letter,
             line: Vec::new(),
+            lines: LineIndex::default(),
         }
     }
 
@@ -130,15 +143,39 @@ impl FileSource {
             let n = reader.read_until(b'\n', &mut skipped).map_err(|e| OpError::io(ctx(), e))?;
             offset = split.start - 1 + n as u64;
         }
-        Ok(OpenSplit { reader, offset, end: split.end })
+        let first_line = self.lines.known(&split.path, offset);
+        Ok(OpenSplit { reader, offset, end: split.end, opened_at: offset, first_line, lines_read: 0 })
     }
 
-    /// A bad line: fail, skip or dead-letter it, as configured.
-    fn bad_record(&self, split: usize, line_start: u64, text: &str, reason: &str, metrics: &OperatorMetrics) -> Result<(), OpError> {
-        let path = &self.splits[split].path;
-        let line_no = line_number(path, line_start).map(|n| n.to_string()).unwrap_or_else(|_| format!("byte {line_start}"));
-        let place = format!("{}:{line_no}", path.display());
+    /// A bad line (the `nth` line read in the open split, starting at byte
+    /// `line_start`): fail, skip or dead-letter it, as configured.
+    fn bad_record(&mut self, (nth, line_start): (u64, u64), text: &str, reason: &str, metrics: &OperatorMetrics) -> Result<(), OpError> {
+        // Skipping names no place: no line number to find.
+        let place = match self.on_error {
+            OnError::Skip => String::new(),
+            _ => {
+                let line_no = match self.line_number(nth) {
+                    Ok(n) => n.to_string(),
+                    Err(_) => format!("byte {line_start}"),
+                };
+                format!("{}:{line_no}", self.splits[self.next_split - 1].path.display())
+            }
+        };
         reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), text, reason, metrics)
+    }
+
+    /// The 1-based line number of the `nth` line read in the open split.
+    fn line_number(&mut self, nth: u64) -> std::io::Result<u64> {
+        let Some(cur) = self.current.as_mut() else { return Err(std::io::Error::other("no open split")) };
+        let first = match cur.first_line {
+            Some(l) => l,
+            None => {
+                let l = self.lines.line_at(&self.splits[self.next_split - 1].path, cur.opened_at)?;
+                cur.first_line = Some(l);
+                l
+            }
+        };
+        Ok(first + nth)
     }
 }
 
@@ -155,11 +192,17 @@ impl Source for FileSource {
                 continue;
             };
             if cur.offset >= cur.end {
+                // Where this split ended is a known line for the next split
+                // of the file this subtask reads.
+                if let Some(first) = cur.first_line {
+                    self.lines.note(&self.splits[self.next_split - 1].path, cur.offset, first + cur.lines_read);
+                }
                 self.current = None;
                 continue;
             }
             self.line.clear();
             let start = cur.offset;
+            let nth = cur.lines_read;
             let n = cur.reader.read_until(b'\n', &mut self.line).map_err(|e| {
                 OpError::io(format!("source `{}`: reading {}", self.name, self.splits[self.next_split - 1].path.display()), e)
             })?;
@@ -168,6 +211,7 @@ impl Source for FileSource {
                 continue;
             }
             cur.offset += n as u64;
+            cur.lines_read += 1;
             OperatorMetrics::add(&metrics.bytes_in, n as u64);
             let split = self.next_split - 1;
             let line = std::mem::take(&mut self.line);
@@ -179,13 +223,13 @@ impl Source for FileSource {
                     } else {
                         match self.parser.parse(text) {
                             Ok(r) => Ok(Some(r)),
-                            Err(reason) => self.bad_record(split, start, text, &reason, metrics).map(|_| None),
+                            Err(reason) => self.bad_record((nth, start), text, &reason, metrics).map(|_| None),
                         }
                     }
                 }
                 Err(e) => {
                     let text = String::from_utf8_lossy(&line).into_owned();
-                    self.bad_record(split, start, text.trim_end(), &format!("not UTF-8: {e}"), metrics).map(|_| None)
+                    self.bad_record((nth, start), text.trim_end(), &format!("not UTF-8: {e}"), metrics).map(|_| None)
                 }
             };
             self.line = line;
@@ -273,18 +317,72 @@ fn decode_ranges(position: &[u8]) -> Result<Vec<Split>, String> {
     Ok(out)
 }
 
-/// The 1-based line number of the line starting at `offset` (counted only
-/// when a bad record is reported, so the hot path never counts lines).
-fn line_number(path: &std::path::Path, offset: u64) -> std::io::Result<u64> {
-    let mut r = BufReader::new(File::open(path)?).take(offset);
-    let mut buf = [0u8; 1 << 16];
-    let mut lines = 1;
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            return Ok(lines);
+/// Known line numbers of the files a source reads: (offset, line) anchors,
+/// the line number of the byte at each offset. A lookup counts newlines
+/// only from the nearest anchor below, and leaves anchors every
+/// `ANCHOR_EVERY` bytes on the way, so a later lookup below it counts little
+/// too: all lookups of one subtask together read each file at most about
+/// once.
+#[derive(Debug, Default)]
+struct LineIndex {
+    files: HashMap<PathBuf, BTreeMap<u64, u64>>,
+    /// Bytes read to count lines (to test that counting stays linear).
+    counted: u64,
+}
+
+const ANCHOR_EVERY: u64 = 1 << 20;
+
+impl LineIndex {
+    fn anchors(&mut self, path: &Path) -> &mut BTreeMap<u64, u64> {
+        if !self.files.contains_key(path) {
+            self.files.insert(path.to_path_buf(), BTreeMap::from([(0, 1)]));
         }
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.files.get_mut(path).expect("inserted above")
+    }
+
+    /// The line at `offset` if it is known without counting.
+    fn known(&self, path: &Path, offset: u64) -> Option<u64> {
+        match self.files.get(path) {
+            Some(anchors) => anchors.get(&offset).copied(),
+            None => (offset == 0).then_some(1),
+        }
+    }
+
+    fn note(&mut self, path: &Path, offset: u64, line: u64) {
+        self.anchors(path).insert(offset, line);
+    }
+
+    /// The 1-based number of the line holding byte `offset` of `path`.
+    fn line_at(&mut self, path: &Path, offset: u64) -> std::io::Result<u64> {
+        let (from, mut line) = self.anchors(path).range(..=offset).next_back().map_or((0, 1), |(&o, &l)| (o, l));
+        if from == offset {
+            return Ok(line);
+        }
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(from))?;
+        let mut r = file.take(offset - from);
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut pos, mut last_anchor) = (from, from);
+        loop {
+            let n = match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            line += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+            pos += n as u64;
+            self.counted += n as u64;
+            if pos - last_anchor >= ANCHOR_EVERY {
+                self.note(path, pos, line);
+                last_anchor = pos;
+            }
+        }
+        if pos != offset {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file became shorter while it was read"));
+        }
+        self.note(path, offset, line);
+        Ok(line)
     }
 }
 
@@ -393,6 +491,108 @@ mod tests {
         assert_eq!(splits_for(&files, 4, 0, false), vec![Split::new("a".into(), 0, 25 << 20)]);
         assert_eq!(splits_for(&files, 4, 0, true), vec![Split::new("a".into(), 0, 50 << 20)]);
         assert_eq!(splits_for(&files, 4, 3, true), vec![], "more subtasks than files: some read nothing");
+    }
+
+    /// A file of ~3.4 MB where every 10th line is bad: (path, size, the
+    /// 1-based numbers of the bad lines).
+    fn ten_percent_bad(dir: &Path) -> (PathBuf, u64, Vec<u64>) {
+        let path = dir.join("in.jsonl");
+        let mut text = String::new();
+        let mut bad = Vec::new();
+        for i in 0..60_000u64 {
+            if i % 10 == 7 {
+                text.push_str("not json\n");
+                bad.push(i + 1);
+            } else {
+                text.push_str(&format!("{{\"k\":{i},\"pad\":\"{}\"}}\n", "x".repeat((i % 97) as usize)));
+            }
+        }
+        std::fs::write(&path, &text).unwrap();
+        (path, text.len() as u64, bad)
+    }
+
+    /// The line numbers named in a dead-letter file's `origin`s, sorted.
+    fn dead_lettered_lines(dl: &Path) -> Vec<u64> {
+        let mut lines: Vec<u64> = std::fs::read_to_string(dl)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["origin"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap()
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// Bad-line numbers were found by re-reading the file from byte 0 for
+    /// every bad line (quadratic). They are counted as lines are read; a
+    /// split starting mid-file counts its first line number once.
+    #[test]
+    fn bad_line_numbers_are_right_in_every_split_and_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, size, bad) = ten_percent_bad(dir.path());
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        for p in [1u16, 2, 3] {
+            let dl_path = dir.path().join(format!("dl-{p}.jsonl"));
+            let dl = crate::operators::dead_letter::DeadLetters::default().get(&dl_path).unwrap();
+            let on_error = OnError::DeadLetter(dl_path.clone());
+            let mut counted = 0;
+            for s in 0..p {
+                let splits = splits_for(&[(path.clone(), size)], p, s, false);
+                let mut src = FileSource::new("t", (s, p), splits, parser(), on_error.clone(), Some(dl.clone()));
+                let m = OperatorMetrics::default();
+                while src.poll(100, &mut Vec::new(), &m).unwrap() != SourcePoll::Finished {}
+                // Linear: a subtask counts at most the bytes before its splits.
+                assert!(src.lines.counted <= size, "p {p} subtask {s}: counted {} of {size} bytes", src.lines.counted);
+                counted += src.lines.counted;
+            }
+            dl.flush().unwrap();
+            assert_eq!(dead_lettered_lines(&dl_path), bad, "parallelism {p}");
+            assert!(p > 1 || counted == 0, "one split from byte 0 counts nothing");
+        }
+    }
+
+    /// A restored position starts mid-file: its first bad line is still
+    /// numbered from the start of the file.
+    #[test]
+    fn bad_line_numbers_are_right_after_a_restore_mid_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, size, bad) = ten_percent_bad(dir.path());
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let dl_path = dir.path().join("dl.jsonl");
+        let dl = crate::operators::dead_letter::DeadLetters::default().get(&dl_path).unwrap();
+        let on_error = OnError::DeadLetter(dl_path.clone());
+        let files = [(path.clone(), size)];
+        let m = OperatorMetrics::default();
+        let mut a = FileSource::new("t", (0, 1), splits_for(&files, 1, 0, false), parser(), on_error.clone(), Some(dl.clone()));
+        a.poll(12_345, &mut Vec::new(), &m).unwrap();
+        let mut b = FileSource::new("t", (0, 1), splits_for(&files, 1, 0, false), parser(), on_error, Some(dl.clone()));
+        b.restore(&RestoredPositions::single(a.position())).unwrap();
+        while b.poll(100, &mut Vec::new(), &m).unwrap() != SourcePoll::Finished {}
+        dl.flush().unwrap();
+        // `a` dead-lettered the bad lines before its position, `b` the rest.
+        assert_eq!(dead_lettered_lines(&dl_path), bad);
+        assert!(b.lines.counted > 0 && b.lines.counted < size);
+    }
+
+    #[test]
+    fn line_index_counts_from_the_nearest_anchor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let text: String = (0..400_000).map(|i| format!("{i}\n")).collect();
+        std::fs::write(&path, &text).unwrap();
+        let offset_of_line = |n: usize| text.split_inclusive('\n').take(n - 1).map(str::len).sum::<usize>() as u64;
+        let mut ix = LineIndex::default();
+        let far = offset_of_line(390_000);
+        assert_eq!(ix.line_at(&path, far).unwrap(), 390_000);
+        let first = ix.counted;
+        assert_eq!(first, far);
+        // Below the first lookup: counted from an anchor left on the way.
+        assert_eq!(ix.line_at(&path, offset_of_line(200_000)).unwrap(), 200_000);
+        assert!(ix.counted - first <= ANCHOR_EVERY, "{}", ix.counted - first);
+        assert_eq!(ix.line_at(&path, 0).unwrap(), 1);
+        assert!(ix.line_at(&path, text.len() as u64 + 10).is_err(), "past the end");
     }
 
     #[test]

@@ -43,7 +43,7 @@ use crate::state::memory::MemoryState;
 use crate::state::rocks::native::{self, Uploader};
 use crate::state::rocks::{self, BundleDb, RocksState};
 use crate::state::KeyedState;
-use crate::types::key_group_range;
+use crate::types::{key_group_range, Millis};
 
 /// Messages a channel holds before the sender waits (backpressure).
 const CHANNEL_CAPACITY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
@@ -194,7 +194,10 @@ pub fn build(
                         metrics: metrics[head].subtasks[i as usize].clone(),
                         timing: SourceTiming {
                             rate_limit: spec.rate_limit.map(|r| r / p as f64),
-                            max_out_of_orderness: spec.event_time.as_ref().map(|e| e.max_out_of_orderness.as_millis() as i64),
+                            max_out_of_orderness: spec
+                                .event_time
+                                .as_ref()
+                                .map(|e| Millis::try_from(e.max_out_of_orderness.as_millis()).unwrap_or(Millis::MAX)),
                             idle_timeout: spec.event_time.as_ref().and_then(|e| e.idle_timeout),
                         },
                         chain: Chain::new(ops),

@@ -14,6 +14,7 @@ mod dead_letter;
 mod examples;
 mod file_sink;
 mod golden;
+mod inspect;
 mod kafka;
 mod records;
 mod reference;

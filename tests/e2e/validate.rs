@@ -56,3 +56,40 @@ fn expectation_comments_parse() {
     let want = [("3:5", "unknown field `foo`"), ("7:1", "duplicate name")].map(|(a, b)| (a.to_string(), b.to_string()));
     assert_eq!(e, want);
 }
+
+/// `weir validate /dev/zero` grew to 5.8 GB in 5 s: a pipeline file is read
+/// through a 16 MiB cap and refused past it, at once.
+#[test]
+fn a_pipeline_file_over_16_mib_is_refused_without_reading_it_all() {
+    let o = weir(&["validate", "/dev/zero"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("/dev/zero: the pipeline file is larger than 16 MiB");
+    assert!(o.elapsed < std::time::Duration::from_secs(10), "took {:?}", o.elapsed);
+}
+
+/// Two file sinks with one `path` validated, and with checkpoints half the
+/// output disappeared (exit 0). `run` refuses it too, before writing
+/// anything.
+#[test]
+fn two_file_sinks_with_one_path_are_refused_by_validate_and_run() {
+    let dir = super::util::tmp();
+    let (out, state) = (dir.path().join("out"), dir.path().join("state"));
+    let pipeline = dir.path().join("p.yaml");
+    let text = format!(
+        "name: p\ncheckpoint: {{interval: 100ms}}\nstate: {{dir: {state}}}\nsources:\n  - {{name: gen, type: datagen, rows: 10000, fields: {{id: {{kind: sequence}}}}}}\nsinks:\n  - {{name: a, type: file, input: gen, path: {out}}}\n  - {{name: b, type: file, input: gen, path: {out}/.}}\n",
+        state = state.display(),
+        out = out.display()
+    );
+    std::fs::write(&pipeline, text).unwrap();
+    let p = pipeline.display().to_string();
+    for cmd in ["validate", "run"] {
+        let o = weir(&[cmd, p.as_str()]).run();
+        o.expect_code(2);
+        o.expect_stderr_contains(&format!(
+            "{p}:8:45: the output directory of sink `b` `{}/.` is also the output directory of sink `a` `{}` (at {p}:7:45)",
+            out.display(),
+            out.display()
+        ));
+    }
+    assert!(!out.exists() && !state.exists(), "a refused run wrote nothing");
+}

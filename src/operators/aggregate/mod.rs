@@ -58,8 +58,8 @@ const ACCS: TableId = 0;
 const DIRTY: TableId = 1;
 
 /// Above this many sliding windows per record, the spec is refused: each
-/// record would cost that many state updates.
-const MAX_WINDOWS_PER_RECORD: Millis = 10_000;
+/// record would cost that many state updates (`validate` refuses it first).
+const MAX_WINDOWS_PER_RECORD: Millis = crate::config::MAX_WINDOWS_PER_RECORD;
 
 #[derive(Debug, Clone, Copy)]
 enum Assigner {
