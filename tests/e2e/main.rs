@@ -9,6 +9,7 @@ mod ckpt;
 mod cli;
 mod crash;
 mod damage;
+mod event_time;
 mod examples;
 mod file_sink;
 mod golden;
