@@ -273,3 +273,97 @@ impl Chain {
         Ok(emitted)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::operators::OpResult;
+    use crate::state::memory::MemoryState;
+    use crate::types::MAX_WATERMARK;
+
+    /// What an operator saw, in order: `("record", ts, watermark)` per
+    /// processed record, `("watermark", _, watermark)` per watermark.
+    type Log = Arc<Mutex<Vec<(&'static str, Millis, Millis)>>>;
+
+    /// Logs what it sees; on a watermark emits one record stamped with it
+    /// (as a window result would be) and passes on `watermark - hold_back`.
+    struct Probe {
+        log: Log,
+        hold_back: Millis,
+    }
+
+    impl Operator for Probe {
+        fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+            for r in batch {
+                self.log.lock().unwrap().push(("record", r.event_time.unwrap(), ctx.watermark));
+                out.push(r);
+            }
+            Ok(())
+        }
+
+        fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+            self.log.lock().unwrap().push(("watermark", 0, ctx.watermark));
+            if ctx.watermark < MAX_WATERMARK {
+                out.push(Record::new(Vec::new(), "{}".into(), Some(ctx.watermark - self.hold_back)));
+            }
+            Ok(())
+        }
+
+        fn output_watermark(&self, input: Millis) -> Millis {
+            if input == MAX_WATERMARK {
+                input
+            } else {
+                input.saturating_sub(self.hold_back)
+            }
+        }
+    }
+
+    fn chain(hold_backs: &[Millis]) -> (Chain, Vec<Log>) {
+        let mut logs = Vec::new();
+        let ops = hold_backs
+            .iter()
+            .enumerate()
+            .map(|(i, &hold_back)| {
+                let log = Log::default();
+                logs.push(log.clone());
+                let info = SubtaskInfo { operator: format!("op{i}"), index: 0, parallelism: 1, max_parallelism: 1 };
+                ChainOp::new(Box::new(Probe { log, hold_back }), Box::new(MemoryState::new(&[], 0..1)), info, Arc::default())
+            })
+            .collect();
+        (Chain::new(ops), logs)
+    }
+
+    #[test]
+    fn records_emitted_on_a_watermark_reach_the_next_operator_before_it() {
+        let (mut c, logs) = chain(&[0, 0]);
+        c.advance_watermark(9).unwrap();
+        // op1 gets op0's result (stamped 9) under its old watermark, then 9,
+        // exactly as a channel between two tasks would deliver them.
+        let op1 = logs[1].lock().unwrap().clone();
+        assert_eq!(op1, [("record", 9, MIN_WATERMARK), ("watermark", 0, 9)]);
+        assert_eq!(c.output_watermark(), 9);
+    }
+
+    #[test]
+    fn each_operator_gets_the_watermark_the_one_before_passes_on() {
+        let (mut c, logs) = chain(&[5, 0, 0]);
+        let out = c.advance_watermark(14).unwrap();
+        let op1 = logs[1].lock().unwrap().clone();
+        assert_eq!(op1, [("record", 9, MIN_WATERMARK), ("watermark", 0, 9)]);
+        assert_eq!(c.watermark(), 14, "the chain's input watermark is what it checkpoints");
+        assert_eq!(c.output_watermark(), 9);
+        // op0's result reached the end, followed by op1's and op2's.
+        assert_eq!(out.iter().map(|r| r.event_time.unwrap()).collect::<Vec<_>>(), [9, 9, 9]);
+        // A restore gives each operator its derived watermark without firing.
+        let (mut r, logs) = chain(&[5, 0]);
+        r.restore(1, 14, &[]).unwrap();
+        r.process(0, vec![Record::new(Vec::new(), "{}".into(), Some(20))]).unwrap();
+        assert_eq!(logs[0].lock().unwrap().clone(), [("record", 20, 14)]);
+        assert_eq!(logs[1].lock().unwrap().clone(), [("record", 20, 9)]);
+        assert_eq!(r.output_watermark(), 9);
+        c.advance_watermark(MAX_WATERMARK).unwrap();
+        assert_eq!(c.output_watermark(), MAX_WATERMARK);
+    }
+}

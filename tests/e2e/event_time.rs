@@ -66,8 +66,7 @@ fn chained_windows_oracle(records: &[(String, i64)], a_ms: i64, b_ms: i64) -> Ve
     let mut out: Vec<String> = per
         .into_iter()
         .map(|((k, start), (n, windows))| {
-            let line =
-                format!(r#"{{"k":"{k}","window_start":{start},"window_end":{},"n":{n},"windows":{}}}"#, start + b_ms, windows.len());
+            let line = format!(r#"{{"k":"{k}","window_start":{start},"window_end":{},"n":{n},"windows":{}}}"#, start + b_ms, windows.len());
             canonical(&parse(&line))
         })
         .collect();
