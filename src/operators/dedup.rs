@@ -16,13 +16,17 @@
 //! event time (once no record with time < expiry can arrive, that is when
 //! the watermark reaches expiry - 1), on the tick in processing time (once
 //! `now` reaches expiry).
-//! A late record (event time <= watermark) whose key was already cleaned up
-//! passes again: dedup never drops records for being late.
+//! A late record (event time <= watermark) whose key is not in state is
+//! dropped (counted in `records_dropped`): the key may have been cleaned up
+//! after an earlier record within the TTL, so passing it could let a
+//! duplicate through, and whether it did would depend on when the watermark
+//! came. A late record whose key is still in state is a duplicate (its
+//! expiry is past the watermark) and suppressed as any other.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::{Context, OpError, OpResult, Operator};
+use super::{Context, OpError, OpResult, Operator, OperatorMetrics};
 use crate::config::DedupSpec;
 use crate::state::{TableId, TableKind, TableSpec};
 use crate::types::{encode_key, KeyGroup, Millis, Record};
@@ -127,6 +131,10 @@ impl Operator for Dedup {
                 }
                 timer_key(old, &self.key, &mut self.timer);
                 ctx.state.delete(TIMERS, kg, &self.timer)?;
+            } else if self.event_time && now <= ctx.watermark {
+                // Late, and the key's earlier record may have expired already.
+                OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
+                continue;
             }
             let expiry = now.saturating_add(ttl);
             // A late record's timer may lie below where the next scan starts.
@@ -319,6 +327,26 @@ mod tests {
     fn event_time_out_of_order_within_ttl_is_suppressed() {
         let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
         assert_eq!(h.feed(&[("a", 100), ("a", 95), ("a", -5)]), vec![0]);
+    }
+
+    #[test]
+    fn late_record_never_passes_as_new_after_its_key_expired() {
+        // ttl 10: a@100 expires at 110; watermark 199 cleans it up; a@105 is
+        // a duplicate of a@100 and must not pass, with or without that watermark.
+        for watermark in [None, Some(199)] {
+            let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
+            assert_eq!(h.feed(&[("a", 100), ("b", 200)]), vec![0, 1]);
+            if let Some(w) = watermark {
+                h.watermark(w);
+                assert_eq!(h.state.len(SEEN), 1, "a expired");
+            }
+            assert_eq!(h.feed(&[("a", 105)]), Vec::<i64>::new(), "watermark {watermark:?}");
+        }
+        // A late record is dropped and counted, not passed; on time, a new key passes.
+        let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
+        h.watermark(50);
+        assert_eq!(h.feed(&[("c", 50), ("d", 51)]), vec![1]);
+        assert_eq!(h.metrics.records_dropped.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -103,6 +103,14 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// The watermark this operator passes on when its input watermark is
+    /// `input`. An operator that emits results stamped behind the input
+    /// watermark (a window with `allowed_lateness`) holds it back, so that
+    /// its own results are never late for the operators after it.
+    fn output_watermark(&self, input: Millis) -> Millis {
+        input
+    }
+
     /// How often `on_tick` wants to run (processing time), if at all.
     fn tick_interval(&self) -> Option<Duration> {
         None

@@ -1,6 +1,12 @@
 //! A chain: the operators one task runs back to back (Flink's operator
 //! chaining). Records emitted by operator i go straight into operator i+1;
 //! what the last one emits leaves the task through its `Output`.
+//!
+//! A chain behaves exactly like the same operators joined by channels: each
+//! operator has its own watermark, and what operator i emits in response to
+//! watermark W (or a tick, or end of input) reaches operator i+1 before i+1
+//! sees W. Operator i+1's watermark is operator i's output watermark
+//! (`Operator::output_watermark`), as a channel would carry it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,18 +42,22 @@ pub struct ChainOp {
     pub metrics: Arc<OperatorMetrics>,
     /// Next processing-time tick, for operators that want ticks.
     next_tick: Option<Instant>,
+    /// This operator's input watermark: the chain's for the first, the
+    /// previous operator's output watermark for the others.
+    watermark: Millis,
 }
 
 impl ChainOp {
     pub fn new(op: Box<dyn Operator>, state: Box<dyn KeyedState>, info: SubtaskInfo, metrics: Arc<OperatorMetrics>) -> Self {
         let next_tick = op.tick_interval().map(|d| Instant::now() + d);
         let tables = op.tables();
-        ChainOp { op, tables, state, info, metrics, next_tick }
+        ChainOp { op, tables, state, info, metrics, next_tick, watermark: MIN_WATERMARK }
     }
 }
 
 pub struct Chain {
     pub ops: Vec<ChainOp>,
+    /// The chain's input watermark (what the task received).
     watermark: Millis,
 }
 
@@ -59,7 +69,6 @@ pub fn now_ms() -> Millis {
 /// Which hook to call on one operator.
 #[derive(Clone, Copy)]
 enum Hook {
-    Watermark,
     Tick,
     EndOfInput,
 }
@@ -78,7 +87,7 @@ impl Chain {
             }
             OperatorMetrics::add(&op.metrics.records_in, batch.len() as u64);
             let mut out = Vec::new();
-            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             op.op.process(batch, &mut ctx, &mut out).map_err(|e| TaskError::new(&op.info, e))?;
             OperatorMetrics::add(&op.metrics.records_out, out.len() as u64);
             batch = out;
@@ -86,11 +95,30 @@ impl Chain {
         Ok(batch)
     }
 
-    /// The input watermark advanced: each operator fires in order, and what
-    /// it emits passes through the operators after it before they fire.
+    /// The input watermark advanced: each operator in turn takes its new
+    /// watermark and fires, and what it emits passes through the operators
+    /// after it while they still hold their old watermark (a channel would
+    /// deliver those records before the watermark).
     pub fn advance_watermark(&mut self, wm: Millis) -> Result<Vec<Record>, TaskError> {
-        self.watermark = wm;
-        self.call_all(Hook::Watermark, |_| true)
+        self.watermark = self.watermark.max(wm);
+        let now = now_ms();
+        let mut emitted = Vec::new();
+        let mut input = self.watermark;
+        for i in 0..self.ops.len() {
+            let op = &mut self.ops[i];
+            if input <= op.watermark {
+                // Not advanced for this operator, so not for the ones after it.
+                break;
+            }
+            op.watermark = input;
+            input = op.op.output_watermark(input);
+            let mut out = Vec::new();
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
+            op.op.on_watermark(&mut ctx, &mut out).map_err(|e| TaskError::new(&op.info, e))?;
+            OperatorMetrics::add(&op.metrics.records_out, out.len() as u64);
+            emitted.extend(self.process(i + 1, out)?);
+        }
+        Ok(emitted)
     }
 
     /// Processing-time ticks for the operators whose period has elapsed.
@@ -122,9 +150,25 @@ impl Chain {
         self.call_all(Hook::EndOfInput, |_| true)
     }
 
-    /// The watermark the operators have seen.
+    /// The chain's input watermark (the task's, as checkpointed).
     pub fn watermark(&self) -> Millis {
         self.watermark
+    }
+
+    /// The watermark the task forwards: the last operator's output watermark.
+    pub fn output_watermark(&self) -> Millis {
+        self.ops.last().map_or(self.watermark, |op| op.op.output_watermark(op.watermark))
+    }
+
+    /// Give each operator the watermark the chain's input watermark implies
+    /// (after a restore, without firing: the checkpoint was taken after the
+    /// hooks for it ran).
+    fn set_watermarks(&mut self) {
+        let mut input = self.watermark;
+        for op in &mut self.ops {
+            op.watermark = op.watermark.max(input);
+            input = op.op.output_watermark(op.watermark);
+        }
     }
 
     /// The synchronous part of checkpoint `id`: let each operator stage its
@@ -138,7 +182,7 @@ impl Chain {
         let now = now_ms();
         let mut states = Vec::with_capacity(self.ops.len());
         for op in &mut self.ops {
-            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             op.op.on_checkpoint(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
             let snap = if native && op.state.is_native() {
                 StateSnapshot::Bytes(NATIVE_MARKER.to_vec())
@@ -161,6 +205,7 @@ impl Chain {
     /// them finish what that checkpoint staged.
     pub fn restore(&mut self, id: u64, watermark: Millis, states: &[(String, Vec<u8>)]) -> Result<(), TaskError> {
         self.watermark = self.watermark.max(watermark);
+        self.set_watermarks();
         for op in &mut self.ops {
             for (_, bytes) in states.iter().filter(|(name, _)| *name == op.info.operator) {
                 if bytes.starts_with(NATIVE_MARKER) {
@@ -180,7 +225,7 @@ impl Chain {
         }
         let now = now_ms();
         for op in &mut self.ops {
-            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             op.op.on_restore(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
         }
         Ok(())
@@ -190,7 +235,7 @@ impl Chain {
     pub fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         let now = now_ms();
         for op in &mut self.ops {
-            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             op.op.on_checkpoint_complete(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
         }
         Ok(())
@@ -200,7 +245,7 @@ impl Chain {
     pub fn close(&mut self) -> Result<(), TaskError> {
         let now = now_ms();
         for op in &mut self.ops {
-            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             op.op.close(&mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
         }
         Ok(())
@@ -215,9 +260,8 @@ impl Chain {
             }
             let op = &mut self.ops[i];
             let mut out = Vec::new();
-            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: self.watermark, now };
+            let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             let r = match hook {
-                Hook::Watermark => op.op.on_watermark(&mut ctx, &mut out),
                 Hook::Tick => op.op.on_tick(&mut ctx, &mut out),
                 Hook::EndOfInput => op.op.on_end_of_input(&mut ctx, &mut out),
             };
@@ -227,5 +271,99 @@ impl Chain {
             emitted.extend(self.process(i + 1, out)?);
         }
         Ok(emitted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::operators::OpResult;
+    use crate::state::memory::MemoryState;
+    use crate::types::MAX_WATERMARK;
+
+    /// What an operator saw, in order: `("record", ts, watermark)` per
+    /// processed record, `("watermark", _, watermark)` per watermark.
+    type Log = Arc<Mutex<Vec<(&'static str, Millis, Millis)>>>;
+
+    /// Logs what it sees; on a watermark emits one record stamped with it
+    /// (as a window result would be) and passes on `watermark - hold_back`.
+    struct Probe {
+        log: Log,
+        hold_back: Millis,
+    }
+
+    impl Operator for Probe {
+        fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+            for r in batch {
+                self.log.lock().unwrap().push(("record", r.event_time.unwrap(), ctx.watermark));
+                out.push(r);
+            }
+            Ok(())
+        }
+
+        fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+            self.log.lock().unwrap().push(("watermark", 0, ctx.watermark));
+            if ctx.watermark < MAX_WATERMARK {
+                out.push(Record::new(Vec::new(), "{}".into(), Some(ctx.watermark - self.hold_back)));
+            }
+            Ok(())
+        }
+
+        fn output_watermark(&self, input: Millis) -> Millis {
+            if input == MAX_WATERMARK {
+                input
+            } else {
+                input.saturating_sub(self.hold_back)
+            }
+        }
+    }
+
+    fn chain(hold_backs: &[Millis]) -> (Chain, Vec<Log>) {
+        let mut logs = Vec::new();
+        let ops = hold_backs
+            .iter()
+            .enumerate()
+            .map(|(i, &hold_back)| {
+                let log = Log::default();
+                logs.push(log.clone());
+                let info = SubtaskInfo { operator: format!("op{i}"), index: 0, parallelism: 1, max_parallelism: 1 };
+                ChainOp::new(Box::new(Probe { log, hold_back }), Box::new(MemoryState::new(&[], 0..1)), info, Arc::default())
+            })
+            .collect();
+        (Chain::new(ops), logs)
+    }
+
+    #[test]
+    fn records_emitted_on_a_watermark_reach_the_next_operator_before_it() {
+        let (mut c, logs) = chain(&[0, 0]);
+        c.advance_watermark(9).unwrap();
+        // op1 gets op0's result (stamped 9) under its old watermark, then 9,
+        // exactly as a channel between two tasks would deliver them.
+        let op1 = logs[1].lock().unwrap().clone();
+        assert_eq!(op1, [("record", 9, MIN_WATERMARK), ("watermark", 0, 9)]);
+        assert_eq!(c.output_watermark(), 9);
+    }
+
+    #[test]
+    fn each_operator_gets_the_watermark_the_one_before_passes_on() {
+        let (mut c, logs) = chain(&[5, 0, 0]);
+        let out = c.advance_watermark(14).unwrap();
+        let op1 = logs[1].lock().unwrap().clone();
+        assert_eq!(op1, [("record", 9, MIN_WATERMARK), ("watermark", 0, 9)]);
+        assert_eq!(c.watermark(), 14, "the chain's input watermark is what it checkpoints");
+        assert_eq!(c.output_watermark(), 9);
+        // op0's result reached the end, followed by op1's and op2's.
+        assert_eq!(out.iter().map(|r| r.event_time.unwrap()).collect::<Vec<_>>(), [9, 9, 9]);
+        // A restore gives each operator its derived watermark without firing.
+        let (mut r, logs) = chain(&[5, 0]);
+        r.restore(1, 14, &[]).unwrap();
+        r.process(0, vec![Record::new(Vec::new(), "{}".into(), Some(20))]).unwrap();
+        assert_eq!(logs[0].lock().unwrap().clone(), [("record", 20, 14)]);
+        assert_eq!(logs[1].lock().unwrap().clone(), [("record", 20, 9)]);
+        assert_eq!(r.output_watermark(), 9);
+        c.advance_watermark(MAX_WATERMARK).unwrap();
+        assert_eq!(c.output_watermark(), MAX_WATERMARK);
     }
 }

@@ -239,7 +239,9 @@ impl SourceTask {
         }
         self.output.restore_in_flight(r.snapshot.output_channels).map_err(|e| TaskError::new(&self.info, OpError::Data(e.to_string())))?;
         let wm = r.snapshot.watermark;
-        let sent = if wm > MIN_WATERMARK { self.output.broadcast(|| Message::Watermark(wm)).await } else { self.output.flush().await };
+        let forward = self.chain.output_watermark();
+        let sent =
+            if forward > MIN_WATERMARK { self.output.broadcast(|| Message::Watermark(forward)).await } else { self.output.flush().await };
         if sent.is_err() {
             tracing::debug!("Downstream gone while restoring.");
         }
@@ -310,7 +312,8 @@ impl SourceTask {
     async fn emit_watermark(&mut self, wm: Millis) -> Result<bool, TaskError> {
         let out = self.chain.advance_watermark(wm)?;
         self.output.push(out);
-        Ok(self.output.broadcast(|| Message::Watermark(wm)).await.is_ok())
+        let forward = self.chain.output_watermark();
+        Ok(self.output.broadcast(|| Message::Watermark(forward)).await.is_ok())
     }
 
     /// Bounded input exhausted: final watermark, end of input; false if
@@ -466,7 +469,8 @@ impl OperatorTask {
                 WatermarkChange::Advanced(wm) if wm > self.chain.watermark() => {
                     let out = self.chain.advance_watermark(wm)?;
                     self.output.push(out);
-                    self.output.broadcast(|| Message::Watermark(wm)).await
+                    let forward = self.chain.output_watermark();
+                    self.output.broadcast(|| Message::Watermark(forward)).await
                 }
                 WatermarkChange::BecameIdle => self.output.broadcast(|| Message::Idle).await,
                 _ => self.output.flush().await,

@@ -7,13 +7,16 @@
 //!
 //! **Windowed.** Each record is added to its windows. A window `[s, e)` fires
 //! once, when the watermark reaches `e - 1 + allowed_lateness`: it is emitted
-//! (event time `e - 1`) and its state deleted. A record whose windows have
+//! (event time `e - 1`) and its state deleted. The watermark passed on is
+//! the input watermark minus `allowed_lateness`, so a result is never late
+//! for a windowed operator after this one. A record whose windows have
 //! all fired is late: it is counted in `records_dropped` and written to the
 //! dead letter, if any. Sliding windows take a record in every window that
 //! has not fired yet. Session windows: a record opens `[ts, ts + gap)`;
-//! sessions of a key that overlap or touch merge (with their accumulators);
-//! a record is late only if its own session has fired and it touches no open
-//! session. Windows fire in order of (window end, key group, key bytes).
+//! sessions of a key that overlap merge (with their accumulators); sessions
+//! that only touch (records exactly `gap` apart) stay apart, since the first
+//! may have fired at `e - 1` before a record at `e` arrives. A record is late
+//! only if its own session has fired and it overlaps no open session. Windows fire in order of (window end, key group, key bytes).
 //!
 //! **Running (no window).** One accumulator per key, never expired. Every
 //! change marks the key dirty; every `emit_interval` (`on_tick`) and at the
@@ -368,10 +371,10 @@ impl Aggregate {
             return self.save_sessions(kg, ctx);
         }
         if range.is_empty() && self.fired(new, ctx.watermark) {
-            // Open sessions have not fired, so only a record touching none can be late.
+            // Open sessions have not fired, so only a record overlapping none can be late.
             return self.late(record, new, ctx);
         }
-        // Replace the touched sessions (maybe none) by one holding them and the record.
+        // Replace the overlapped sessions (maybe none) by one holding them and the record.
         self.acc.clear();
         self.acc.extend_from_slice(&encode_time(merged.start));
         self.acc.extend_from_slice(&encode_time(merged.end));
@@ -550,6 +553,16 @@ impl Operator for Aggregate {
         match self.window {
             Some(_) => self.fire(ctx.watermark, ctx, out),
             None => Ok(()),
+        }
+    }
+
+    /// Held back by `allowed_lateness`: a window fires at `e - 1 + L` but
+    /// its result is stamped `e - 1`, which must stay ahead of the watermark
+    /// the operators after this one see.
+    fn output_watermark(&self, input: Millis) -> Millis {
+        match self.window {
+            Some(_) if input < MAX_WATERMARK => input.saturating_sub(self.lateness),
+            _ => input,
         }
     }
 

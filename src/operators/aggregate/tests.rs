@@ -239,25 +239,41 @@ fn sessions_merge_out_of_order_records() {
     // [30,40) extends the session; [1,11) falls inside it and just adds.
     h.feed(vec![int("a", 32, 30), int("a", 0, 1)]);
     assert_eq!(raws(&h.watermark(14)), [r#"{"user":"b","window_start":5,"window_end":15,"n":1,"total":100}"#]);
-    // [40,50) touches [0,40) and merges with it.
-    h.feed(vec![int("a", 64, 40)]);
-    assert!(h.watermark(48).is_empty());
-    assert_eq!(raws(&h.watermark(49)), [r#"{"user":"a","window_start":0,"window_end":50,"n":8,"total":127}"#]);
+    // [39,49) overlaps [0,40) and merges with it.
+    h.feed(vec![int("a", 64, 39)]);
+    assert!(h.watermark(47).is_empty());
+    assert_eq!(raws(&h.watermark(48)), [r#"{"user":"a","window_start":0,"window_end":49,"n":8,"total":127}"#]);
     assert_eq!(h.state_len(), 0);
 }
 
 #[test]
-fn session_late_only_when_touching_no_open_session() {
+fn session_late_only_when_overlapping_no_open_session() {
     let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Session { gap: ms(10) }), 0), None);
     h.feed(vec![int("a", 1, 100)]);
     h.watermark(105);
-    // [95,105) fired by itself, but it touches the open [100,110): merged, not late.
+    // [95,105) fired by itself, but it overlaps the open [100,110): merged, not late.
     h.feed(vec![int("a", 1, 95)]);
-    // [50,60) touches nothing and has fired: late.
+    // [50,60) overlaps nothing and has fired: late.
     h.feed(vec![int("a", 1, 50)]);
     assert_eq!(h.dropped(), 1);
     assert_eq!(rows(&h.end()), [("a".into(), 95, 110, 2)]);
     assert_eq!(h.state_len(), 0);
+}
+
+#[test]
+fn touching_sessions_stay_apart_whatever_the_watermark() {
+    // Records exactly `gap` apart: [0,10) fires at watermark 9, when a record
+    // at 10 is not late yet; with or without that watermark in between, the
+    // result is the same two sessions.
+    for watermark_between in [false, true] {
+        let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Session { gap: ms(10) }), 0), None);
+        h.feed(vec![int("a", 1, 0)]);
+        let mut out = if watermark_between { h.watermark(9) } else { Vec::new() };
+        h.feed(vec![int("a", 1, 10)]);
+        out.extend(h.end());
+        assert_eq!(rows(&out), [("a".into(), 0, 10, 1), ("a".into(), 10, 20, 1)], "watermark between: {watermark_between}");
+        assert_eq!(h.dropped(), 0);
+    }
 }
 
 #[test]

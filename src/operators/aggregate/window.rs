@@ -71,14 +71,18 @@ pub fn has_fired(end: Millis, allowed_lateness: Millis, watermark: Millis) -> bo
     fire_time(end, allowed_lateness) <= watermark
 }
 
-/// Merge `new` into a key's sessions (sorted by start, pairwise disjoint and
-/// not touching). Returns the index range of the sessions that overlap or
-/// touch `new` (empty: none) and the union of them with `new`.
+/// Merge `new` into a key's sessions (sorted by start, pairwise disjoint,
+/// maybe touching). Returns the index range of the sessions that overlap
+/// `new` (empty: none) and the union of them with `new`.
+///
+/// Only overlap merges: a session `[s, e)` fires at watermark `e - 1`, when a
+/// record at `e` is not late yet, so merging touching sessions would make
+/// the result depend on when the watermark came.
 pub fn merge_session(sessions: &[Window], new: Window) -> (Range<usize>, Window) {
-    let first = sessions.partition_point(|s| s.end < new.start);
+    let first = sessions.partition_point(|s| s.end <= new.start);
     let mut merged = new;
     let mut last = first;
-    while let Some(s) = sessions.get(last).filter(|s| s.start <= new.end) {
+    while let Some(s) = sessions.get(last).filter(|s| s.start < new.end) {
         merged.start = merged.start.min(s.start);
         merged.end = merged.end.max(s.end);
         last += 1;
@@ -161,13 +165,18 @@ mod tests {
     }
 
     #[test]
-    fn sessions_merge_when_overlapping_or_touching() {
+    fn sessions_merge_when_overlapping_not_touching() {
         let s = [w(0, 10), w(20, 30), w(50, 60)];
         // Inside one session.
         assert_eq!(merge_session(&s, w(2, 8)), (0..1, w(0, 10)));
-        // Touching on either side counts.
-        assert_eq!(merge_session(&s, w(10, 15)), (0..1, w(0, 15)));
-        assert_eq!(merge_session(&s, w(15, 20)), (1..2, w(15, 30)));
+        // Overlapping on either side merges.
+        assert_eq!(merge_session(&s, w(9, 15)), (0..1, w(0, 15)));
+        assert_eq!(merge_session(&s, w(15, 21)), (1..2, w(15, 30)));
+        // Touching does not: [0,10) fires at watermark 9, before a record at 10 is late.
+        assert_eq!(merge_session(&s, w(10, 15)), (1..1, w(10, 15)));
+        assert_eq!(merge_session(&s, w(15, 20)), (1..1, w(15, 20)));
+        assert_eq!(merge_session(&[w(0, 10), w(10, 20)], w(10, 12)), (1..2, w(10, 20)));
+        assert_eq!(merge_session(&[w(0, 10), w(10, 20)], w(5, 15)), (0..2, w(0, 20)));
         // Bridging two sessions merges all three.
         assert_eq!(merge_session(&s, w(5, 25)), (0..2, w(0, 30)));
         assert_eq!(merge_session(&s, w(-5, 100)), (0..3, w(-5, 100)));
