@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::check::{read_lines, Findings};
 use super::edits;
@@ -15,7 +16,7 @@ use super::oracle::{self, Expected};
 use super::proc::Log;
 use super::rng::Rng;
 use super::run::{Ended, Start};
-use super::shape::{dead_letter_rel, sink_rel, Shape, SourceKind};
+use super::shape::{dead_letter_rel, sink_rel, Shape, SinkKind, SourceKind};
 
 /// Clean runs allowed after the faulty ones for the input to be finished.
 const CLEAN_RUNS: usize = 3;
@@ -47,8 +48,15 @@ impl Case {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut rng = Rng::new(seed);
-        let shape = Shape::draw(&mut rng, seed);
+        let mut shape = Shape::draw(&mut rng, seed);
         let inputs = input::generate(&shape, &mut rng, &dir);
+        // Its own dice, so a case is the same shape with or without a broker.
+        let mut krng = Rng::new(seed ^ 0x6B61_666B_61);
+        if let Some(b) = super::kafka::broker().filter(|_| krng.chance(0.5)) {
+            let topic =
+                super::kafka::create_topic(&b, seed, krng.range(1, 3) as i32).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
+            shape.add_kafka_sink(&mut krng, b, topic);
+        }
         let expected = oracle::expected(&shape, &inputs);
         let mut case = Case {
             seed,
@@ -121,6 +129,9 @@ impl Case {
     /// One scheduled run, with its edit and rescale: the next start, or None when finished.
     fn attempt(&mut self, n: usize, a: &Attempt, start: &Start, rng: &mut Rng) -> Result<Option<Start>, String> {
         let restoring = !matches!(start, Start::Fresh);
+        if a.consume && restoring {
+            self.consume_parts();
+        }
         let previous = self.shape.clone();
         let mut edit = None;
         if let (Some(kind), true) = (&a.edit, restoring) {
@@ -177,8 +188,21 @@ impl Case {
     fn check(&mut self) {
         let eo = self.shape.exactly_once();
         let mut f = Findings::default();
-        for sink in self.shape.file_sinks() {
-            let lines = read_lines(&self.dir.join(sink_rel(&sink.name)));
+        for sink in self.shape.checked_sinks() {
+            let lines = match &sink.kind {
+                SinkKind::Kafka { brokers, topic } => match super::kafka::read_committed(brokers, topic, Duration::from_secs(60)) {
+                    Ok(lines) => lines,
+                    Err(e) => {
+                        f.problems.push(format!("sink {}: {e}", sink.name));
+                        continue;
+                    }
+                },
+                _ => {
+                    let mut lines = read_lines(&self.dir.join(sink_rel(&sink.name)));
+                    lines.extend(read_lines(&self.dir.join("consumed").join(&sink.name)));
+                    lines
+                }
+            };
             let what = format!("sink {} (reads {})", sink.name, sink.input);
             match self.touched.get(&sink.name) {
                 None => f.exact(&what, &lines, &self.expected[&sink.input], eo),
@@ -201,6 +225,25 @@ impl Case {
             self.failure = Some(f.problems.join("\n"));
         }
         self.findings = f;
+    }
+
+    /// A consumer takes the published part files: they move to
+    /// `consumed/<sink>/` (still output), the sink directory is left without them.
+    fn consume_parts(&mut self) {
+        for sink in self.shape.file_sinks() {
+            let (from, to) = (self.dir.join(sink_rel(&sink.name)), self.dir.join("consumed").join(&sink.name));
+            let Ok(entries) = std::fs::read_dir(&from) else { continue };
+            std::fs::create_dir_all(&to).unwrap();
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let dest = to.join(format!("{}-{name}", self.runs));
+                self.log.push(format!("mv {} {}", e.path().display(), dest.display()));
+                std::fs::rename(e.path(), dest).unwrap();
+            }
+        }
     }
 
     fn write_reproduction(&self) {

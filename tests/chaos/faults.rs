@@ -49,11 +49,13 @@ pub struct Attempt {
     /// Restore at this parallelism instead.
     pub rescale: Option<u32>,
     pub edit: Option<EditKind>,
+    /// Before this restore a consumer moves the published part files away.
+    pub consume: bool,
 }
 
 impl Attempt {
     pub fn clean() -> Attempt {
-        Attempt { action: Action::Finish, faults: Vec::new(), rescale: None, edit: None }
+        Attempt { action: Action::Finish, faults: Vec::new(), rescale: None, edit: None, consume: false }
     }
 
     pub fn fails_writes(&self) -> bool {
@@ -87,6 +89,9 @@ impl Attempt {
         if let Some(e) = &self.edit {
             kinds.push(format!("edit {e:?}"));
         }
+        if self.consume {
+            kinds.push("published parts moved away".into());
+        }
         kinds.retain(|k| k != "none");
         kinds
     }
@@ -97,7 +102,7 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
     let n = rng.range(2, 6);
     let mut attempts = Vec::new();
     for i in 0..n {
-        let after_ms = rng.range(150, 3000);
+        let after_ms = rng.range(100, 2500);
         let action = match rng.range(0, 12) {
             0..=3 => Action::Kill { after_ms },
             4 => Action::Term { after_ms },
@@ -132,7 +137,8 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         let rescale = (i > 0 && rng.chance(0.25)).then(|| rng.range(1, 4) as u32);
         let edit = (i > 0 && rng.chance(0.25))
             .then(|| rng.pick(&[EditKind::SinkInput, EditKind::AddSink, EditKind::AddOperator, EditKind::RemoveOperator]).clone());
-        attempts.push(Attempt { action, faults, rescale, edit });
+        let consume = i > 0 && rng.chance(0.2);
+        attempts.push(Attempt { action, faults, rescale, edit, consume });
     }
     attempts
 }

@@ -27,6 +27,7 @@ mod check;
 mod edits;
 mod faults;
 mod input;
+mod kafka;
 mod oracle;
 mod proc;
 mod rng;

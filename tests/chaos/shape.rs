@@ -77,7 +77,14 @@ pub struct Operator {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SinkKind {
     File,
-    Blackhole { rate: u64 },
+    Blackhole {
+        rate: u64,
+    },
+    /// Exactly-once (at-least-once in an at-least-once pipeline) into its own topic.
+    Kafka {
+        brokers: String,
+        topic: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -141,8 +148,12 @@ impl Shape {
                 let bad = if rng.chance(0.7) { rng.range(1, 30) as usize } else { 0 };
                 SourceKind::File { files: rng.range(1, 4) as usize, records: rng.range(1500, 4000) as usize, users, bad }
             };
-            // About 2–4 s per run: kills land in the middle.
-            let rate = rng.range(700, 1800);
+            // 3–5 s for a run through all of it: kills land in the middle.
+            let records = match kind {
+                SourceKind::Datagen { rows, .. } => rows,
+                SourceKind::File { records, .. } => records as u64,
+            };
+            let rate = records * 1000 / rng.range(3000, 5000);
             shape.sources.push(Source { name: format!("src{i}"), kind, rate });
         }
         let n_ops = rng.range(0, 3);
@@ -168,6 +179,13 @@ impl Shape {
             }
         }
         shape
+    }
+
+    /// A Kafka sink writing into `topic`, on some node that has room.
+    pub fn add_kafka_sink(&mut self, rng: &mut Rng, brokers: String, topic: String) {
+        if let Some(node) = self.random_node_with_room(rng) {
+            self.sinks.push(Sink { name: "kout".into(), input: node, kind: SinkKind::Kafka { brokers, topic } });
+        }
     }
 
     /// A new operator on a node that can take one more consumer.
@@ -233,6 +251,11 @@ impl Shape {
 
     pub fn file_sinks(&self) -> impl Iterator<Item = &Sink> {
         self.sinks.iter().filter(|s| s.kind == SinkKind::File)
+    }
+
+    /// Sinks whose output the oracle checks: file and Kafka.
+    pub fn checked_sinks(&self) -> impl Iterator<Item = &Sink> {
+        self.sinks.iter().filter(|s| !matches!(s.kind, SinkKind::Blackhole { .. }))
     }
 
     /// The pipeline YAML; every path is absolute under `case`.
@@ -313,6 +336,14 @@ impl Shape {
             match &s.kind {
                 SinkKind::File => {
                     let _ = writeln!(y, "  - {{name: {}, type: file, input: {}, path: {}}}", s.name, s.input, abs(&sink_rel(&s.name)));
+                }
+                SinkKind::Kafka { brokers, topic } => {
+                    let delivery = if self.exactly_once() { "exactly_once" } else { "at_least_once" };
+                    let _ = writeln!(
+                        y,
+                        "  - {{name: {}, type: kafka, input: {}, brokers: '{brokers}', topic: {topic}, delivery: {delivery}}}",
+                        s.name, s.input
+                    );
                 }
                 SinkKind::Blackhole { rate } => {
                     let _ = writeln!(y, "  - {{name: {}, type: blackhole, input: {}, rate_limit: {rate}}}", s.name, s.input);
