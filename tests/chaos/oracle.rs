@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::input::SourceInput;
-use super::records::{canonical, parse, Obj};
+use super::records::{parse, Obj};
 use super::reference::{self, Func, Window as RefWindow};
 use super::shape::{OpKind, Shape, Window};
 
@@ -20,11 +20,6 @@ pub struct Expected {
 }
 
 impl Expected {
-    /// Canonical text of every record, with multiplicity.
-    pub fn canonical(&self) -> Vec<String> {
-        self.records.iter().map(canonical).collect()
-    }
-
     /// A running aggregate's final record per `user`.
     pub fn finals(&self) -> BTreeMap<String, Obj> {
         self.records.iter().map(|r| (r["user"].to_string(), r.clone())).collect()
