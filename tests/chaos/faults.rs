@@ -99,12 +99,12 @@ impl Attempt {
 
 /// The faulty runs of a case (clean runs to the end follow them).
 pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
-    let n = rng.range(2, 6);
+    let n = rng.range(3, 8);
     let mut attempts = Vec::new();
     for i in 0..n {
-        let after_ms = rng.range(100, 2500);
-        let action = match rng.range(0, 12) {
-            0..=3 => Action::Kill { after_ms },
+        let after_ms = rng.range(100, 2000);
+        let action = match rng.range(0, 13) {
+            0..=3 | 12 | 13 => Action::Kill { after_ms },
             4 => Action::Term { after_ms },
             5 => Action::Storm { after_ms, signals: rng.range(2, 4) as u32, gap_ms: rng.range(0, 40) },
             6 => Action::Pause { after_ms, for_ms: rng.range(200, 1500) },
@@ -138,7 +138,7 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         let rescale = (i > 0 && rng.chance(0.25)).then(|| rng.range(1, 4) as u32);
         let edit = (i > 0 && rng.chance(0.25))
             .then(|| rng.pick(&[EditKind::SinkInput, EditKind::AddSink, EditKind::AddOperator, EditKind::RemoveOperator]).clone());
-        let consume = i > 0 && rng.chance(0.2);
+        let consume = i > 0 && rng.chance(0.1);
         attempts.push(Attempt { action, faults, rescale, edit, consume });
     }
     attempts
