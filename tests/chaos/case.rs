@@ -30,6 +30,9 @@ pub struct Case {
     inputs: BTreeMap<String, SourceInput>,
     /// Every node's output over the whole input, of every version of the shape.
     expected: BTreeMap<String, Expected>,
+    /// An operator was removed: every later restore passes
+    /// `--allow-non-restored-state` (an older checkpoint may still hold it).
+    dropped_state: bool,
     /// Sinks changed by an edit, with every input they ever had.
     touched: BTreeMap<String, BTreeSet<String>>,
     pub kill_points: usize,
@@ -67,6 +70,7 @@ impl Case {
             inputs,
             expected,
             touched: BTreeMap::new(),
+            dropped_state: false,
             kill_points: 0,
             refused: 0,
             savepoints: 0,
@@ -151,13 +155,14 @@ impl Case {
         };
         self.runs += 1;
         self.faults.extend(a.kinds());
-        let allow = edit.as_ref().is_some_and(|e| e.removed.is_some());
+        let allow = self.dropped_state || edit.as_ref().is_some_and(|e| e.removed.is_some());
         let may_refuse = edit.is_some() || parallelism != self.shape.parallelism;
         let ended = self.run_once(n, a, start, parallelism, allow, may_refuse);
         let accepted = !matches!(ended, Ended::Refused(_) | Ended::Failed(_));
         if let Some(e) = &edit {
             if accepted {
                 self.edits += 1;
+                self.dropped_state |= e.removed.is_some();
                 for sink in &e.touched {
                     let inputs = self.touched.entry(sink.clone()).or_default();
                     if let Some(old) = previous.sinks.iter().find(|k| k.name == *sink) {
