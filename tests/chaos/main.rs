@@ -86,7 +86,7 @@ fn chaos() {
         stats.add(&case);
         seed += 1;
     }
-    let table = stats.table(&format!("seeds {first}..{}", seed - 1), started.elapsed());
+    let table = stats.table(&format!("seeds {first}..{}", seed.saturating_sub(1)), started.elapsed());
     eprintln!("\n{table}");
     if let Some(path) = std::env::var_os("CHAOS_REPORT") {
         std::fs::write(path, &table).unwrap();

@@ -174,7 +174,10 @@ impl Shape {
         }
         if rng.chance(0.3) {
             if let Some(node) = shape.random_node_with_room(rng) {
-                let rate = rng.range(1500, 4000);
+                // Slower than its source: backpressure builds up behind it.
+                let root = shape.root_of(&node);
+                let source_rate = shape.sources.iter().find(|s| s.name == root).map_or(1000, |s| s.rate);
+                let rate = (source_rate * rng.range(50, 90) / 100).max(1);
                 shape.sinks.push(Sink { name: "slow".into(), input: node, kind: SinkKind::Blackhole { rate } });
             }
         }
@@ -236,6 +239,14 @@ impl Shape {
             None | Some(OpKind::Dedup) => Emits::Raw,
             Some(OpKind::Windowed(_)) | Some(OpKind::Rollup { .. }) => Emits::Windows,
             Some(OpKind::Running { .. }) => Emits::Updates,
+        }
+    }
+
+    /// The source a node reads from, through its operators.
+    pub fn root_of(&self, node: &str) -> String {
+        match self.operator(node) {
+            Some(o) => self.root_of(&o.input),
+            None => node.to_string(),
         }
     }
 
