@@ -195,7 +195,7 @@ impl Case {
         let mut f = Findings::default();
         for sink in self.shape.checked_sinks() {
             let lines = match &sink.kind {
-                SinkKind::Kafka { brokers, topic } => match super::kafka::read_committed(brokers, topic, Duration::from_secs(60)) {
+                SinkKind::Kafka { brokers, topic } => match super::kafka::read_committed(brokers, topic, Duration::from_secs(90)) {
                     Ok(lines) => lines,
                     Err(e) => {
                         f.problems.push(format!("sink {}: {e}", sink.name));

@@ -287,7 +287,7 @@ impl Shape {
         };
         let _ = writeln!(
             y,
-            "checkpoint: {{interval: {}ms, {mode}, retain: {}, tolerable_failures: 1000}}\nbundles: {{size: {}}}",
+            "checkpoint: {{interval: {}ms, {mode}, timeout: 20s, retain: {}, tolerable_failures: 1000}}\nbundles: {{size: {}}}",
             self.interval_ms, self.retain, self.bundle
         );
         y.push_str("sources:\n");
@@ -349,7 +349,12 @@ impl Shape {
                     let _ = writeln!(y, "  - {{name: {}, type: file, input: {}, path: {}}}", s.name, s.input, abs(&sink_rel(&s.name)));
                 }
                 SinkKind::Kafka { brokers, topic } => {
-                    let delivery = if self.exactly_once() { "exactly_once" } else { "at_least_once" };
+                    // A short transaction timeout: a crashed producer's open
+                    // transaction holds read_committed readers back only that long.
+                    let delivery = match self.exactly_once() {
+                        true => "exactly_once, properties: {transaction.timeout.ms: 45000}",
+                        false => "at_least_once",
+                    };
                     let _ = writeln!(
                         y,
                         "  - {{name: {}, type: kafka, input: {}, brokers: '{brokers}', topic: {topic}, delivery: {delivery}}}",
