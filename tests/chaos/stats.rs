@@ -45,9 +45,9 @@ impl Stats {
     pub fn table(&self, seeds: &str, elapsed: std::time::Duration) -> String {
         let mut t = String::new();
         let row = |t: &mut String, k: &str, v: String| {
-            let _ = writeln!(t, "| {k:<28} | {v:<40} |");
+            let _ = writeln!(t, "| {k:<36} | {v:<44} |");
         };
-        let _ = writeln!(t, "| {:<28} | {:<40} |\n|{}|{}|", "chaos", seeds, "-".repeat(30), "-".repeat(42));
+        let _ = writeln!(t, "| {:<36} | {:<44} |\n|{}|{}|", "chaos", seeds, "-".repeat(38), "-".repeat(46));
         row(&mut t, "time", format!("{:.0} s", elapsed.as_secs_f64()));
         row(&mut t, "cases", self.cases.to_string());
         row(&mut t, "runs of weir", self.runs.to_string());
