@@ -142,7 +142,9 @@ impl Case {
             if let Some(e) = edits::apply(kind, &self.shape, rng, n) {
                 self.log.note(format!("edit: {}", e.what));
                 self.install(e.shape.clone());
-                if let Some(op) = &e.removed {
+                // Only a restore that has state to drop must be refused: a
+                // run killed before its first checkpoint leaves none.
+                if let (Some(op), true) = (&e.removed, self.has_restorable_state(start)) {
                     let cmd = self.command(start, self.shape.parallelism, false);
                     self.expect_refused(cmd, &format!("operator {op} removed, restore without --allow-non-restored-state"))?;
                 }
@@ -230,6 +232,17 @@ impl Case {
             self.failure = Some(f.problems.join("\n"));
         }
         self.findings = f;
+    }
+
+    /// Whether `start` restores anything: a savepoint, or a complete checkpoint for `latest`.
+    fn has_restorable_state(&self, start: &Start) -> bool {
+        match start {
+            Start::Fresh => false,
+            Start::Savepoint(_) => true,
+            Start::Latest => std::fs::read_dir(self.dir.join("state").join("checkpoints"))
+                .map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file()))
+                .unwrap_or(false),
+        }
     }
 
     /// A consumer takes the published part files: they move to
