@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run the chaos harness (tests/chaos) for longer than CI does and print its
+# table: cases, kill points, faults injected by kind, records checked, lost,
+# doubled, refusals, failures (each with its seed and reproduction dir).
+#
+#   scripts/chaos.sh --minutes 60            # as many cases as fit in an hour
+#   scripts/chaos.sh --cases 200 --seed 5000 # cases with seeds 5000..5199
+#   scripts/chaos.sh --cases 1 --seed 5123   # replay one case
+#
+# Failing cases keep their directory under $CHAOS_DIR (default
+# ${TMPDIR:-/tmp}/weir-chaos/seed-N) with REPRODUCE.md and commands.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage() { echo "usage: $0 [--cases N | --minutes M] [--seed S]" >&2; exit 2; }
+cases="" minutes="" seed=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cases) cases="${2:?}"; shift 2 ;;
+    --minutes) minutes="${2:?}"; shift 2 ;;
+    --seed) seed="${2:?}"; shift 2 ;;
+    *) usage ;;
+  esac
+done
+if [ -n "$cases" ]; then
+  export CHAOS_CASES="$cases" CHAOS_SECONDS="${CHAOS_SECONDS:-1000000000}"
+fi
+if [ -n "$minutes" ]; then
+  export CHAOS_SECONDS=$((minutes * 60))
+fi
+if [ -n "$seed" ]; then
+  export CHAOS_SEED="$seed"
+fi
+report=$(mktemp "${TMPDIR:-/tmp}/weir-chaos-report.XXXXXX")
+trap 'rm -f "$report"' EXIT
+export CHAOS_REPORT="$report"
+status=0
+cargo test --release --test chaos -- --nocapture --test-threads 1 chaos || status=$?
+echo
+cat "$report" 2>/dev/null || true
+exit $status

@@ -1,0 +1,284 @@
+//! One case: draw a shape, its input and its fault schedule from the seed,
+//! run the fault loop until a run finishes the bounded input, then check
+//! everything published against the oracle. A failing case keeps its
+//! directory with a reproduction (REPRODUCE.md, commands.sh).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::check::{read_lines, Findings};
+use super::edits;
+use super::faults::{self, Attempt};
+use super::input::{self, SourceInput};
+use super::oracle::{self, Expected};
+use super::proc::Log;
+use super::rng::Rng;
+use super::run::{Ended, Start};
+use super::shape::{dead_letter_rel, sink_rel, Shape, SinkKind, SourceKind};
+
+/// Clean runs allowed after the faulty ones for the input to be finished.
+const CLEAN_RUNS: usize = 3;
+
+pub struct Case {
+    pub seed: u64,
+    pub dir: PathBuf,
+    pub shape: Shape,
+    pub version: usize,
+    pub log: Log,
+    inputs: BTreeMap<String, SourceInput>,
+    /// Every node's output over the whole input, of every version of the shape.
+    expected: BTreeMap<String, Expected>,
+    /// An operator was removed: every later restore passes
+    /// `--allow-non-restored-state` (an older checkpoint may still hold it).
+    dropped_state: bool,
+    /// Sinks changed by an edit, with every input they ever had.
+    touched: BTreeMap<String, BTreeSet<String>>,
+    pub kill_points: usize,
+    pub refused: usize,
+    pub savepoints: usize,
+    pub edits: usize,
+    pub runs: usize,
+    pub faults: Vec<String>,
+    pub findings: Findings,
+    pub failure: Option<String>,
+}
+
+impl Case {
+    pub fn new(seed: u64, root: &Path) -> Case {
+        let dir = root.join(format!("seed-{seed}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rng = Rng::new(seed);
+        let mut shape = Shape::draw(&mut rng, seed);
+        let inputs = input::generate(&shape, &mut rng, &dir);
+        // Its own dice, so a case is the same shape with or without a broker.
+        let mut krng = Rng::new(seed ^ 0x6B61_666B_61);
+        if let Some(b) = super::kafka::broker().filter(|_| krng.chance(0.5)) {
+            let topic =
+                super::kafka::create_topic(&b, seed, krng.range(1, 3) as i32).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
+            shape.add_kafka_sink(&mut krng, b, topic);
+        }
+        let expected = oracle::expected(&shape, &inputs);
+        let mut case = Case {
+            seed,
+            dir,
+            shape,
+            version: 0,
+            log: Log::default(),
+            inputs,
+            expected,
+            touched: BTreeMap::new(),
+            dropped_state: false,
+            kill_points: 0,
+            refused: 0,
+            savepoints: 0,
+            edits: 0,
+            runs: 0,
+            faults: Vec::new(),
+            findings: Findings::default(),
+            failure: None,
+        };
+        case.install(case.shape.clone());
+        case
+    }
+
+    pub fn yaml_path(&self) -> PathBuf {
+        self.dir.join(format!("pipeline-v{}.yaml", self.version))
+    }
+
+    /// Make `shape` the current one, in a new pipeline file.
+    fn install(&mut self, shape: Shape) {
+        self.version += 1;
+        self.shape = shape;
+        std::fs::write(self.yaml_path(), self.shape.yaml(&self.dir)).unwrap();
+        for (name, e) in oracle::expected(&self.shape, &self.inputs) {
+            self.expected.entry(name).or_insert(e);
+        }
+    }
+
+    /// Run the schedule, then check. Leaves `failure` set if anything is wrong.
+    pub fn run(&mut self) {
+        let mut rng = Rng::new(self.seed.wrapping_mul(31).wrapping_add(7));
+        let schedule = faults::draw(&mut rng, &self.shape);
+        self.log.note(format!("shape: {}", self.shape.summary()));
+        let mut start = Start::Fresh;
+        let mut finished = false;
+        let all = schedule.into_iter().chain(std::iter::repeat_with(Attempt::clean).take(CLEAN_RUNS));
+        for (n, a) in all.enumerate() {
+            match self.attempt(n, &a, &start, &mut rng) {
+                Ok(Some(next)) => start = next,
+                Ok(None) => {
+                    finished = true;
+                    break;
+                }
+                Err(e) => {
+                    self.failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if self.failure.is_none() && !finished {
+            self.failure = Some(format!("the input was not finished after {} runs", self.runs));
+        }
+        if self.failure.is_none() {
+            self.check();
+        }
+        if self.failure.is_some() {
+            self.write_reproduction();
+        }
+    }
+
+    /// One scheduled run, with its edit and rescale: the next start, or None when finished.
+    fn attempt(&mut self, n: usize, a: &Attempt, start: &Start, rng: &mut Rng) -> Result<Option<Start>, String> {
+        let restoring = !matches!(start, Start::Fresh);
+        if a.consume && restoring {
+            self.consume_parts();
+        }
+        let previous = self.shape.clone();
+        let mut edit = None;
+        if let (Some(kind), true) = (&a.edit, restoring) {
+            if let Some(e) = edits::apply(kind, &self.shape, rng, n) {
+                self.log.note(format!("edit: {}", e.what));
+                self.install(e.shape.clone());
+                // Only a restore that has state to drop must be refused: a
+                // run killed before its first checkpoint leaves none.
+                if let (Some(op), true) = (&e.removed, self.has_restorable_state(start)) {
+                    let cmd = self.command(start, self.shape.parallelism, false);
+                    self.expect_refused(cmd, &format!("operator {op} removed, restore without --allow-non-restored-state"))?;
+                }
+                edit = Some(e);
+            }
+        }
+        let parallelism = match a.rescale {
+            Some(p) if restoring => p,
+            _ => self.shape.parallelism,
+        };
+        self.runs += 1;
+        self.faults.extend(a.kinds());
+        let allow = self.dropped_state || edit.as_ref().is_some_and(|e| e.removed.is_some());
+        let may_refuse = edit.is_some() || parallelism != self.shape.parallelism;
+        let ended = self.run_once(n, a, start, parallelism, allow, may_refuse);
+        let accepted = !matches!(ended, Ended::Refused(_) | Ended::Failed(_));
+        if let Some(e) = &edit {
+            if accepted {
+                self.edits += 1;
+                self.dropped_state |= e.removed.is_some();
+                for sink in &e.touched {
+                    let inputs = self.touched.entry(sink.clone()).or_default();
+                    if let Some(old) = previous.sinks.iter().find(|k| k.name == *sink) {
+                        inputs.insert(old.input.clone());
+                    }
+                    inputs.insert(self.shape.sinks.iter().find(|k| k.name == *sink).unwrap().input.clone());
+                }
+            } else {
+                self.log.note("edit refused: back to the previous pipeline file");
+                self.install(previous);
+            }
+        }
+        if accepted {
+            self.shape.parallelism = parallelism;
+        }
+        match ended {
+            Ended::Finished => Ok(None),
+            Ended::Interrupted => Ok(Some(Start::Latest)),
+            Ended::Stopped(sp) => Ok(Some(Start::Savepoint(sp))),
+            Ended::Refused(why) => {
+                self.log.note(format!("refused: {why}"));
+                Ok(Some(start.clone()))
+            }
+            Ended::Failed(e) => Err(e),
+        }
+    }
+
+    fn check(&mut self) {
+        let eo = self.shape.exactly_once();
+        let mut f = Findings::default();
+        for sink in self.shape.checked_sinks() {
+            let lines = match &sink.kind {
+                SinkKind::Kafka { brokers, topic } => match super::kafka::read_committed(brokers, topic, Duration::from_secs(90)) {
+                    Ok(lines) => lines,
+                    Err(e) => {
+                        f.problems.push(format!("sink {}: {e}", sink.name));
+                        continue;
+                    }
+                },
+                _ => {
+                    let mut lines = read_lines(&self.dir.join(sink_rel(&sink.name)));
+                    lines.extend(read_lines(&self.dir.join("consumed").join(&sink.name)));
+                    lines
+                }
+            };
+            let what = format!("sink {} (reads {})", sink.name, sink.input);
+            match self.touched.get(&sink.name) {
+                None => f.exact(&what, &lines, &self.expected[&sink.input], eo),
+                Some(inputs) => {
+                    let allowed: Vec<&Expected> = inputs.iter().map(|i| &self.expected[i]).collect();
+                    f.subset(&what, &lines, &allowed, eo);
+                }
+            }
+        }
+        for s in &self.shape.sources {
+            if let SourceKind::File { bad, .. } = s.kind {
+                if bad > 0 {
+                    f.dead_letter(&s.name, &self.dir.join(dead_letter_rel(&s.name)), &self.inputs[&s.name].bad, eo);
+                }
+            }
+        }
+        let sink_dirs: Vec<PathBuf> = self.shape.file_sinks().map(|k| self.dir.join(sink_rel(&k.name))).collect();
+        f.orphans(&sink_dirs, &self.dir.join("state"));
+        if !f.problems.is_empty() {
+            self.failure = Some(f.problems.join("\n"));
+        }
+        self.findings = f;
+    }
+
+    /// Whether `start` restores anything: a savepoint, or a complete checkpoint for `latest`.
+    fn has_restorable_state(&self, start: &Start) -> bool {
+        match start {
+            Start::Fresh => false,
+            Start::Savepoint(_) => true,
+            Start::Latest => std::fs::read_dir(self.dir.join("state").join("checkpoints"))
+                .map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file()))
+                .unwrap_or(false),
+        }
+    }
+
+    /// A consumer takes the published part files: they move to
+    /// `consumed/<sink>/` (still output), the sink directory is left without them.
+    fn consume_parts(&mut self) {
+        for sink in self.shape.file_sinks() {
+            let (from, to) = (self.dir.join(sink_rel(&sink.name)), self.dir.join("consumed").join(&sink.name));
+            let Ok(entries) = std::fs::read_dir(&from) else { continue };
+            std::fs::create_dir_all(&to).unwrap();
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let dest = to.join(format!("{}-{name}", self.runs));
+                self.log.push(format!("mv {} {}", e.path().display(), dest.display()));
+                std::fs::rename(e.path(), dest).unwrap();
+            }
+        }
+    }
+
+    fn write_reproduction(&self) {
+        let weir = env!("CARGO_BIN_EXE_weir");
+        let mut sh = format!("#!/bin/sh\n# chaos case seed {}: the commands it ran, in order.\nWEIR=${{WEIR:-{weir}}}\n", self.seed);
+        for l in self.log.lines() {
+            let _ = writeln!(sh, "{l}");
+        }
+        std::fs::write(self.dir.join("commands.sh"), sh).unwrap();
+        let mut md = format!("# Chaos case seed {}\n\nReplay the whole case:\n\n", self.seed);
+        let _ = writeln!(md, "    CHAOS_SEED={} CHAOS_CASES=1 cargo test --release --test chaos -- --nocapture\n", self.seed);
+        let _ = writeln!(md, "Shape: {}\n", self.shape.summary());
+        let _ = writeln!(md, "Input: `in/` (files written from the seed; datagen rows are `(seed, n)`), pipeline files `pipeline-v*.yaml`");
+        let _ = writeln!(md, "(v1 is the drawn shape, later versions are the topology edits), commands in `commands.sh`");
+        let _ = writeln!(md, "(run them from an empty `state/` and `out/` to replay by hand; timings are in the comments).\n");
+        let _ = writeln!(md, "## Failure\n\n```\n{}\n```\n", self.failure.as_deref().unwrap_or(""));
+        let _ = writeln!(md, "## Commands\n\n```\n{}\n```", self.log.lines().join("\n"));
+        std::fs::write(self.dir.join("REPRODUCE.md"), md).unwrap();
+    }
+}

@@ -1,0 +1,95 @@
+//! The chaos harness: seeded, randomized exactly-once cases against the real
+//! binary. Each case draws a pipeline shape, its input and a fault schedule
+//! from its seed, runs the pipeline through kills, crashes at protocol
+//! points, signals, savepoints, rescales and topology edits until a run
+//! finishes the bounded input, and checks the published output against an
+//! oracle computed from the input alone (see docs/checkpoints.md, "How this
+//! is tested").
+//!
+//!     cargo test --release --test chaos -- --nocapture
+//!     CHAOS_SEED=1234 CHAOS_CASES=1 cargo test --release --test chaos -- --nocapture
+//!     scripts/chaos.sh --minutes 60
+//!
+//! CHAOS_SEED: seed of the first case (cases use SEED, SEED+1, ...; default
+//! from the clock, printed). CHAOS_CASES: at most this many cases.
+//! CHAOS_SECONDS: time budget, no case starts after it (default 480).
+//! CHAOS_DIR: where case directories go (default $TMPDIR/weir-chaos).
+
+#[path = "../e2e/records.rs"]
+#[allow(dead_code)]
+mod records;
+#[path = "../e2e/reference.rs"]
+#[allow(dead_code)]
+mod reference;
+
+mod case;
+mod check;
+mod edits;
+mod faults;
+mod input;
+mod kafka;
+mod oracle;
+mod proc;
+mod rng;
+mod run;
+mod shape;
+mod stats;
+
+use std::time::{Duration, Instant};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
+}
+
+/// Poll `cond` every few ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+#[test]
+fn chaos() {
+    let first = env_u64("CHAOS_SEED")
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 1_000_000 * 1000);
+    let max_cases = env_u64("CHAOS_CASES").unwrap_or(u64::MAX);
+    let budget = Duration::from_secs(env_u64("CHAOS_SECONDS").unwrap_or(480));
+    let root = std::env::var_os("CHAOS_DIR").map(Into::into).unwrap_or_else(|| std::env::temp_dir().join("weir-chaos"));
+    eprintln!("chaos: first seed {first}, budget {budget:?}, cases in {}", root.display());
+    let started = Instant::now();
+    let mut stats = stats::Stats::default();
+    let mut seed = first;
+    while (seed - first) < max_cases && (seed == first || started.elapsed() < budget) {
+        let case_started = Instant::now();
+        let mut case = case::Case::new(seed, &root);
+        case.run();
+        let verdict = match &case.failure {
+            None => {
+                let _ = std::fs::remove_dir_all(&case.dir);
+                "ok".to_string()
+            }
+            Some(f) => format!("FAILED: {}\n    reproduction: {}/REPRODUCE.md", f.lines().next().unwrap_or(""), case.dir.display()),
+        };
+        eprintln!(
+            "chaos seed {seed}: {} runs, {} kill points, {} records checked, {:.1} s: {verdict}\n    {}",
+            case.runs,
+            case.kill_points,
+            case.findings.records,
+            case_started.elapsed().as_secs_f64(),
+            case.shape.summary()
+        );
+        stats.add(&case);
+        seed += 1;
+    }
+    let table = stats.table(&format!("seeds {first}..{}", seed.saturating_sub(1)), started.elapsed());
+    eprintln!("\n{table}");
+    if let Some(path) = std::env::var_os("CHAOS_REPORT") {
+        std::fs::write(path, &table).unwrap();
+    }
+    assert!(stats.failures.is_empty(), "{} of {} chaos cases failed:\n{table}", stats.failures.len(), stats.cases);
+}

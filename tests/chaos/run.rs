@@ -1,0 +1,234 @@
+//! One run of a case's pipeline: start it (fresh, `--restore latest` or from
+//! a savepoint), inject the run's action while it runs, and classify how it
+//! ended. A refused start (exit 2) must leave the state and output
+//! directories exactly as they were.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::case::Case;
+use super::faults::{Action, Attempt};
+use super::proc::{listing, listing_diff, Cmd, Exit, Proc};
+
+/// No run of a case may take longer than this (a normal one takes 2–5 s).
+pub const RUN_LIMIT: Duration = Duration::from_secs(90);
+/// A refused command, a savepoint trigger or a second process answers within this.
+const SHORT_LIMIT: Duration = Duration::from_secs(20);
+
+/// Where the next run starts from.
+#[derive(Clone, Debug)]
+pub enum Start {
+    Fresh,
+    Latest,
+    Savepoint(PathBuf),
+}
+
+/// How a run ended.
+pub enum Ended {
+    /// Exit 0 after its input was exhausted: the case is complete.
+    Finished,
+    /// Killed, crashed at a fault point, stopped or failed as its faults allow: restore next.
+    Interrupted,
+    /// Stopped with a savepoint: restore from it next.
+    Stopped(PathBuf),
+    /// Exit 2 with nothing changed on disk.
+    Refused(String),
+    /// A failure of the case, with its reason.
+    Failed(String),
+}
+
+impl Case {
+    pub fn command(&self, start: &Start, parallelism: u32, allow_non_restored: bool) -> Cmd {
+        let yaml = self.yaml_path().display().to_string();
+        let mut c = match start {
+            Start::Fresh => Cmd::weir(&["run", &yaml]),
+            Start::Latest => Cmd::weir(&["run", &yaml, "--restore", "latest"]),
+            Start::Savepoint(sp) => Cmd::weir(&["restore", &sp.display().to_string(), &yaml]),
+        };
+        c = c.arg("--no-progress").arg("-p").arg(parallelism.to_string());
+        if allow_non_restored {
+            c = c.arg("--allow-non-restored-state");
+        }
+        c
+    }
+
+    fn disk(&self) -> Vec<String> {
+        listing(&[&self.dir.join("state"), &self.dir.join("out")])
+    }
+
+    /// Run `cmd`, which must be refused: exit 2, nothing changed.
+    pub fn expect_refused(&mut self, cmd: Cmd, why: &str) -> Result<(), String> {
+        self.log.note(format!("must be refused (exit 2, nothing changed): {why}"));
+        let before = self.disk();
+        let exit = cmd.run(&self.log, SHORT_LIMIT);
+        if exit.code != Some(2) {
+            return Err(format!("{why}: `{}` exited {:?} (signal {:?}), want exit 2\n{}", exit.line, exit.code, exit.signal, exit.tail(8)));
+        }
+        self.refused += 1;
+        match listing_diff(&before, &self.disk()) {
+            None => Ok(()),
+            Some(d) => Err(format!("{why}: refused with exit 2 but changed the disk:\n{d}\n{}", exit.tail(4))),
+        }
+    }
+
+    /// One run with its action and faults.
+    pub fn run_once(&mut self, n: usize, a: &Attempt, start: &Start, parallelism: u32, allow: bool, may_refuse: bool) -> Ended {
+        let mut cmd = self.command(start, parallelism, allow);
+        if !a.faults.is_empty() {
+            cmd = cmd.env("WEIR_FAULTS", a.faults.join(","));
+        }
+        self.log.note(format!("run {n}: {:?}", a.action));
+        let before = self.disk();
+        let mut proc = cmd.spawn(&self.log);
+        let mut stopped_at = None;
+        if proc.wait_log("Pipeline started.", RUN_LIMIT) {
+            match self.act(&mut proc, &a.action, n) {
+                Ok(sp) => stopped_at = sp,
+                Err(e) => return Ended::Failed(e),
+            }
+        }
+        let exit = proc.wait(RUN_LIMIT);
+        let how = if exit.finished_input() { ", input finished" } else { "" };
+        self.log.note(format!("ended: exit {:?}, signal {:?}{how}", exit.code, exit.signal));
+        self.classify(exit, a, before, may_refuse, stopped_at)
+    }
+
+    fn classify(&mut self, exit: Exit, a: &Attempt, before: Vec<String>, may_refuse: bool, stopped_at: Option<PathBuf>) -> Ended {
+        let storm = matches!(a.action, Action::Storm { .. });
+        if exit.timed_out {
+            return Ended::Failed(format!("hang: `{}` did not end within {RUN_LIMIT:?}\n{}", exit.line, exit.tail(10)));
+        }
+        match (exit.code, exit.signal) {
+            (Some(0), _) if exit.finished_input() => Ended::Finished,
+            (Some(0), _) => match stopped_at {
+                Some(sp) => Ended::Stopped(sp),
+                None => Ended::Interrupted,
+            },
+            (Some(130), _) if storm => {
+                self.kill_points += 1;
+                Ended::Interrupted
+            }
+            (Some(2), _) => {
+                if let Some(d) = listing_diff(&before, &self.disk()) {
+                    return Ended::Failed(format!("refused (exit 2) but changed the disk:\n{d}\n{}", exit.tail(6)));
+                }
+                if may_refuse {
+                    self.refused += 1;
+                    Ended::Refused(exit.tail(3))
+                } else {
+                    Ended::Failed(format!("unexpected refusal (exit 2) of `{}`:\n{}", exit.line, exit.tail(8)))
+                }
+            }
+            (Some(1), _) if a.fails_writes() && exit.stderr.contains("consecutive failures") => Ended::Interrupted,
+            (None, Some(9)) => Ended::Interrupted,
+            (None, Some(6)) if exit.stderr.contains("injected crash at") => {
+                self.kill_points += 1;
+                Ended::Interrupted
+            }
+            (code, signal) => Ended::Failed(format!("`{}` ended with exit {code:?} signal {signal:?}:\n{}", exit.line, exit.tail(12))),
+        }
+    }
+
+    /// Inject `action` into the running process. Returns the savepoint of a stop.
+    fn act(&mut self, proc: &mut Proc, action: &Action, n: usize) -> Result<Option<PathBuf>, String> {
+        let after = |ms: u64| Duration::from_millis(ms);
+        match *action {
+            Action::Finish => {}
+            Action::Kill { after_ms } => {
+                if proc.sleep_while_running(after(after_ms)) && proc.signal("KILL") {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -9"));
+                    self.kill_points += 1;
+                }
+            }
+            Action::Term { after_ms } => {
+                if proc.sleep_while_running(after(after_ms)) && proc.signal("TERM") {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -TERM"));
+                }
+            }
+            Action::Storm { after_ms, signals, gap_ms } => {
+                if proc.sleep_while_running(after(after_ms)) {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': {signals} x kill -TERM, {gap_ms} ms apart"));
+                    for _ in 0..signals {
+                        proc.signal("TERM");
+                        std::thread::sleep(after(gap_ms));
+                    }
+                }
+            }
+            Action::Pause { after_ms, for_ms } => {
+                if proc.sleep_while_running(after(after_ms)) && proc.signal("STOP") {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -STOP, kill -CONT {for_ms} ms later"));
+                    std::thread::sleep(after(for_ms));
+                    proc.signal("CONT");
+                }
+            }
+            Action::Second { after_ms } => {
+                if proc.sleep_while_running(after(after_ms)) && proc.signal("STOP") {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -STOP the run, start a second one"));
+                    let second = self.command(&Start::Latest, self.shape.parallelism, false);
+                    let result = self.expect_refused(second, "a second process on a state dir in use");
+                    self.log.note("kill -CONT the first run");
+                    proc.signal("CONT");
+                    result?;
+                }
+            }
+            Action::Savepoint { after_ms } => {
+                if proc.sleep_while_running(after(after_ms)) {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': savepoint trigger"));
+                    self.trigger(&[])?;
+                }
+            }
+            Action::Stop { after_ms, drain, target, moved } => {
+                if proc.sleep_while_running(after(after_ms)) {
+                    self.log.note(format!("{after_ms} ms after 'Pipeline started.': stop with a savepoint"));
+                    let mut args = vec!["--stop".to_string()];
+                    if drain {
+                        args.push("--drain".into());
+                    }
+                    if target {
+                        args.extend(["--target".into(), self.dir.join(format!("sp-target-{n}")).display().to_string()]);
+                    }
+                    let Some(sp) = self.trigger(&args)? else { return Ok(None) };
+                    if !moved {
+                        return Ok(Some(sp));
+                    }
+                    // Wait for the exit before moving what it wrote.
+                    let _ = proc.sleep_while_running(RUN_LIMIT);
+                    let to = self.dir.join("moved").join(format!("sp-{n}"));
+                    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                    self.log.push(format!("mv {} {}", sp.display(), to.display()));
+                    std::fs::rename(&sp, &to).map_err(|e| format!("moving the savepoint {}: {e}", sp.display()))?;
+                    return Ok(Some(to));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// `weir savepoint trigger` with `extra` args: the savepoint's path, or
+    /// None when the pipeline had already ended or refused (exit 1).
+    fn trigger(&mut self, extra: &[String]) -> Result<Option<PathBuf>, String> {
+        let sock = self.dir.join("state").join("control.sock");
+        let _ = super::wait_until(Duration::from_secs(5), || sock.exists());
+        let yaml = self.yaml_path().display().to_string();
+        let mut cmd = Cmd::weir(&["savepoint", "trigger", &yaml, "--timeout", "15s"]);
+        for a in extra {
+            cmd = cmd.arg(a);
+        }
+        let exit = cmd.run(&self.log, SHORT_LIMIT);
+        if exit.timed_out {
+            return Err(format!("savepoint trigger hung:\n{}", exit.tail(5)));
+        }
+        match exit.code {
+            Some(0) => {
+                let path = exit.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).map(PathBuf::from);
+                self.savepoints += 1;
+                path.map(Some).ok_or_else(|| format!("savepoint trigger exited 0 without a path: {}", exit.stdout))
+            }
+            Some(1) => {
+                self.log.note(format!("trigger answered: {}", exit.tail(1)));
+                Ok(None)
+            }
+            _ => Err(format!("savepoint trigger `{}`: exit {:?}\n{}", exit.line, exit.code, exit.tail(5))),
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! A pipeline shape drawn from a seed, and its YAML.
+//!
+//! Sources: datagen (sequence ids, one row every `STEP_MS` of event time) or
+//! generated JSON-line files (with redelivered copies and bad lines sent to a
+//! dead letter). Operators: dedup by `id`, windowed aggregates (tumbling,
+//! sliding, session; a second tumbling level over a first) and running
+//! aggregates, each reading one node; a node has 1–3 consumers (fan-out),
+//! and every hash edge from many upstream subtasks is a fan-in. Sinks: a file
+//! sink on every leaf, sometimes a second file sink (fan-out) and a slow
+//! blackhole (backpressure). Event times are multiples of `STEP_MS` and
+//! session gaps are not, so no record is ever exactly `gap` from another.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::rng::Rng;
+
+/// Event-time step between generated records (ms).
+pub const STEP_MS: i64 = 10;
+/// Event time of record 0.
+pub const START_MS: i64 = 1_700_000_000_000;
+/// Bounded disorder of file inputs stays well below this.
+pub const OUT_OF_ORDERNESS_MS: i64 = 300;
+
+#[derive(Clone, Debug)]
+pub enum SourceKind {
+    /// Rows 0..rows: id = n, user = key of (seed, n), amount, ts = START + n*STEP.
+    Datagen { rows: u64, seed: u64, users: u64 },
+    /// `records` records over `files` files (plus copies and `bad` bad lines).
+    File { files: usize, records: usize, users: u64, bad: usize },
+}
+
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub name: String,
+    pub kind: SourceKind,
+    pub rate: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Window {
+    Tumbling { size: i64 },
+    Sliding { size: i64, slide: i64 },
+    Session { gap: i64 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    /// Key `[id]`, ttl 1h: drops the redelivered copies.
+    Dedup,
+    /// Key `[user]` over raw records: n, total, lo, hi.
+    Windowed(Window),
+    /// Key `[user]` over a windowed aggregate's output (tumbling): n, total, windows.
+    Rollup { size: i64 },
+    /// Key `[user]`, no window: n, total, emitted every `emit_ms`.
+    Running { emit_ms: u64 },
+}
+
+/// What a node emits, which decides what may read it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Emits {
+    /// Input records (raw JSON lines): source or dedup.
+    Raw,
+    /// Windowed aggregate results, stamped `window_end - 1`.
+    Windows,
+    /// Running aggregate updates (no event time).
+    Updates,
+}
+
+#[derive(Clone, Debug)]
+pub struct Operator {
+    pub name: String,
+    pub input: String,
+    pub kind: OpKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SinkKind {
+    File,
+    Blackhole {
+        rate: u64,
+    },
+    /// Exactly-once (at-least-once in an at-least-once pipeline) into its own topic.
+    Kafka {
+        brokers: String,
+        topic: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Sink {
+    pub name: String,
+    pub input: String,
+    pub kind: SinkKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Alignment {
+    Aligned,
+    Unaligned,
+    AlignedTimeout { ms: u64 },
+    AtLeastOnce,
+}
+
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub name: String,
+    pub parallelism: u32,
+    pub rocksdb: bool,
+    pub incremental: bool,
+    pub bundle: u32,
+    pub alignment: Alignment,
+    pub interval_ms: u64,
+    pub retain: u32,
+    pub sources: Vec<Source>,
+    pub operators: Vec<Operator>,
+    pub sinks: Vec<Sink>,
+}
+
+impl Shape {
+    pub fn draw(rng: &mut Rng, seed: u64) -> Shape {
+        let parallelism = rng.range(1, 4) as u32;
+        let alignment = match rng.range(0, 3) {
+            0 => Alignment::Aligned,
+            1 => Alignment::Unaligned,
+            2 => Alignment::AlignedTimeout { ms: rng.range(1, 30) },
+            _ => Alignment::AtLeastOnce,
+        };
+        let mut shape = Shape {
+            name: format!("chaos-{seed}"),
+            parallelism,
+            rocksdb: rng.chance(0.4),
+            incremental: rng.chance(0.6),
+            bundle: rng.range(1, parallelism as u64) as u32,
+            alignment,
+            interval_ms: rng.range(100, 350),
+            retain: rng.range(1, 3) as u32,
+            sources: Vec::new(),
+            operators: Vec::new(),
+            sinks: Vec::new(),
+        };
+        let n_sources = if rng.chance(0.3) { 2 } else { 1 };
+        for i in 0..n_sources {
+            let users = rng.range(3, 40);
+            let kind = if rng.chance(0.5) {
+                SourceKind::Datagen { rows: rng.range(1500, 4000), seed: rng.range(0, 1000), users }
+            } else {
+                let bad = if rng.chance(0.7) { rng.range(1, 30) as usize } else { 0 };
+                SourceKind::File { files: rng.range(1, 4) as usize, records: rng.range(1500, 4000) as usize, users, bad }
+            };
+            // 3–5 s for a run through all of it: kills land in the middle.
+            let records = match kind {
+                SourceKind::Datagen { rows, .. } => rows,
+                SourceKind::File { records, .. } => records as u64,
+            };
+            let rate = records * 1000 / rng.range(3000, 5000);
+            shape.sources.push(Source { name: format!("src{i}"), kind, rate });
+        }
+        let n_ops = rng.range(0, 3);
+        for i in 0..n_ops {
+            shape.add_random_operator(rng, format!("op{i}"));
+        }
+        // Every leaf gets a file sink; then fan-out: an extra file sink, a slow blackhole.
+        let leaves: Vec<String> = shape.nodes().into_iter().filter(|n| shape.consumers(n) == 0).collect();
+        for leaf in leaves {
+            let name = format!("out{}", shape.sinks.len());
+            shape.sinks.push(Sink { name, input: leaf, kind: SinkKind::File });
+        }
+        if rng.chance(0.4) {
+            if let Some(node) = shape.random_node_with_room(rng) {
+                let name = format!("out{}", shape.sinks.len());
+                shape.sinks.push(Sink { name, input: node, kind: SinkKind::File });
+            }
+        }
+        if rng.chance(0.3) {
+            if let Some(node) = shape.random_node_with_room(rng) {
+                // Slower than its source: backpressure builds up behind it.
+                let root = shape.root_of(&node);
+                let source_rate = shape.sources.iter().find(|s| s.name == root).map_or(1000, |s| s.rate);
+                let rate = (source_rate * rng.range(50, 90) / 100).max(1);
+                shape.sinks.push(Sink { name: "slow".into(), input: node, kind: SinkKind::Blackhole { rate } });
+            }
+        }
+        shape
+    }
+
+    /// A Kafka sink writing into `topic`, on some node that has room.
+    pub fn add_kafka_sink(&mut self, rng: &mut Rng, brokers: String, topic: String) {
+        if let Some(node) = self.random_node_with_room(rng) {
+            self.sinks.push(Sink { name: "kout".into(), input: node, kind: SinkKind::Kafka { brokers, topic } });
+        }
+    }
+
+    /// A new operator on a node that can take one more consumer.
+    pub fn add_random_operator(&mut self, rng: &mut Rng, name: String) -> bool {
+        let candidates: Vec<String> =
+            self.nodes().into_iter().filter(|n| self.consumers(n) < 3 && self.emits(n) != Emits::Updates).collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        let input = rng.pick(&candidates).clone();
+        let kind = match self.emits(&input) {
+            Emits::Windows => OpKind::Rollup { size: rng.range(1, 4) as i64 * 1000 },
+            _ => match rng.range(0, 4) {
+                0 => OpKind::Dedup,
+                1 => OpKind::Windowed(Window::Tumbling { size: rng.range(2, 10) as i64 * 100 }),
+                2 => {
+                    let slide = rng.range(2, 5) as i64 * 100;
+                    OpKind::Windowed(Window::Sliding { size: slide * rng.range(2, 4) as i64, slide })
+                }
+                3 => OpKind::Windowed(Window::Session { gap: STEP_MS * rng.range(3, 60) as i64 + STEP_MS / 2 }),
+                _ => OpKind::Running { emit_ms: rng.range(100, 600) },
+            },
+        };
+        self.operators.push(Operator { name, input, kind });
+        true
+    }
+
+    fn random_node_with_room(&self, rng: &mut Rng) -> Option<String> {
+        let nodes: Vec<String> = self.nodes().into_iter().filter(|n| self.consumers(n) < 3).collect();
+        (!nodes.is_empty()).then(|| rng.pick(&nodes).clone())
+    }
+
+    /// Sources and operators, in declaration order.
+    pub fn nodes(&self) -> Vec<String> {
+        self.sources.iter().map(|s| s.name.clone()).chain(self.operators.iter().map(|o| o.name.clone())).collect()
+    }
+
+    pub fn consumers(&self, node: &str) -> usize {
+        self.operators.iter().filter(|o| o.input == node).count() + self.sinks.iter().filter(|s| s.input == node).count()
+    }
+
+    pub fn operator(&self, name: &str) -> Option<&Operator> {
+        self.operators.iter().find(|o| o.name == name)
+    }
+
+    pub fn emits(&self, node: &str) -> Emits {
+        match self.operator(node).map(|o| &o.kind) {
+            None | Some(OpKind::Dedup) => Emits::Raw,
+            Some(OpKind::Windowed(_)) | Some(OpKind::Rollup { .. }) => Emits::Windows,
+            Some(OpKind::Running { .. }) => Emits::Updates,
+        }
+    }
+
+    /// The source a node reads from, through its operators.
+    pub fn root_of(&self, node: &str) -> String {
+        match self.operator(node) {
+            Some(o) => self.root_of(&o.input),
+            None => node.to_string(),
+        }
+    }
+
+    pub fn exactly_once(&self) -> bool {
+        self.alignment != Alignment::AtLeastOnce
+    }
+
+    /// Whether a `--stop --drain` savepoint can be restored and continued
+    /// with the same results: no event-time state that a drain fires early.
+    pub fn drain_safe(&self) -> bool {
+        self.operators.iter().all(|o| matches!(o.kind, OpKind::Running { .. }))
+    }
+
+    pub fn file_sinks(&self) -> impl Iterator<Item = &Sink> {
+        self.sinks.iter().filter(|s| s.kind == SinkKind::File)
+    }
+
+    /// Sinks whose output the oracle checks: file and Kafka.
+    pub fn checked_sinks(&self) -> impl Iterator<Item = &Sink> {
+        self.sinks.iter().filter(|s| !matches!(s.kind, SinkKind::Blackhole { .. }))
+    }
+
+    /// The pipeline YAML; every path is absolute under `case`.
+    pub fn yaml(&self, case: &Path) -> String {
+        let abs = |rel: &str| case.join(rel).display().to_string();
+        let mut y = String::new();
+        let _ = writeln!(y, "name: {}\nparallelism: {}", self.name, self.parallelism);
+        if self.rocksdb {
+            let _ = writeln!(y, "state: {{backend: rocksdb, dir: {}, incremental: {}}}", abs("state"), self.incremental);
+        } else {
+            let _ = writeln!(y, "state: {{backend: memory, dir: {}}}", abs("state"));
+        }
+        let mode = match self.alignment {
+            Alignment::Aligned => "mode: exactly_once, alignment: aligned".to_string(),
+            Alignment::Unaligned => "mode: exactly_once, alignment: unaligned".to_string(),
+            Alignment::AlignedTimeout { ms } => format!("mode: exactly_once, alignment: aligned, aligned_timeout: {ms}ms"),
+            Alignment::AtLeastOnce => "mode: at_least_once".to_string(),
+        };
+        let _ = writeln!(
+            y,
+            "checkpoint: {{interval: {}ms, {mode}, timeout: 20s, retain: {}, tolerable_failures: 1000}}\nbundles: {{size: {}}}",
+            self.interval_ms, self.retain, self.bundle
+        );
+        y.push_str("sources:\n");
+        for s in &self.sources {
+            let _ = writeln!(y, "  - name: {}\n    rate_limit: {}", s.name, s.rate);
+            let _ = writeln!(y, "    event_time: {{field: ts, max_out_of_orderness: {OUT_OF_ORDERNESS_MS}ms}}");
+            match &s.kind {
+                SourceKind::Datagen { rows, seed, users } => {
+                    let _ = writeln!(
+                        y,
+                        "    type: datagen\n    seed: {seed}\n    rows: {rows}\n    start_time: {START_MS}\n    interval: {STEP_MS}ms"
+                    );
+                    let _ = writeln!(
+                        y,
+                        "    fields:\n      id: {{kind: sequence}}\n      user: {{kind: key, cardinality: {users}, prefix: \"u\"}}"
+                    );
+                    let _ = writeln!(y, "      amount: {{kind: int, min: 1, max: 100}}\n      ts: {{kind: timestamp}}");
+                }
+                SourceKind::File { .. } => {
+                    let _ = writeln!(y, "    type: file\n    path: {}", abs(&format!("in/{}", s.name)));
+                    let _ = writeln!(y, "    on_error: dead_letter\n    dead_letter: {}", abs(&dead_letter_rel(&s.name)));
+                }
+            }
+        }
+        if !self.operators.is_empty() {
+            y.push_str("operators:\n");
+        }
+        for o in &self.operators {
+            let head = format!("  - name: {}\n    input: {}\n", o.name, o.input);
+            y.push_str(&head);
+            let raw_aggs = "    aggregates:\n      - {fn: count, as: n}\n      - {fn: sum, field: amount, as: total}\n";
+            match &o.kind {
+                OpKind::Dedup => y.push_str("    type: dedup\n    key: [id]\n    ttl: 1h\n"),
+                OpKind::Windowed(w) => {
+                    let window = match w {
+                        Window::Tumbling { size } => format!("{{type: tumbling, size: {size}ms}}"),
+                        Window::Sliding { size, slide } => format!("{{type: sliding, size: {size}ms, slide: {slide}ms}}"),
+                        Window::Session { gap } => format!("{{type: session, gap: {gap}ms}}"),
+                    };
+                    let _ = writeln!(y, "    type: aggregate\n    key: [user]\n    window: {window}");
+                    y.push_str(raw_aggs);
+                    y.push_str("      - {fn: min, field: amount, as: lo}\n      - {fn: max, field: amount, as: hi}\n");
+                }
+                OpKind::Rollup { size } => {
+                    let _ = writeln!(y, "    type: aggregate\n    key: [user]\n    window: {{type: tumbling, size: {size}ms}}");
+                    y.push_str("    aggregates:\n      - {fn: sum, field: n, as: n}\n      - {fn: sum, field: total, as: total}\n");
+                    y.push_str("      - {fn: count, as: windows}\n");
+                }
+                OpKind::Running { emit_ms } => {
+                    let _ = writeln!(y, "    type: aggregate\n    key: [user]\n    emit_interval: {emit_ms}ms");
+                    y.push_str(raw_aggs);
+                }
+            }
+        }
+        y.push_str("sinks:\n");
+        for s in &self.sinks {
+            match &s.kind {
+                SinkKind::File => {
+                    let _ = writeln!(y, "  - {{name: {}, type: file, input: {}, path: {}}}", s.name, s.input, abs(&sink_rel(&s.name)));
+                }
+                SinkKind::Kafka { brokers, topic } => {
+                    // A short transaction timeout: a crashed producer's open
+                    // transaction holds read_committed readers back only that long.
+                    let delivery = match self.exactly_once() {
+                        true => "exactly_once, properties: {transaction.timeout.ms: 45000}",
+                        false => "at_least_once",
+                    };
+                    let _ = writeln!(
+                        y,
+                        "  - {{name: {}, type: kafka, input: {}, brokers: '{brokers}', topic: {topic}, delivery: {delivery}}}",
+                        s.name, s.input
+                    );
+                }
+                SinkKind::Blackhole { rate } => {
+                    let _ = writeln!(y, "  - {{name: {}, type: blackhole, input: {}, rate_limit: {rate}}}", s.name, s.input);
+                }
+            }
+        }
+        y
+    }
+
+    /// One line for the table and the reproduction: what this shape is.
+    pub fn summary(&self) -> String {
+        let ops: Vec<String> = self.operators.iter().map(|o| format!("{}<-{}:{:?}", o.name, o.input, o.kind)).collect();
+        let sinks: Vec<String> = self.sinks.iter().map(|s| format!("{}<-{}", s.name, s.input)).collect();
+        let sources: Vec<String> = self.sources.iter().map(|s| format!("{}:{:?}", s.name, s.kind)).collect();
+        format!(
+            "p={} {} bundle={} {:?} interval={}ms | {} | {} | {}",
+            self.parallelism,
+            if self.rocksdb { format!("rocksdb(incremental={})", self.incremental) } else { "memory".into() },
+            self.bundle,
+            self.alignment,
+            self.interval_ms,
+            sources.join(", "),
+            ops.join(", "),
+            sinks.join(", ")
+        )
+    }
+}
+
+/// Where a file sink writes, relative to the case directory.
+pub fn sink_rel(sink: &str) -> String {
+    format!("out/{sink}")
+}
+
+/// A file source's dead-letter file, relative to the case directory.
+pub fn dead_letter_rel(source: &str) -> String {
+    format!("out/dl-{source}.jsonl")
+}
