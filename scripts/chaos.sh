@@ -27,9 +27,8 @@ fi
 if [ -n "$minutes" ]; then
   export CHAOS_SECONDS=$((minutes * 60))
 fi
-if [ -n "$seed" ]; then
-  export CHAOS_SEED="$seed"
-fi
+# A fresh first seed each long run unless given (printed, and in the table).
+export CHAOS_SEED="${seed:-$(( $(date +%s) % 1000000 * 1000 ))}"
 report=$(mktemp "${TMPDIR:-/tmp}/weir-chaos-report.XXXXXX")
 trap 'rm -f "$report"' EXIT
 export CHAOS_REPORT="$report"
