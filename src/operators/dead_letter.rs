@@ -283,8 +283,13 @@ impl Segments {
     fn finish_interrupted(&self) -> io::Result<()> {
         let Some((name, offset, len)) = read_intent(&self.intent_path())? else { return Ok(()) };
         let segment = self.dir.join(&name);
-        if !segment.exists() {
-            return Ok(());
+        // A segment of another length is a later one under a reused name
+        // (the intent outlived a crash right after its append): not ours.
+        match fs::metadata(&segment) {
+            Ok(m) if m.len() == len => {}
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
         }
         let target_len = self.target_len()?;
         tracing::info!(segment = %segment.display(), offset, "Finishing an interrupted dead-letter append.");
@@ -306,7 +311,14 @@ impl Segments {
         io::copy(&mut File::open(segment)?, &mut out)?;
         out.sync_all()?;
         fs::remove_file(segment)?;
-        sync_dir(&self.dir)
+        sync_dir(&self.dir)?;
+        // Done: the intent must not outlive it, since segment names repeat
+        // across runs and a stale intent would take the next one for a
+        // finished append and delete it unappended.
+        match fs::remove_file(self.intent_path()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Remove segments no checkpoint will append: this subtask's numbered
@@ -489,7 +501,7 @@ mod tests {
         h.run(|s, ctx, _| s.on_checkpoint(2, ctx));
         h.run(|s, ctx, _| s.on_checkpoint_complete(2, ctx));
         assert_eq!(entries(&path), ["a", "b"]);
-        assert_eq!(names(dir.path()), [".bad.jsonl.commit", "bad.jsonl"], "no segment left");
+        assert_eq!(names(dir.path()), ["bad.jsonl"], "no segment and no intent left");
     }
 
     #[test]
@@ -516,8 +528,26 @@ mod tests {
             h.run(|s, ctx, _| s.on_checkpoint(8, ctx));
             h.run(|s, ctx, _| s.on_checkpoint_complete(8, ctx));
             assert_eq!(entries(&path), ["staged"]);
-            assert_eq!(names(dir.path()), [".bad.jsonl.commit", "bad.jsonl"], "the leftover segment is removed");
+            assert_eq!(names(dir.path()), ["bad.jsonl"], "the leftover segment is removed");
         }
+    }
+
+    /// A later run numbers its segments from 0 again (none on disk): the
+    /// intent of the earlier run's last append must not make the new
+    /// segment of the same name look appended (found by the chaos harness:
+    /// entries lost after a restore from a stop-with-savepoint).
+    #[test]
+    fn a_segment_name_reused_by_a_later_run_is_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.jsonl");
+        for (run, entry) in ["first run", "second run"].into_iter().enumerate() {
+            let (dl, mut h) = staged(&path, 0);
+            dl.write("o", "r", entry).unwrap();
+            let id = run as u64 + 1;
+            h.run(|s, ctx, _| s.on_checkpoint(id, ctx));
+            h.run(|s, ctx, _| s.on_checkpoint_complete(id, ctx));
+        }
+        assert_eq!(entries(&path), ["first run", "second run"]);
     }
 
     #[test]
@@ -537,8 +567,10 @@ mod tests {
         f.write_all(&seg[..seg.len() / 2]).unwrap();
         dl.staged(|s| s.publish(&name)).unwrap();
         assert_eq!(entries(&path), ["earlier", "x", "y"]);
-        // The whole append was done before the crash: nothing more.
+        // The whole append was done before the crash (segment and intent
+        // not yet removed): nothing more.
         fs::write(dir.path().join(&name), &seg).unwrap();
+        write_intent(&dir.path().join(".bad.jsonl.commit"), dir.path(), &name, start, seg.len() as u64).unwrap();
         dl.staged(|s| s.publish(&name)).unwrap();
         assert_eq!(entries(&path), ["earlier", "x", "y"]);
         assert!(!dir.path().join(&name).exists());

@@ -159,8 +159,10 @@ pub fn build(
                 NodeKind::Source(spec) => Some(source(plan, head, spec, i, &mut dead_letters)?),
                 _ => None,
             };
-            let mut ops =
-                rest.iter().map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends, restored_parallelism)).collect::<Result<Vec<_>, _>>()?;
+            let mut ops = rest
+                .iter()
+                .map(|&id| chain_op(plan, id, i, &metrics, &mut dead_letters, &backends, restored_parallelism))
+                .collect::<Result<Vec<_>, _>>()?;
             // Dead-letter commits run last, after every writer of the task.
             ops.append(&mut dead_letters.commits);
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
@@ -335,8 +337,12 @@ impl Backends {
     /// when its bundles hold native RocksDB checkpoints.
     fn open(plan: &Plan, restored: Option<&RestoredState>) -> Result<Backends, BuildError> {
         let p = &plan.pipeline;
-        let Backend::RocksDb(spec) = &p.state.backend else { return Ok(Backends::Memory) };
         let layout = Layout::new(&p.state.dir);
+        let Backend::RocksDb(spec) = &p.state.backend else {
+            native::remove_other_bundles(&layout.local_dir(), 0);
+            return Ok(Backends::Memory);
+        };
+        native::remove_other_bundles(&layout.local_dir(), p.bundles() as BundleId);
         let options = rocks::RocksOptions {
             block_cache: spec.block_cache,
             write_buffer: spec.write_buffer,

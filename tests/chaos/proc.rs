@@ -174,12 +174,19 @@ impl Proc {
         !self.exited()
     }
 
-    /// Send a signal by name (TERM, STOP, CONT, KILL) through `kill`.
+    /// Send a signal by name (TERM, STOP, CONT, KILL) through `kill`. For
+    /// STOP, also wait until every thread is stopped (the signal is
+    /// asynchronous: a listing taken before that can still see writes).
     pub fn signal(&mut self, sig: &str) -> bool {
         if self.exited() {
             return false;
         }
-        Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().map(|s| s.success()).unwrap_or(false)
+        let sent = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().map(|s| s.success()).unwrap_or(false);
+        if sent && sig == "STOP" {
+            let pid = self.pid();
+            crate::wait_until(Duration::from_secs(2), || all_threads_stopped(pid));
+        }
+        sent
     }
 
     /// Wait for the end; past `limit` it is killed and reported as timed out.
@@ -261,4 +268,14 @@ pub fn listing_diff(before: &[String], after: &[String]) -> Option<String> {
     }
     let show = |v: &[&String]| v.iter().take(8).map(|s| format!("    {s}")).collect::<Vec<_>>().join("\n");
     Some(format!("  removed or changed:\n{}\n  added or changed:\n{}", show(&gone), show(&new)))
+}
+
+/// Whether every thread of `pid` is in state T (stopped), from /proc.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.filter_map(|t| t.ok()).all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        stat.rsplit_once(')').map_or(true, |(_, rest)| matches!(rest.trim_start().chars().next(), Some('T' | 't' | 'Z' | 'X')))
+    })
 }

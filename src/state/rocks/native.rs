@@ -65,12 +65,31 @@ impl BundleDb {
     }
 }
 
-/// Remove the local checkpoints of a bundle other than `keep`, older than `below`.
+/// Remove the local checkpoints of a bundle other than `keep`, older than
+/// `below`, and any RocksDB checkpoint a crash left half made (`*.tmp`).
 pub fn retain_local(local_root: &Path, keep: Option<CheckpointId>, below: CheckpointId) {
     let Ok(entries) = fs::read_dir(local_root) else { return };
     for e in entries.flatten() {
-        let Some(id) = e.file_name().to_str().and_then(crate::checkpoint::layout::parse_checkpoint_dir_name) else { continue };
-        if Some(id) != keep && id < below {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let unfinished = name.starts_with("chk-") && name.ends_with(".tmp");
+        let old = crate::checkpoint::layout::parse_checkpoint_dir_name(name).is_some_and(|id| Some(id) != keep && id < below);
+        if unfinished || old {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Remove the local state of bundles this run does not have (`bundles`
+/// and up): a crashed run at another parallelism or with another backend
+/// left their working DBs and local checkpoints, which nothing restores.
+pub fn remove_other_bundles(local_dir: &Path, bundles: BundleId) {
+    let Ok(entries) = fs::read_dir(local_dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let bundle = name.to_str().and_then(crate::checkpoint::layout::parse_bundle_dir_name);
+        if bundle.is_some_and(|b| b >= bundles) {
+            tracing::info!(dir = %e.path().display(), "Removed the local state of a bundle this run does not have.");
             let _ = fs::remove_dir_all(e.path());
         }
     }
