@@ -144,7 +144,7 @@ impl Case {
                 self.install(e.shape.clone());
                 // Only a restore that has state to drop must be refused: a
                 // run killed before its first checkpoint leaves none.
-                if let (Some(op), true) = (&e.removed, self.has_restorable_state(start)) {
+                if let Some(op) = e.removed.as_ref().filter(|op| self.restores_state_of(start, op)) {
                     let cmd = self.command(start, self.shape.parallelism, false);
                     self.expect_refused(cmd, &format!("operator {op} removed, restore without --allow-non-restored-state"))?;
                 }
@@ -235,14 +235,26 @@ impl Case {
     }
 
     /// Whether `start` restores anything: a savepoint, or a complete checkpoint for `latest`.
-    fn has_restorable_state(&self, start: &Start) -> bool {
-        match start {
-            Start::Fresh => false,
-            Start::Savepoint(_) => true,
-            Start::Latest => std::fs::read_dir(self.dir.join("state").join("checkpoints"))
-                .map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file()))
-                .unwrap_or(false),
-        }
+    /// Whether the checkpoint or savepoint `start` resumes from holds state
+    /// of `op`: `latest` is the newest checkpoint with a `_metadata` (a run
+    /// whose checkpoints all aborted leaves an older one without `op`).
+    fn restores_state_of(&self, start: &Start, op: &str) -> bool {
+        let dir = match start {
+            Start::Fresh => return false,
+            Start::Savepoint(sp) => sp.clone(),
+            Start::Latest => {
+                let Ok(entries) = std::fs::read_dir(self.dir.join("state").join("checkpoints")) else { return false };
+                let mut complete: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.join("_metadata").is_file()).collect();
+                complete.sort();
+                match complete.pop() {
+                    Some(newest) => newest,
+                    None => return false,
+                }
+            }
+        };
+        let Ok(text) = std::fs::read_to_string(dir.join("_metadata")) else { return false };
+        let md: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        md["operators"].as_array().is_some_and(|ops| ops.iter().any(|o| o == op))
     }
 
     /// A consumer takes the published part files: they move to
