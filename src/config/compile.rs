@@ -383,6 +383,11 @@ fn places(raw: &RawPipeline, state: &StateSpec, items: &[Item], kinds: &[Option<
                 }
             }
             Some(NodeKind::Aggregate(a)) => out.extend(a.dead_letter.as_deref().map(|p| dead_letter(p, "aggregate"))),
+            Some(NodeKind::Sink(SinkSpec::Kafka(k))) => {
+                if let OnError::DeadLetter(path) = &k.on_error {
+                    out.push(dead_letter(path, "sink"));
+                }
+            }
             Some(NodeKind::Sink(SinkSpec::File { dir, .. })) => out.push(Place {
                 path: dir.clone(),
                 role: Role::Dir,

@@ -178,6 +178,8 @@ pub struct KafkaSinkSpec {
     pub delivery: Delivery,
     pub broker_timeout: Duration,
     pub properties: Vec<(String, String)>,
+    /// What to do with a record the producer refuses (too large).
+    pub on_error: OnError,
 }
 
 #[derive(Debug, Clone)]

@@ -285,6 +285,11 @@ pub enum RawSink {
         /// How long the brokers may be unreachable before the pipeline fails (default 30s).
         #[serde(default)]
         broker_timeout: Option<String>,
+        /// What to do with a record the producer refuses (over `message.max.bytes`).
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
         /// librdkafka settings, passed through.
         #[serde(default)]
         properties: IndexMap<String, serde_yaml::Value>,

@@ -731,7 +731,7 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
         }
         RawSink::Stdout { .. } => SinkSpec::Stdout,
         RawSink::Blackhole { rate_limit, .. } => SinkSpec::Blackhole { rate_limit: cx.rate_limit(at, *rate_limit) },
-        RawSink::Kafka { brokers, topic, format: _, key, delivery, broker_timeout, properties, .. } => {
+        RawSink::Kafka { brokers, topic, format: _, key, delivery, broker_timeout, properties, on_error, dead_letter, .. } => {
             let broker_timeout =
                 broker_timeout.as_ref().and_then(|t| cx.duration_in(at, "broker_timeout", t, PROCESSING)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
             cx.not_empty(at, "brokers", brokers, "bootstrap servers such as `127.0.0.1:9092`");
@@ -746,7 +746,16 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
                 RawDelivery::ExactlyOnce => Delivery::ExactlyOnce,
                 RawDelivery::AtLeastOnce => Delivery::AtLeastOnce,
             };
-            SinkSpec::Kafka(KafkaSinkSpec { brokers: brokers.clone(), topic: topic.clone(), key, delivery, broker_timeout, properties })
+            let on_error = on_error_spec(cx, at, *on_error, dead_letter.as_deref());
+            SinkSpec::Kafka(KafkaSinkSpec {
+                brokers: brokers.clone(),
+                topic: topic.clone(),
+                key,
+                delivery,
+                broker_timeout,
+                properties,
+                on_error,
+            })
         }
     }
 }

@@ -49,6 +49,12 @@
 //! restored checkpoint's parallelism and the one the last start recorded in
 //! the group `weir-txn-weir-<pipeline>-<sink>-parallelism`, which covers a
 //! run that crashed before its first checkpoint and other state directories.
+//!
+//! A record the producer would refuse — key and value with Kafka's record
+//! framing over the producer's `message.max.bytes` — is found before it is
+//! sent (so the decision is the same on every run, not an asynchronous
+//! delivery failure) and handled by the sink's `on_error`: fail naming both
+//! sizes, skip, or write it to the dead letter, committed with checkpoints.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -60,9 +66,10 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::dead_letter::reject;
 use super::kafka::{client_config, is_connectivity, WeirContext};
-use super::{Context, OpError, OpResult, Operator};
-use crate::config::{Delivery, KafkaSinkSpec};
+use super::{Context, DeadLetter, OpError, OpResult, Operator};
+use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
 use crate::state::{TableKind, TableSpec};
 use crate::types::Record;
@@ -112,6 +119,48 @@ impl ProducerContext for SinkContext {
 
 type Msg = (Option<Box<[u8]>>, Box<str>);
 
+/// librdkafka's default `message.max.bytes`.
+const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_000_000;
+
+/// What librdkafka adds to key and value when it checks a message against
+/// `message.max.bytes` (`RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD`: the varint
+/// length, attributes, timestamp and offset deltas, key and value lengths
+/// and header count of a v2 record).
+const RECORD_OVERHEAD: u64 = 36;
+
+/// The producer's `message.max.bytes` from the pipeline's properties.
+fn message_max_bytes(properties: &[(String, String)]) -> Result<u64, String> {
+    match properties.iter().rev().find(|(k, _)| k == "message.max.bytes") {
+        None => Ok(DEFAULT_MESSAGE_MAX_BYTES),
+        Some((_, v)) => v.trim().parse().map_err(|_| format!("`message.max.bytes` must be a number of bytes, got `{v}`")),
+    }
+}
+
+/// Why the producer would refuse message `m`, if it would.
+fn oversize(m: &Msg, max: u64) -> Option<String> {
+    let bytes = m.0.as_ref().map_or(0, |k| k.len() as u64) + m.1.len() as u64 + RECORD_OVERHEAD;
+    (bytes > max).then(|| {
+        format!(
+            "record of {} bytes (key, value and {RECORD_OVERHEAD} bytes of framing) is over the producer's message.max.bytes {}",
+            group_digits(bytes),
+            group_digits(max)
+        )
+    })
+}
+
+/// `1500123` as `1 500 123`.
+fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The exactly-once machinery of one subtask.
 struct Txn {
     /// This instance's run: its marker group is `weir-txn-<txn id>-<run>`.
@@ -146,6 +195,10 @@ pub struct KafkaSink {
     fenced: Vec<u16>,
     /// Subtasks of this sink now: ids below it belong to live producers.
     parallelism: u16,
+    /// The producer's `message.max.bytes`: larger records are refused before sending.
+    max_message_bytes: u64,
+    on_error: OnError,
+    dead_letter: Option<DeadLetter>,
 }
 
 /// Which run's marker says whether a staged transaction was committed.
@@ -241,8 +294,10 @@ impl KafkaSink {
         restored_parallelism: Option<u16>,
         key: Vec<usize>,
         transaction_timeout: Duration,
+        dead_letter: Option<DeadLetter>,
     ) -> Result<Self, String> {
         let who = format!("sink `{name}`[{subtask}]");
+        let max_message_bytes = message_max_bytes(&spec.properties)?;
         let mut config = client_config(&spec.brokers, &[]);
         let bound_ms = spec.broker_timeout.as_millis().to_string();
         config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
@@ -323,6 +378,9 @@ impl KafkaSink {
             key_buf: Vec::new(),
             fenced,
             parallelism,
+            max_message_bytes,
+            on_error: spec.on_error.clone(),
+            dead_letter,
         })
     }
 
@@ -548,10 +606,15 @@ impl Operator for KafkaSink {
         }
     }
 
-    fn process(&mut self, batch: Vec<Record>, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
         self.producer.context().base.check()?;
         for r in &batch {
             let m = self.message(r);
+            if let Some(reason) = oversize(&m, self.max_message_bytes) {
+                let place = format!("topic `{}`", self.topic);
+                reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics)?;
+                continue;
+            }
             let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
             match waiting {
                 None => self.send(&m)?,
@@ -638,6 +701,32 @@ impl Operator for KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oversize_records_are_found_before_sending_and_name_both_sizes() {
+        let m = |k: Option<&[u8]>, v: &str| -> Msg { (k.map(|k| k.to_vec().into_boxed_slice()), v.into()) };
+        let fits = "x".repeat(1_000_000 - 36);
+        assert_eq!(oversize(&m(None, &fits), DEFAULT_MESSAGE_MAX_BYTES), None);
+        assert_eq!(
+            oversize(&m(Some(b"k"), &fits), DEFAULT_MESSAGE_MAX_BYTES).as_deref(),
+            Some("record of 1 000 001 bytes (key, value and 36 bytes of framing) is over the producer's message.max.bytes 1 000 000")
+        );
+        let big = "x".repeat(1_500_123 - 36);
+        assert!(oversize(&m(None, &big), 2_000_000).is_none());
+        assert!(oversize(&m(None, &big), DEFAULT_MESSAGE_MAX_BYTES).unwrap().starts_with("record of 1 500 123 bytes"));
+    }
+
+    #[test]
+    fn message_max_bytes_comes_from_the_properties() {
+        let props = |v: &str| vec![("acks".to_string(), "all".to_string()), ("message.max.bytes".to_string(), v.to_string())];
+        assert_eq!(message_max_bytes(&[]), Ok(1_000_000));
+        assert_eq!(message_max_bytes(&props("2000000")), Ok(2_000_000));
+        assert!(message_max_bytes(&props("2MB")).unwrap_err().contains("`2MB`"));
+        assert_eq!(
+            (group_digits(0), group_digits(999), group_digits(1000), group_digits(1_500_123)),
+            ("0".into(), "999".into(), "1 000".into(), "1 500 123".into())
+        );
+    }
 
     #[test]
     fn staged_transactions_round_trip() {

@@ -472,8 +472,12 @@ fn chain_op(
                 Some(c) => default_transaction_timeout(c.interval, c.timeout),
                 None => std::time::Duration::from_secs(60),
             };
+            let dead_letter = match &k.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                _ => None,
+            };
             let (name, pipeline) = (&node.name, &plan.pipeline.name);
-            Box::new(KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout).map_err(err)?)
+            Box::new(KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };

@@ -787,3 +787,58 @@ fn kafka_a_second_run_on_the_state_dir_neither_fences_nor_disturbs_the_running_o
     assert!(!done.stderr.contains("Checkpoint aborted."), "{}", done.stderr);
     assert_same_multiset("kafka, a second run refused while the first ran", canon(&job.output()), want);
 }
+
+/// `1500054` as `1 500 054`, as the sink's errors write sizes.
+fn grouped(n: usize) -> String {
+    let s = n.to_string();
+    s.chars().enumerate().fold(String::new(), |mut out, (i, c)| {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+        out
+    })
+}
+
+#[test]
+fn kafka_sink_record_over_message_max_bytes_follows_on_error_and_names_both_sizes() {
+    let dir = tmp();
+    let input = dir.path().join("in.jsonl");
+    let big = format!(r#"{{"id":2,"blob":"{}"}}"#, "x".repeat(1_500_000));
+    std::fs::write(&input, format!("{{\"id\":1}}\n{big}\n{{\"id\":3}}\n")).unwrap();
+    let dead = dir.path().join("refused.jsonl");
+    let yaml = |on_error: &str| {
+        format!(
+            "name: @NAME@\nparallelism: 1\nstate: {{dir: unused}}\ncheckpoint: {{interval: 200ms}}\nsources:\n  - {{name: rows, type: file, path: {}}}\nsinks:\n  - {{name: out, type: kafka, input: rows, brokers: @BROKERS@, topic: @OUT@{on_error}}}\n",
+            input.display()
+        )
+    };
+    // key and value plus librdkafka's 36 bytes of record framing.
+    let want = format!("record of {} bytes", grouped(big.len() + 36));
+
+    // fail (the default): decided before sending, naming the size and the limit.
+    let job = KJob::new("toolarge-fail", &yaml(""), false);
+    let o = job.cmd_p(1).run();
+    assert_ne!(o.code(), Some(0), "a refused record must fail the pipeline:\n{}", o.stderr);
+    assert!(o.stderr.contains(&want) && o.stderr.contains("message.max.bytes 1 000 000"), "{}", o.stderr);
+
+    // dead_letter: the other records are written, the refused one is in the file.
+    let on_error = format!(", on_error: dead_letter, dead_letter: {}", dead.display());
+    let job = KJob::new("toolarge-dl", &yaml(&on_error), false);
+    job.cmd_p(1).ok();
+    let ids: BTreeSet<String> = job.output().iter().map(|l| parse(l)["id"].to_string()).collect();
+    assert_eq!(ids, BTreeSet::from(["1".to_string(), "3".to_string()]));
+    let letters = std::fs::read_to_string(&dead).unwrap();
+    let letters: Vec<serde_json::Value> = letters.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let reason = letters[0]["reason"].as_str().unwrap();
+    assert!(reason.contains(&want) && reason.contains("message.max.bytes 1 000 000"), "{reason}");
+    assert_eq!(letters[0]["record"].as_str(), Some(big.as_str()));
+
+    // skip, with a lower limit set in properties: only what fits is written.
+    let small = format!(", on_error: skip, properties: {{message.max.bytes: {}}}", 10_000);
+    let job = KJob::new("toolarge-skip", &yaml(&small), false);
+    job.cmd_p(1).ok();
+    let ids: BTreeSet<String> = job.output().iter().map(|l| parse(l)["id"].to_string()).collect();
+    assert_eq!(ids, BTreeSet::from(["1".to_string(), "3".to_string()]));
+}

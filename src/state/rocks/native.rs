@@ -211,6 +211,28 @@ fn file_size(path: &Path) -> Option<u64> {
     fs::symlink_metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
 }
 
+/// Whether `path` is a regular file of `size` bytes with CRC32C `crc`
+/// (the size first: no read of a file that cannot match).
+fn same_file(path: &Path, size: u64, crc: u32) -> bool {
+    if file_size(path) != Some(size) {
+        return false;
+    }
+    let Ok((mut f, _)) = store::open_regular(path) else { return false };
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut read, mut sum) = (0u64, 0u32);
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return read == size && sum == crc,
+            Ok(n) => {
+                sum = crc32c::crc32c_append(sum, &buf[..n]);
+                read += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+}
+
 /// Copy a regular file (only: a FIFO named in a MANIFEST must not block the restore).
 fn copy_regular(from: &Path, to: &Path) -> io::Result<u64> {
     let (mut src, _) = store::open_regular(from)?;
@@ -287,7 +309,10 @@ pub fn restore(
     let err = |what: &str, path: &Path, e: &dyn std::fmt::Display| super::backend_error(what, path, e);
     let local_root = db_path.parent().unwrap_or(db_path).to_path_buf();
     let local = local_root.join(checkpoint_dir_name(id));
-    // The local checkpoint matches if it holds every file with the recorded size.
+    // The local checkpoint matches if it holds every file with the recorded
+    // size and CRC32C: a local file damaged in place (same size) would
+    // otherwise be opened as the state. Reading it costs less than the copy
+    // from the checkpoint it saves.
     let local_name_of = |f: &FileEntry| -> Option<String> {
         if f.shared {
             local_name(&f.name).map(str::to_string)
@@ -295,7 +320,7 @@ pub fn restore(
             f.name.strip_prefix(&format!("{DB_SUBDIR}/")).map(str::to_string)
         }
     };
-    let matches = files.iter().all(|f| local_name_of(f).is_some_and(|n| file_size(&local.join(n)) == Some(f.size)));
+    let matches = files.iter().all(|f| local_name_of(f).is_some_and(|n| same_file(&local.join(n), f.size, f.crc32c)));
     let source = if matches { RestoreSource::Local } else { RestoreSource::Checkpoint };
     match fs::remove_dir_all(db_path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(err("cannot remove", db_path, &e)),

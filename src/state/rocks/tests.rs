@@ -234,6 +234,42 @@ fn incremental_checkpoints_copy_little_after_small_changes_and_restore_exactly()
     }
 }
 
+#[test]
+fn local_recovery_refuses_a_local_file_damaged_in_place() {
+    use native::{RestoreSource, Uploader};
+    let t = test_db();
+    let mut s = state(&t, "a", 0..8);
+    for i in 0..2_000u32 {
+        s.put(0, (i % 8) as KeyGroup, &i.to_be_bytes(), &i.to_le_bytes().repeat(8)).unwrap();
+    }
+    let want: Vec<_> = (0..8).map(|kg| entries(&s, 0, kg)).collect();
+    let store = t.dir.path().join("checkpoints");
+    let (shared, bundle_dir) = (store.join("shared"), store.join("chk-1"));
+    std::fs::create_dir_all(&bundle_dir).unwrap();
+    let local = t.db.local_checkpoint(1).unwrap();
+    let (files, _) = Uploader::new(0).upload(&local, &bundle_dir, &shared).unwrap();
+    drop(s);
+    // Flip one byte of a local SST, keeping its size.
+    let local_dir = t.db.local_root().join("chk-0000001");
+    let sst = files.iter().find(|f| f.shared).and_then(|f| native::local_name(&f.name)).unwrap();
+    let path = local_dir.join(sst);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    // A new inode: the link in the live DB keeps its bytes.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let from = native::NativeCheckpoint { id: 1, bundle: 0, files: &files, bundle_dir: &bundle_dir, shared_dir: &shared };
+    let db_path = t.db.local_root().join("restored");
+    let cfs = ["a".to_string(), "b".to_string()];
+    let (db, _, source) = native::restore(&from, &db_path, &cfs, &RocksOptions::default()).unwrap();
+    assert_eq!(source, RestoreSource::Checkpoint, "a local SST with the right size but wrong bytes was used");
+    let back = RocksState::new(db, "a", &T, 0..8).unwrap();
+    for kg in 0..8 {
+        assert_eq!(entries(&back, 0, kg), want[kg as usize], "kg {kg}");
+    }
+}
+
 /// Bounded state churned through many native checkpoints (the soak of a
 /// dedup with a TTL): the DB's MANIFEST rolls instead of growing, so the
 /// private bytes copied per checkpoint stay flat, and the info LOG stays
