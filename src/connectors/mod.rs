@@ -6,10 +6,14 @@
 //! Connectors use `crate::operators` (the trait, context, errors, dead
 //! letters); operators never use connectors. A new connector goes here, a
 //! new keyed operator in `crate::operators`.
+//!
+//! `kafka/` is compiled only with the `kafka` feature; without it, config
+//! validation refuses Kafka sources and sinks (`config::features`).
 
 pub mod blackhole;
 pub mod datagen;
 pub mod file;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod source;
 pub mod stdout;

@@ -30,13 +30,7 @@ use crate::checkpoint::{BundleId, CheckpointId};
 use crate::faults;
 use crate::state::StateError;
 
-/// Where private DB files go inside a checkpoint's bundle directory.
-pub const DB_SUBDIR: &str = "db";
-
-/// The operator state of a task snapshot whose state is in its bundle's
-/// native checkpoint (never the start of a canonical snapshot, which opens
-/// with a table count below 255).
-pub const NATIVE_MARKER: &[u8] = b"WEIRNAT1";
+pub use crate::state::native_format::{DB_SUBDIR, NATIVE_MARKER};
 
 /// A RocksDB checkpoint in `local/bundle-BBB/chk-N`.
 #[derive(Debug)]
