@@ -19,11 +19,11 @@ use super::restore::RestoredState;
 use super::snapshot::ChannelId;
 use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming};
 use super::task_checkpoint::{Control, Event, TaskCheckpointing};
-use crate::checkpoint::BundleId;
-use crate::checkpoint::CheckpointId;
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::manifest::TaskId;
+use crate::checkpoint::BundleId;
+use crate::checkpoint::CheckpointId;
 use crate::config::{Alignment, Backend, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
 use crate::connectors::blackhole::Blackhole;
 use crate::connectors::datagen::Datagen;
@@ -39,10 +39,10 @@ use crate::operators::dead_letter::{commit_operator_name, DeadLetters};
 use crate::operators::dedup::Dedup;
 use crate::operators::{DeadLetter, Operator, OperatorMetrics, SubtaskInfo};
 use crate::plan::{Edge, Plan};
-use crate::state::KeyedState;
 use crate::state::memory::MemoryState;
 use crate::state::rocks::native::{self, Uploader};
 use crate::state::rocks::{self, BundleDb, RocksState};
+use crate::state::KeyedState;
 use crate::types::{key_group_range, Millis};
 
 /// Messages a channel holds before the sender waits (backpressure).
@@ -465,7 +465,7 @@ fn chain_op(
         #[cfg(not(feature = "kafka"))]
         NodeKind::Sink(SinkSpec::Kafka(_)) => {
             let _ = restored_parallelism; // only the Kafka sink needs it
-            return Err(err(crate::config::features::missing_reason(crate::config::features::Feature::Kafka)))
+            return Err(err(crate::config::features::missing_reason(crate::config::features::Feature::Kafka)));
         }
         #[cfg(feature = "kafka")]
         NodeKind::Sink(SinkSpec::Kafka(k)) => {

@@ -19,12 +19,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, ChannelId, TaskSnapshot};
-use crate::checkpoint::BundleId;
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::lineage::{self, Lineage};
 use crate::checkpoint::lock::{self, StateDirLock};
 use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, TaskId};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
+use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
 use crate::config::features::{missing_reason, Feature, Features};
 use crate::config::Backend;
