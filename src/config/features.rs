@@ -118,7 +118,7 @@ sinks:
             got,
             [
                 "pipeline.yaml:4:11: source `in`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
-                "pipeline.yaml:11:11: sink `out`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
+                "pipeline.yaml:10:11: sink `out`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
             ]
         );
         assert!(messages(KAFKA, Features { rocksdb: false, kafka: true }).is_empty());
