@@ -2,14 +2,16 @@
 //!
 //! Data flows one way: `config` (YAML → validated pipeline) → `plan`
 //! (operators × parallelism, edges, chains) → `runtime` (tokio tasks,
-//! channels, watermarks, checkpoints) → `operators` → `state` →
-//! `checkpoint` (on-disk layout, manifests, validation). The `cli` sits at
-//! the edge.
+//! channels, watermarks, checkpoints) → `connectors` (sources and sinks,
+//! one module per external system) → `operators` (the `Operator` trait and
+//! the keyed operators) → `state` → `checkpoint` (on-disk layout,
+//! manifests, validation). The `cli` sits at the edge.
 
 pub mod checkpoint;
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod connectors;
 pub mod faults;
 pub mod format;
 pub mod number;

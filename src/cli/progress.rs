@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::operators::source::Extent;
+use crate::connectors::source::Extent;
 use crate::runtime::{NodeMetrics, Outcome};
 
 pub struct Progress {

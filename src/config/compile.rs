@@ -8,9 +8,10 @@
 use std::collections::HashMap;
 
 use super::deser::{Parsed, Section};
+use super::features::{self, Feature, Features, Need};
 use super::locate::{child, item, Locator, Seg, YPath};
 use super::outputs::{self, Place, Role};
-use super::pipeline::{CheckpointSpec, Delivery, Node, NodeKind, OnError, Pipeline, SinkSpec, SourceKind, StateSpec};
+use super::pipeline::{Backend, CheckpointSpec, Delivery, Node, NodeKind, OnError, Pipeline, SinkSpec, SourceKind, StateSpec};
 use super::raw::{RawOperator, RawPipeline, RawSink, RawSource};
 use super::specs::{self, Cx};
 use super::ConfigError;
@@ -37,7 +38,7 @@ struct Item<'a> {
 }
 
 /// Check `parsed` and build the pipeline; None if anything was wrong.
-pub(crate) fn compile(parsed: &Parsed, loc: &Locator, errors: &mut Vec<ConfigError>) -> Option<Pipeline> {
+pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors: &mut Vec<ConfigError>) -> Option<Pipeline> {
     let mut cx = Cx { loc, errors: Vec::new() };
     let raw = &parsed.raw;
     if parsed.name_ok {
@@ -55,6 +56,9 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, errors: &mut Vec<ConfigErr
     check_read(&mut cx, &items, &inputs, &in_cycle);
     let kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
     check_kafka_transactions(&mut cx, &items, &kinds, checkpoint.as_ref());
+    for (at, message) in features::unmet(&needs(&state, &items, &kinds), features) {
+        cx.err(at, message);
+    }
     outputs::check(&mut cx, &places(raw, &state, &items, &kinds));
     let order = topological_order(&items, &inputs);
     check_flow(&mut cx, &items, &inputs, &kinds, &order);
@@ -307,6 +311,25 @@ fn check_flow(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], kinds: &[Op
         };
         flows[i] = flow;
     }
+}
+
+/// What the pipeline uses that a build may lack (`config::features`).
+fn needs(state: &StateSpec, items: &[Item], kinds: &[Option<NodeKind>]) -> Vec<Need> {
+    let mut needs = Vec::new();
+    if matches!(state.backend, Backend::RocksDb(_)) {
+        let at = vec![Seg::Key("state".into()), Seg::Key("backend".into())];
+        needs.push(Need { at, what: "state.backend: rocksdb".into(), feature: Feature::RocksDb });
+    }
+    for (it, kind) in items.iter().zip(kinds) {
+        let role = match kind {
+            Some(NodeKind::Source(s)) if matches!(s.kind, SourceKind::Kafka(_)) => "source",
+            Some(NodeKind::Sink(SinkSpec::Kafka(_))) => "sink",
+            _ => continue,
+        };
+        let what = format!("{role} `{}`: type: kafka", it.name.unwrap_or_default());
+        needs.push(Need { at: child(&it.path, "type"), what, feature: Feature::Kafka });
+    }
+    needs
 }
 
 /// A transaction of an exactly-once Kafka sink stays open from the first

@@ -8,6 +8,7 @@ use serde_yaml::Value;
 use super::compile::compile;
 use super::deser::deserialize;
 use super::env::{expand, position_of};
+use super::features::Features;
 use super::locate::{unplaced_error_position, Locator};
 use super::overrides;
 use super::pipeline::Pipeline;
@@ -48,6 +49,22 @@ pub(crate) fn load_with_env(
     overrides: &[String],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Pipeline, ConfigErrors> {
+    load_with(text, origin, overrides, env, Features::COMPILED)
+}
+
+/// `load_str` as a weir built with `features` would do it.
+#[cfg(test)]
+pub(crate) fn load_with_features(text: &str, origin: &str, features: Features) -> Result<Pipeline, ConfigErrors> {
+    load_with(text, origin, &[], &|_| None, features)
+}
+
+fn load_with(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+    features: Features,
+) -> Result<Pipeline, ConfigErrors> {
     if text.len() as u64 > MAX_PIPELINE_BYTES {
         let message = format!("the pipeline is larger than {} MiB: expected a YAML pipeline, not data", MAX_PIPELINE_BYTES >> 20);
         return Err(ConfigErrors(vec![ConfigError { origin: origin.to_string(), line: 1, col: 1, message }]));
@@ -74,7 +91,7 @@ pub(crate) fn load_with_env(
     })?;
     let (applied, mut errors) = overrides::apply(&mut doc, overrides);
     let loc = Locator::new(origin, &expanded, applied);
-    let pipeline = deserialize(&doc, &loc, &mut errors).and_then(|parsed| compile(&parsed, &loc, &mut errors));
+    let pipeline = deserialize(&doc, &loc, &mut errors).and_then(|parsed| compile(&parsed, &loc, features, &mut errors));
     match pipeline {
         Some(p) if errors.is_empty() => Ok(p),
         _ => {

@@ -8,6 +8,7 @@ mod compile;
 mod deser;
 mod duration;
 mod env;
+pub mod features;
 #[cfg(test)]
 pub(crate) mod fuzz_tests;
 mod limits;

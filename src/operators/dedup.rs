@@ -392,6 +392,7 @@ mod tests {
     /// bounded by what the TTL keeps, scans start past deleted timers, and
     /// a snapshot taken at the end holds exactly the keys that are alive.
     #[test]
+    #[cfg(feature = "rocksdb")]
     fn ttl_keeps_rocksdb_state_bounded_under_key_churn() {
         use crate::state::rocks::{BundleDb, RocksOptions, RocksState};
         use crate::state::snapshot;

@@ -1,22 +1,19 @@
 //! Operators: the code that runs inside a subtask.
 //!
+//! This module holds the `Operator` trait, what every operator shares (the
+//! context, metrics, errors, dead letters) and the keyed operators (`dedup`,
+//! `aggregate`). Sources and sinks, the code that talks to an external
+//! system, live in `crate::connectors` and build on this module, never the
+//! other way round.
+//!
 //! Every operator implements `Operator` (one required method, every other
 //! hook defaulted). Operators are synchronous and never see config, channels
 //! or tokio: the runtime feeds them batches and watermarks and routes what
 //! they emit. All their memory of the past lives in `Context::state`.
 
 pub mod aggregate;
-pub mod blackhole;
-pub mod datagen;
 pub mod dead_letter;
 pub mod dedup;
-pub mod file_sink;
-pub mod file_source;
-pub mod kafka;
-pub mod kafka_sink;
-pub mod kafka_source;
-pub mod source;
-pub mod stdout_sink;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -25,18 +25,18 @@ use crate::checkpoint::manifest::TaskId;
 use crate::checkpoint::BundleId;
 use crate::checkpoint::CheckpointId;
 use crate::config::{Alignment, Backend, NodeId, NodeKind, OnError, SinkSpec, SourceKind, SourceSpec};
+use crate::connectors::blackhole::Blackhole;
+use crate::connectors::datagen::Datagen;
+use crate::connectors::file::sink::FileSink;
+use crate::connectors::file::source::{splits_for, FileSource};
+#[cfg(feature = "kafka")]
+use crate::connectors::kafka::{sink::default_transaction_timeout, sink::KafkaSink, source::KafkaSource};
+use crate::connectors::source::{Extent, Source};
+use crate::connectors::stdout::StdoutSink;
 use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
-use crate::operators::blackhole::Blackhole;
-use crate::operators::datagen::Datagen;
 use crate::operators::dead_letter::{commit_operator_name, DeadLetters};
 use crate::operators::dedup::Dedup;
-use crate::operators::file_sink::FileSink;
-use crate::operators::file_source::{splits_for, FileSource};
-use crate::operators::kafka_sink::{default_transaction_timeout, KafkaSink};
-use crate::operators::kafka_source::KafkaSource;
-use crate::operators::source::{Extent, Source};
-use crate::operators::stdout_sink::StdoutSink;
 use crate::operators::{DeadLetter, Operator, OperatorMetrics, SubtaskInfo};
 use crate::plan::{Edge, Plan};
 use crate::state::memory::MemoryState;
@@ -300,6 +300,9 @@ fn source(
                 dead_letter,
             )))
         }
+        #[cfg(not(feature = "kafka"))]
+        SourceKind::Kafka(_) => Err(err(crate::config::features::missing_reason(crate::config::features::Feature::Kafka))),
+        #[cfg(feature = "kafka")]
         SourceKind::Kafka(k) => {
             let dead_letter = match &spec.on_error {
                 OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
@@ -465,6 +468,12 @@ fn chain_op(
             Box::new(FileSink::new(dir, *max_file_bytes, subtask, plan.pipeline.checkpoint.is_some()).map_err(|e| err(e.to_string()))?)
         }
         NodeKind::Sink(SinkSpec::Stdout) => Box::<StdoutSink>::default(),
+        #[cfg(not(feature = "kafka"))]
+        NodeKind::Sink(SinkSpec::Kafka(_)) => {
+            let _ = restored_parallelism; // only the Kafka sink needs it
+            return Err(err(crate::config::features::missing_reason(crate::config::features::Feature::Kafka)));
+        }
+        #[cfg(feature = "kafka")]
         NodeKind::Sink(SinkSpec::Kafka(k)) => {
             let key =
                 k.key.iter().map(|f| input_schema.iter().position(|s| s == f).expect("validated: key field in input schema")).collect();

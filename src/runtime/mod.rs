@@ -33,7 +33,7 @@ pub use chain::TaskError;
 pub use metrics::{NodeMetrics, Totals};
 
 use crate::checkpoint;
-use crate::operators::source::Extent;
+use crate::connectors::source::Extent;
 use crate::plan::Plan;
 use build::Task;
 use task::TaskEnd;

@@ -26,9 +26,10 @@ use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, Tas
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
+use crate::config::features::{missing_reason, Feature, Features};
 use crate::config::Backend;
 use crate::config::Pipeline;
-use crate::operators::source::RestoredPositions;
+use crate::connectors::source::RestoredPositions;
 use crate::plan::Plan;
 use crate::state::rocks::native::DB_SUBDIR;
 use crate::types::Millis;
@@ -375,6 +376,10 @@ fn check_native(pipeline: &Pipeline, valid: &ValidCheckpoint) -> Result<(), Rest
         return Ok(());
     }
     let id = valid.metadata.checkpoint_id;
+    if !Features::COMPILED.rocksdb {
+        let reason = format!("restoring it {}", missing_reason(Feature::RocksDb));
+        return Err(RestoreError::Native { id, reason });
+    }
     if !matches!(pipeline.state.backend, Backend::RocksDb(_)) {
         return Err(RestoreError::Native { id, reason: "it restores only into `state.backend: rocksdb`".into() });
     }

@@ -19,8 +19,8 @@ use super::task_checkpoint::{completed_changed, Control, Event, NativePart, Pend
 use super::watermark::{WatermarkChange, WatermarkTracker};
 use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::CheckpointId;
+use crate::connectors::source::{RestoredPositions, Source, SourcePoll};
 use crate::faults;
-use crate::operators::source::{RestoredPositions, Source, SourcePoll};
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::pacing::Pacer;
 use crate::types::{Millis, MAX_WATERMARK, MIN_WATERMARK};

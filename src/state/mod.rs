@@ -7,6 +7,13 @@
 //! operator owns its encoding, the backend never interprets it.
 
 pub mod memory;
+pub mod native_format;
+#[cfg(feature = "rocksdb")]
+pub mod rocks;
+// Without the feature, uninhabited stand-ins: config validation refuses
+// `backend: rocksdb` before the runtime could reach them.
+#[cfg(not(feature = "rocksdb"))]
+#[path = "rocks_off.rs"]
 pub mod rocks;
 pub mod snapshot;
 

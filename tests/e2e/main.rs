@@ -16,6 +16,7 @@ mod examples;
 mod file_sink;
 mod golden;
 mod inspect;
+#[cfg(feature = "kafka")]
 mod kafka;
 mod records;
 mod reference;

@@ -30,13 +30,7 @@ use crate::checkpoint::{BundleId, CheckpointId};
 use crate::faults;
 use crate::state::StateError;
 
-/// Where private DB files go inside a checkpoint's bundle directory.
-pub const DB_SUBDIR: &str = "db";
-
-/// The operator state of a task snapshot whose state is in its bundle's
-/// native checkpoint (never the start of a canonical snapshot, which opens
-/// with a table count below 255).
-pub const NATIVE_MARKER: &[u8] = b"WEIRNAT1";
+pub use crate::state::native_format::{remove_other_bundles, DB_SUBDIR, NATIVE_MARKER};
 
 /// A RocksDB checkpoint in `local/bundle-BBB/chk-N`.
 #[derive(Debug)]
@@ -75,21 +69,6 @@ pub fn retain_local(local_root: &Path, keep: Option<CheckpointId>, below: Checkp
         let unfinished = name.starts_with("chk-") && name.ends_with(".tmp");
         let old = crate::checkpoint::layout::parse_checkpoint_dir_name(name).is_some_and(|id| Some(id) != keep && id < below);
         if unfinished || old {
-            let _ = fs::remove_dir_all(e.path());
-        }
-    }
-}
-
-/// Remove the local state of bundles this run does not have (`bundles`
-/// and up): a crashed run at another parallelism or with another backend
-/// left their working DBs and local checkpoints, which nothing restores.
-pub fn remove_other_bundles(local_dir: &Path, bundles: BundleId) {
-    let Ok(entries) = fs::read_dir(local_dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let bundle = name.to_str().and_then(crate::checkpoint::layout::parse_bundle_dir_name);
-        if bundle.is_some_and(|b| b >= bundles) {
-            tracing::info!(dir = %e.path().display(), "Removed the local state of a bundle this run does not have.");
             let _ = fs::remove_dir_all(e.path());
         }
     }

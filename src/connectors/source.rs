@@ -2,7 +2,7 @@
 
 use crate::types::{Millis, Record};
 
-use super::{OpError, OperatorMetrics};
+use crate::operators::{OpError, OperatorMetrics};
 
 /// What a poll found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,12 +15,12 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::dead_letter::reject;
-use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
-use super::{DeadLetter, OpError, OperatorMetrics};
 use crate::codec::{Dec, Enc};
 use crate::config::OnError;
+use crate::connectors::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
 use crate::format::json::JsonParser;
+use crate::operators::dead_letter::reject;
+use crate::operators::{DeadLetter, OpError, OperatorMetrics};
 use crate::types::{Millis, Record};
 
 /// Below this size a file is not split further.

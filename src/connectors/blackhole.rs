@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Context, OpResult, Operator};
+use crate::operators::{Context, OpResult, Operator};
 use crate::pacing::Pacer;
 use crate::types::Record;
 

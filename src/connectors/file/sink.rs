@@ -25,8 +25,8 @@ use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use super::{Context, OpError, OpResult, Operator};
 use crate::faults;
+use crate::operators::{Context, OpError, OpResult, Operator};
 use crate::state::{TableKind, TableSpec};
 use crate::types::{KeyGroup, Record};
 

@@ -3,7 +3,7 @@
 
 use std::io::{ErrorKind, Write};
 
-use super::{Context, OpError, OpResult, Operator};
+use crate::operators::{Context, OpError, OpResult, Operator};
 use crate::types::Record;
 
 #[derive(Default)]

@@ -8,10 +8,10 @@
 //! are fewer than subtasks. A subtask with several lanes merges them by row
 //! number, which keeps event time in order.
 
-use super::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
-use super::{OpError, OperatorMetrics};
 use crate::codec::{Dec, Enc};
 use crate::config::{DatagenSpec, GenField};
+use crate::connectors::source::{deal, Extent, RestoredPositions, Source, SourcePoll};
+use crate::operators::{OpError, OperatorMetrics};
 use crate::types::{check_event_time, Millis, Record, Value};
 
 pub struct Datagen {

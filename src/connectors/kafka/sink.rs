@@ -66,11 +66,12 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::dead_letter::reject;
-use super::kafka::{client_config, is_connectivity, WeirContext};
-use super::{Context, DeadLetter, OpError, OpResult, Operator};
+use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
+use crate::operators::dead_letter::reject;
+use crate::operators::DeadLetter;
+use crate::operators::{Context, OpError, OpResult, Operator};
 use crate::state::{TableKind, TableSpec};
 use crate::types::Record;
 
@@ -386,7 +387,7 @@ impl KafkaSink {
 
     fn message(&mut self, r: &Record) -> Msg {
         let values: Vec<_> = self.key.iter().map(|&i| &r.fields[i]).collect();
-        let key = super::kafka::key_bytes(&values, &mut self.key_buf).then(|| self.key_buf.clone().into_boxed_slice());
+        let key = super::key_bytes(&values, &mut self.key_buf).then(|| self.key_buf.clone().into_boxed_slice());
         (key, r.raw.clone())
     }
 

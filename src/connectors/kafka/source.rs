@@ -36,12 +36,12 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::dead_letter::reject;
-use super::kafka::{client_config, is_connectivity, WeirContext};
-use super::source::{Extent, RestoredPositions, Source, SourcePoll};
-use super::{DeadLetter, OpError, OperatorMetrics};
+use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError};
+use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
 use crate::format::json::JsonParser;
+use crate::operators::dead_letter::reject;
+use crate::operators::{DeadLetter, OpError, OperatorMetrics};
 use crate::types::{Millis, Record, MIN_WATERMARK};
 
 /// Position format: magic and version.

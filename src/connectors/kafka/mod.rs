@@ -8,6 +8,9 @@
 //! outage is logged at WARN, then one line every few seconds while it lasts,
 //! and past `broker_timeout` the subtask fails with the last error.
 
+pub mod sink;
+pub mod source;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,7 +21,7 @@ use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::OpError;
+use crate::operators::OpError;
 
 /// How often a continuing outage is logged.
 const OUTAGE_LOG_EVERY: Duration = Duration::from_secs(5);

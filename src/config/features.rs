@@ -1,0 +1,133 @@
+//! Cargo features a pipeline needs: `rocksdb` (`state.backend: rocksdb`)
+//! and `kafka` (Kafka sources and sinks). A weir built without one refuses
+//! a pipeline that needs it at validation, located, with the command that
+//! builds a weir that has it, instead of failing when the job starts.
+//!
+//! The check is a pure function of what the pipeline needs and the set of
+//! features compiled in, so every combination is tested in any build.
+
+use super::locate::YPath;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    RocksDb,
+    Kafka,
+}
+
+impl Feature {
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::RocksDb => "rocksdb",
+            Feature::Kafka => "kafka",
+        }
+    }
+}
+
+/// Which optional features a weir binary has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    pub rocksdb: bool,
+    pub kafka: bool,
+}
+
+impl Features {
+    /// The features of this build.
+    pub const COMPILED: Features = Features { rocksdb: cfg!(feature = "rocksdb"), kafka: cfg!(feature = "kafka") };
+
+    pub fn has(self, f: Feature) -> bool {
+        match f {
+            Feature::RocksDb => self.rocksdb,
+            Feature::Kafka => self.kafka,
+        }
+    }
+}
+
+/// Why something that needs `f` cannot run in this build, and how to get a
+/// build that can.
+pub fn missing_reason(f: Feature) -> String {
+    let name = f.name();
+    format!("needs a weir built with the `{name}` feature (cargo build --release --features {name})")
+}
+
+/// One thing a pipeline uses that needs a feature: where it is written and
+/// how to name it (`state.backend: rocksdb`).
+#[derive(Debug, Clone)]
+pub(crate) struct Need {
+    pub at: YPath,
+    pub what: String,
+    pub feature: Feature,
+}
+
+/// The needs that `compiled` cannot meet, each with its message.
+pub(crate) fn unmet(needs: &[Need], compiled: Features) -> Vec<(&YPath, String)> {
+    needs.iter().filter(|n| !compiled.has(n.feature)).map(|n| (&n.at, format!("{} {}", n.what, missing_reason(n.feature)))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load::load_with_features;
+
+    const ALL: Features = Features { rocksdb: true, kafka: true };
+    const NONE: Features = Features { rocksdb: false, kafka: false };
+
+    const ROCKS: &str = "name: p
+state:
+  backend: rocksdb
+sources:
+  - {name: in, type: datagen, fields: {user: {kind: key, cardinality: 10}}}
+sinks:
+  - {name: out, type: blackhole, input: in}
+";
+
+    const KAFKA: &str = "name: p
+sources:
+  - name: in
+    type: kafka
+    brokers: localhost:9092
+    topics: [t]
+sinks:
+  - name: out
+    input: in
+    type: kafka
+    brokers: localhost:9092
+    topic: u
+    delivery: at_least_once
+";
+
+    fn messages(text: &str, features: Features) -> Vec<String> {
+        match load_with_features(text, "pipeline.yaml", features) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn rocksdb_backend_without_the_feature_is_refused_at_the_backend() {
+        assert_eq!(
+            messages(ROCKS, Features { rocksdb: false, kafka: true }),
+            ["pipeline.yaml:3:12: state.backend: rocksdb needs a weir built with the `rocksdb` feature (cargo build --release --features rocksdb)"]
+        );
+        assert!(messages(ROCKS, Features { rocksdb: true, kafka: false }).is_empty());
+    }
+
+    #[test]
+    fn kafka_source_and_sink_without_the_feature_are_refused_at_their_type() {
+        let got = messages(KAFKA, Features { rocksdb: true, kafka: false });
+        assert_eq!(
+            got,
+            [
+                "pipeline.yaml:4:11: source `in`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
+                "pipeline.yaml:10:11: sink `out`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
+            ]
+        );
+        assert!(messages(KAFKA, Features { rocksdb: false, kafka: true }).is_empty());
+    }
+
+    #[test]
+    fn a_pipeline_without_optional_parts_needs_no_feature() {
+        let text = ROCKS.replace("state:\n  backend: rocksdb\n", "");
+        assert!(messages(&text, NONE).is_empty());
+        assert!(messages(ROCKS, ALL).is_empty());
+    }
+}
