@@ -447,7 +447,16 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
     }
     let in_flight: usize = tasks.values().flat_map(|t| t.output_channels.iter().chain(&t.input_channels)).map(|c| c.records.len()).sum();
     tracing::info!(checkpoint = id, dir = %valid.dir.display(), tasks = tasks.len(), in_flight, "Restoring from checkpoint.");
-    Ok(RestoredState { id, dir: valid.dir, parallelism: md.parallelism, same_parallelism, tasks, positions, started, manifests: valid.manifests })
+    Ok(RestoredState {
+        id,
+        dir: valid.dir,
+        parallelism: md.parallelism,
+        same_parallelism,
+        tasks,
+        positions,
+        started,
+        manifests: valid.manifests,
+    })
 }
 
 /// Refuse a checkpoint whose state the new plan cannot take back whole.
