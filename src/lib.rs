@@ -18,6 +18,7 @@ pub mod number;
 pub mod operators;
 pub mod pacing;
 pub mod plan;
+pub mod run_id;
 pub mod runtime;
 pub mod state;
 pub mod types;

@@ -270,7 +270,10 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
             // A second signal means "now": don't wait for the drain.
             signals.next().await;
             eprintln!("weir: stopped hard by a second signal");
-            std::process::exit(130);
+            // `_exit`, not `exit`: the C++ static destructors `exit` runs
+            // (RocksDB's) would race the threads still running and can
+            // abort the process (SIGABRT) instead of exiting 130.
+            signal_hook::low_level::exit(130);
         });
         tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");
         let started = Instant::now();

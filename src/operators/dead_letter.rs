@@ -7,7 +7,9 @@
 //! With checkpoints the dead letter is output like a sink's, committed with
 //! the checkpoint: each writer (a source or aggregate subtask) appends to
 //! hidden segment files of its own next to the file
-//! (`.FILE.NODE-SUBTASK-SEQ.inprogress`). At a barrier, `DeadLetterCommit`
+//! (`.FILE.NODE-SUBTASK-SEQ-RUN.inprogress`, RUN the writer's run id, so no
+//! other run ever writes a segment under a name a checkpoint staged; see
+//! `crate::run_id`). At a barrier, `DeadLetterCommit`
 //! (chained after the writer) flushes, fsyncs and closes the open segment and
 //! stages it in its state under the checkpoint id; when the checkpoint
 //! completes the staged segments are appended to the file. On restore the
@@ -150,8 +152,16 @@ impl DeadLetters {
         OpenOptions::new().create(true).append(true).open(path)?;
         let (dir, file_name) = split_path(path)?;
         let append_lock = self.appends.entry(path.to_path_buf()).or_default().clone();
-        let mut segments =
-            Segments { dir, file_name, node: node.to_string(), subtask, next_seq: 0, current: None, append_lock: append_lock.clone() };
+        let mut segments = Segments {
+            dir,
+            file_name,
+            node: node.to_string(),
+            subtask,
+            run: crate::run_id::draw_short(),
+            next_seq: 0,
+            current: None,
+            append_lock: append_lock.clone(),
+        };
         segments.next_seq = segments.next_free_seq()?;
         let below = segments.next_seq;
         let d = DeadLetter { path: Arc::new(path.to_path_buf()), out: Arc::new(Mutex::new(Writer::Staged(segments))) };
@@ -185,6 +195,8 @@ struct Segments {
     file_name: String,
     node: String,
     subtask: u16,
+    /// This writer's run id, in every segment name it writes.
+    run: String,
     next_seq: u64,
     current: Option<Segment>,
     append_lock: Arc<Mutex<()>>,
@@ -200,13 +212,19 @@ impl Segments {
         format!(".{}.", self.file_name)
     }
 
-    fn segment_name(&self, subtask: u16, seq: u64) -> String {
-        format!("{}{}-{subtask:04}-{seq:06}.inprogress", self.prefix(), self.node)
+    fn segment_name(&self, seq: u64) -> String {
+        format!("{}{}-{:04}-{seq:06}-{}.inprogress", self.prefix(), self.node, self.subtask, self.run)
     }
 
-    /// (subtask, seq) of one of this node's segments.
+    /// (subtask, seq) of one of this node's segments: `NODE-SUBTASK-SEQ-RUN`,
+    /// or `NODE-SUBTASK-SEQ` as weir 0.1 named them.
     fn parse(&self, name: &str) -> Option<(u16, u64)> {
         let rest = name.strip_prefix(&self.prefix())?.strip_suffix(".inprogress")?;
+        let without_run = rest.rsplit_once('-').filter(|(_, run)| crate::run_id::is_short(run)).map(|(head, _)| head);
+        without_run.and_then(|head| self.parse_unnamed(head)).or_else(|| self.parse_unnamed(rest))
+    }
+
+    fn parse_unnamed(&self, rest: &str) -> Option<(u16, u64)> {
         let mut parts = rest.rsplitn(3, '-');
         let seq = parts.next()?.parse().ok()?;
         let subtask = parts.next()?.parse().ok()?;
@@ -219,7 +237,7 @@ impl Segments {
             let name = entry?.file_name();
             if let Some((subtask, seq)) = self.parse(&name.to_string_lossy()) {
                 if subtask == self.subtask {
-                    next = next.max(seq + 1);
+                    next = next.max(seq.saturating_add(1));
                 }
             }
         }
@@ -228,9 +246,16 @@ impl Segments {
 
     fn open(&mut self) -> io::Result<&mut BufWriter<File>> {
         if self.current.is_none() {
-            let name = self.segment_name(self.subtask, self.next_seq);
-            self.next_seq += 1;
-            let file = File::create(self.dir.join(&name))?;
+            // A name already taken (a run id drawn twice) is skipped, never overwritten.
+            let (name, file) = loop {
+                let name = self.segment_name(self.next_seq);
+                self.next_seq += 1;
+                match File::create_new(self.dir.join(&name)) {
+                    Ok(file) => break (name, file),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(e),
+                }
+            };
             self.current = Some(Segment { writer: BufWriter::new(file), name });
         }
         Ok(&mut self.current.as_mut().expect("just opened").writer)
@@ -312,9 +337,9 @@ impl Segments {
         out.sync_all()?;
         fs::remove_file(segment)?;
         sync_dir(&self.dir)?;
-        // Done: the intent must not outlive it, since segment names repeat
-        // across runs and a stale intent would take the next one for a
-        // finished append and delete it unappended.
+        // Done: the intent must not outlive it (weir 0.1 reused segment
+        // names across runs, and a stale intent would take the next one for
+        // a finished append and delete it unappended).
         match fs::remove_file(self.intent_path()) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
@@ -550,6 +575,39 @@ mod tests {
         assert_eq!(entries(&path), ["first run", "second run"]);
     }
 
+    /// Appended segments are removed, so without a run id in the name a run
+    /// restored from checkpoint 1 that dies before its first checkpoint
+    /// writes a segment under the name checkpoint 1 staged, and the next
+    /// restore of checkpoint 1 appends the discarded run's entries.
+    #[test]
+    fn a_discarded_run_never_writes_a_segment_under_a_name_the_restored_checkpoint_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.jsonl");
+        let (dl, mut h) = staged(&path, 0);
+        dl.write("o", "r", "committed").unwrap();
+        h.run(|s, ctx, _| s.on_checkpoint(1, ctx));
+        let mut chk1 = Vec::new();
+        crate::state::snapshot::write(h.state.as_ref(), &h.op.tables(), &mut chk1).unwrap();
+        h.run(|s, ctx, _| s.on_checkpoint_complete(1, ctx));
+        let restored = || {
+            let (dl, op) = DeadLetters::default().staged(&path, "src", 0).unwrap();
+            let mut h = Harness::new(op, "src#dead_letter", 0..4, 4);
+            crate::state::snapshot::read(&mut crate::codec::Dec::new(&chk1), &h.op.tables(), h.state.as_mut()).unwrap();
+            h.run(|s, ctx, _| s.on_restore(1, ctx));
+            (dl, h)
+        };
+        let (crashed, _h) = restored();
+        crashed.write("o", "r", "discarded").unwrap();
+        crashed.flush().unwrap();
+        let (dl, mut h) = restored();
+        assert_eq!(entries(&path), ["committed"]);
+        dl.write("o", "r", "again").unwrap();
+        h.run(|s, ctx, _| s.on_checkpoint(2, ctx));
+        h.run(|s, ctx, _| s.on_checkpoint_complete(2, ctx));
+        assert_eq!(entries(&path), ["committed", "again"]);
+        assert_eq!(names(dir.path()), ["bad.jsonl"], "the discarded run's segment is removed");
+    }
+
     #[test]
     fn an_append_cut_short_by_a_crash_is_redone_not_doubled() {
         let dir = tempfile::tempdir().unwrap();
@@ -600,8 +658,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (dl, _) = DeadLetters::default().staged(&dir.path().join("bad.jsonl"), "my-src.v2", 3).unwrap();
         dl.staged(|s| {
-            assert_eq!(s.parse(&s.segment_name(3, 12)), Some((3, 12)));
+            assert_eq!(s.parse(&s.segment_name(12)), Some((3, 12)));
+            assert_eq!(s.parse(".bad.jsonl.my-src.v2-0003-000012.inprogress"), Some((3, 12)), "weir 0.1");
+            assert_eq!(s.parse(".bad.jsonl.my-src.v2-0003-000012-0a1b2c3d.inprogress"), Some((3, 12)));
             assert_eq!(s.parse(".bad.jsonl.src.v2-0003-000012.inprogress"), None);
+            assert_eq!(s.parse(".bad.jsonl.src.v2-0003-000012-0a1b2c3d.inprogress"), None);
             assert_eq!(s.parse(".bad.jsonl.my-src.v2-x-000012.inprogress"), None);
             Ok(())
         })

@@ -125,7 +125,7 @@ impl Case {
         if self.failure.is_none() {
             self.check();
         }
-        if self.failure.is_some() {
+        if self.failure.is_some() || std::env::var_os("CHAOS_KEEP").is_some() {
             self.write_reproduction();
         }
     }

@@ -14,6 +14,7 @@
 //! 1; scripts/chaos.sh draws one from the clock). CHAOS_CASES: at most this many cases.
 //! CHAOS_SECONDS: time budget, no case starts after it (default 480).
 //! CHAOS_DIR: where case directories go (default $TMPDIR/weir-chaos).
+//! CHAOS_KEEP: keep the directories of cases that pass too.
 
 #[path = "../e2e/records.rs"]
 #[allow(dead_code)]
@@ -71,7 +72,9 @@ fn chaos() {
         case.run();
         let verdict = match &case.failure {
             None => {
-                let _ = std::fs::remove_dir_all(&case.dir);
+                if std::env::var_os("CHAOS_KEEP").is_none() {
+                    let _ = std::fs::remove_dir_all(&case.dir);
+                }
                 "ok".to_string()
             }
             Some(f) => format!("FAILED: {}\n    reproduction: {}/REPRODUCE.md", f.lines().next().unwrap_or(""), case.dir.display()),

@@ -17,7 +17,10 @@ fn small_max_file_bytes_rolls_parts_without_splitting_lines() {
     assert!(parts.len() >= 10, "expected many rolled parts, got {}", parts.len());
     for p in &parts {
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        let ok = name.len() == "part-0000-000000.jsonl".len() && name.starts_with("part-") && name.ends_with(".jsonl");
+        // part-SUBTASK-SEQ-RUN.jsonl, RUN the sink instance's 8 hex digits.
+        let fields: Vec<&str> = name.strip_prefix("part-").and_then(|n| n.strip_suffix(".jsonl")).unwrap_or("").split('-').collect();
+        let widths: Vec<usize> = fields.iter().map(|f| f.len()).collect();
+        let ok = widths == [4, 6, 8] && fields.iter().all(|f| f.bytes().all(|b| b.is_ascii_hexdigit()));
         assert!(ok, "unexpected part file name {name}");
     }
     assert!(hidden_files(&out).is_empty());

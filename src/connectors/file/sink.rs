@@ -2,7 +2,13 @@
 //!
 //! A part file is written under a hidden name (`.part-…inprogress`) and
 //! renamed to its final name only when it may be seen, so a reader of the
-//! directory only ever sees complete files.
+//! directory only ever sees complete files. Every name carries the run id of
+//! the sink instance that wrote it (`part-SUBTASK-SEQ-RUN.jsonl`): a
+//! checkpoint stages parts by name, and a later run that is discarded (it
+//! crashed before its first checkpoint) must never write a part under a name
+//! a checkpoint staged, or restoring that checkpoint would publish the
+//! discarded run's records — the sequence alone repeats once a consumer has
+//! moved the published parts away.
 //!
 //! Without checkpoints a part is published when it rolls or at close. With
 //! checkpoints the sink takes part in the two-phase commit: on a barrier the
@@ -41,6 +47,8 @@ pub struct FileSink {
     transactional: bool,
     /// Sequence number of the next part file of this subtask.
     next_seq: u64,
+    /// This instance's run id, in every part name it writes.
+    run: String,
     current: Option<Part>,
     /// After a restore: hidden parts of this subtask numbered below this are
     /// leftovers, removed when the next checkpoint completes.
@@ -54,9 +62,9 @@ struct Part {
     bytes: u64,
 }
 
-/// Final name of part `seq` of `subtask`.
-pub fn part_name(subtask: u16, seq: u64) -> String {
-    format!("part-{subtask:04}-{seq:06}.jsonl")
+/// Final name of part `seq` of `subtask`, written by run `run`.
+pub fn part_name(subtask: u16, seq: u64, run: &str) -> String {
+    format!("part-{subtask:04}-{seq:06}-{run}.jsonl")
 }
 
 /// The hidden name a part has while it is written.
@@ -75,15 +83,26 @@ impl FileSink {
         // Without a restore (none asked for, or none complete), no checkpoint
         // of this run will publish the hidden parts already there.
         let leftovers_below = transactional.then_some(next_seq);
-        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, current: None, leftovers_below })
+        let run = crate::run_id::draw_short();
+        Ok(FileSink { dir: dir.to_path_buf(), max_file_bytes, subtask, transactional, next_seq, run, current: None, leftovers_below })
     }
 
     fn open_part(&mut self) -> Result<&mut Part, OpError> {
         if self.current.is_none() {
-            let name = part_name(self.subtask, self.next_seq);
-            self.next_seq += 1;
-            let hidden = self.dir.join(in_progress_name(&name));
-            let file = File::create(&hidden).map_err(|e| OpError::io(format!("creating {}", hidden.display()), e))?;
+            // A name already taken (a run id drawn twice) is skipped, never overwritten.
+            let (name, hidden, file) = loop {
+                let name = part_name(self.subtask, self.next_seq, &self.run);
+                self.next_seq += 1;
+                let hidden = self.dir.join(in_progress_name(&name));
+                if self.dir.join(&name).exists() {
+                    continue;
+                }
+                match File::create_new(&hidden) {
+                    Ok(file) => break (name, hidden, file),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(OpError::io(format!("creating {}", hidden.display()), e)),
+                }
+            };
             self.current =
                 Some(Part { writer: BufWriter::with_capacity(1 << 20, file), hidden, final_path: self.dir.join(name), bytes: 0 });
         }
@@ -169,24 +188,31 @@ impl FileSink {
     }
 }
 
-/// (subtask, sequence number) of a final part name.
+/// (subtask, sequence number) of a final part name: `part-SUBTASK-SEQ-RUN`,
+/// or `part-SUBTASK-SEQ` as weir 0.1 wrote them.
 fn parse_part_name(name: &str) -> Option<(u16, u64)> {
     let rest = name.strip_prefix("part-")?.strip_suffix(".jsonl")?;
-    let (subtask, seq) = rest.split_once('-')?;
+    let (subtask, rest) = rest.split_once('-')?;
+    let seq = match rest.split_once('-') {
+        Some((seq, run)) if crate::run_id::is_short(run) => seq,
+        Some(_) => return None,
+        None => rest,
+    };
     Some((subtask.parse().ok()?, seq.parse().ok()?))
 }
 
 /// One past the highest part number this subtask already has in `dir`, so
 /// a new run never overwrites earlier output.
 fn next_free_seq(dir: &Path, subtask: u16) -> std::io::Result<u64> {
-    let prefix = format!("part-{subtask:04}-");
     let mut next = 0;
     for entry in fs::read_dir(dir)? {
         let name = entry?.file_name();
         let name = name.to_string_lossy();
-        let name = name.trim_start_matches('.');
-        if let Some(seq) = name.strip_prefix(&prefix).and_then(|r| r.split('.').next()).and_then(|s| s.parse::<u64>().ok()) {
-            next = next.max(seq + 1);
+        let name = final_name(&name).unwrap_or(&name);
+        if let Some((s, seq)) = parse_part_name(name) {
+            if s == subtask {
+                next = next.max(seq.saturating_add(1));
+            }
         }
     }
     Ok(next)
@@ -256,10 +282,30 @@ mod tests {
     use crate::operators::testing::Harness;
     use crate::types::Value;
 
+    /// The names in `dir`, sorted, without their run ids.
     fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = fs::read_dir(dir).unwrap().map(|e| without_run(&e.unwrap().file_name().to_string_lossy())).collect();
         v.sort();
         v
+    }
+
+    fn without_run(name: &str) -> String {
+        let Some(at) = name.find(".jsonl") else { return name.to_string() };
+        match name[..at].rsplit_once('-') {
+            Some((head, run)) if crate::run_id::is_short(run) => format!("{head}{}", &name[at..]),
+            _ => name.to_string(),
+        }
+    }
+
+    /// The file in `dir` shown as `shown` by `names`.
+    fn file(dir: &Path, shown: &str) -> PathBuf {
+        let found =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).find(|p| without_run(&p.file_name().unwrap().to_string_lossy()) == shown);
+        found.unwrap_or_else(|| panic!("no {shown} in {}", dir.display()))
+    }
+
+    fn read(dir: &Path, shown: &str) -> String {
+        fs::read_to_string(file(dir, shown)).unwrap()
     }
 
     fn rec(s: &str) -> Record {
@@ -292,7 +338,7 @@ mod tests {
         );
         h.run(|s, ctx, _| s.on_checkpoint_complete(2, ctx));
         assert_eq!(names(dir.path()), ["part-0000-000000.jsonl", "part-0000-000002.jsonl"]);
-        assert_eq!(fs::read_to_string(dir.path().join("part-0000-000000.jsonl")).unwrap(), "a\n");
+        assert_eq!(read(dir.path(), "part-0000-000000.jsonl"), "a\n");
     }
 
     #[test]
@@ -335,7 +381,7 @@ mod tests {
         new.run(|s, ctx, _| s.on_checkpoint(6, ctx));
         new.run(|s, ctx, _| s.on_checkpoint_complete(6, ctx));
         assert_eq!(names(dir.path()), ["part-0001-000000.jsonl"], "the orphan of old subtask 1 is gone");
-        assert_eq!(fs::read_to_string(dir.path().join("part-0001-000000.jsonl")).unwrap(), "staged\n");
+        assert_eq!(read(dir.path(), "part-0001-000000.jsonl"), "staged\n");
     }
 
     /// State as a checkpoint taken now would hold it.
@@ -362,7 +408,7 @@ mod tests {
         // A consumer picks the published part up; then a crash, and a restore
         // from checkpoint 3, which still lists the part as staged.
         let away = tempfile::tempdir().unwrap();
-        fs::rename(dir.path().join("part-0000-000000.jsonl"), away.path().join("p")).unwrap();
+        fs::rename(file(dir.path(), "part-0000-000000.jsonl"), away.path().join("p")).unwrap();
         for _ in 0..2 {
             let mut h = restored(sink(dir.path()), &chk3);
             h.run(|s, ctx, _| s.on_restore(3, ctx));
@@ -376,7 +422,49 @@ mod tests {
         h.run(|s, ctx, _| s.on_checkpoint(4, ctx));
         h.run(|s, ctx, _| s.on_checkpoint_complete(4, ctx));
         assert_eq!(names(fresh.path()), ["part-0000-000000.jsonl"]);
-        assert_eq!(fs::read_to_string(fresh.path().join("part-0000-000000.jsonl")).unwrap(), "y\n");
+        assert_eq!(read(fresh.path(), "part-0000-000000.jsonl"), "y\n");
+    }
+
+    #[test]
+    fn a_discarded_run_never_writes_a_part_under_a_name_the_restored_checkpoint_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let away = tempfile::tempdir().unwrap();
+        let mut h = Harness::new(sink(dir.path()), "out", 0..1, 1);
+        h.run(|s, ctx, out| s.process(vec![rec("before")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(1, ctx));
+        let chk1 = snapshot_of(&h);
+        h.run(|s, ctx, _| s.on_checkpoint_complete(1, ctx));
+        // A consumer takes the published part; the directory is empty again.
+        fs::rename(file(dir.path(), "part-0000-000000.jsonl"), away.path().join("1")).unwrap();
+        // A run restored from checkpoint 1 writes a part and dies before its
+        // first checkpoint: its records come again from the restored position.
+        let mut crashed = restored(sink(dir.path()), &chk1);
+        crashed.run(|s, ctx, _| s.on_restore(1, ctx));
+        crashed.run(|s, ctx, out| s.process(vec![rec("discarded")], ctx, out));
+        crashed.run(|s, ctx, _| s.close(ctx));
+        // The next restore of checkpoint 1 must not publish it as the part
+        // checkpoint 1 staged.
+        let mut h = restored(sink(dir.path()), &chk1);
+        h.run(|s, ctx, _| s.on_restore(1, ctx));
+        assert_eq!(names(dir.path()), [".part-0000-000000.jsonl.inprogress"], "only the discarded run's hidden part");
+        h.run(|s, ctx, out| s.process(vec![rec("again")], ctx, out));
+        h.run(|s, ctx, _| s.on_checkpoint(2, ctx));
+        h.run(|s, ctx, _| s.on_checkpoint_complete(2, ctx));
+        assert_eq!(names(dir.path()), ["part-0000-000001.jsonl"]);
+        assert_eq!(read(dir.path(), "part-0000-000001.jsonl"), "again\n");
+    }
+
+    #[test]
+    fn part_names_of_weir_0_1_and_of_other_files_are_told_apart() {
+        assert_eq!(parse_part_name("part-0003-000012.jsonl"), Some((3, 12)));
+        assert_eq!(parse_part_name("part-0003-000012-0a1b2c3d.jsonl"), Some((3, 12)));
+        assert_eq!(parse_part_name("part-0003-000012-notarun.jsonl"), None);
+        assert_eq!(parse_part_name("part-0003.jsonl"), None);
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["part-0001-000004.jsonl", ".part-0001-000009-0a1b2c3d.jsonl.inprogress", "part-0002-000050-0a1b2c3d.jsonl"] {
+            fs::write(dir.path().join(name), "").unwrap();
+        }
+        assert_eq!(next_free_seq(dir.path(), 1).unwrap(), 10);
     }
 
     #[test]
@@ -391,6 +479,6 @@ mod tests {
         h.run(|s, ctx, _| s.on_checkpoint(1, ctx));
         h.run(|s, ctx, _| s.on_checkpoint_complete(1, ctx));
         assert_eq!(names(dir.path()), ["part-0000-000001.jsonl"]);
-        assert_eq!(fs::read_to_string(dir.path().join("part-0000-000001.jsonl")).unwrap(), "a\n");
+        assert_eq!(read(dir.path(), "part-0000-000001.jsonl"), "a\n");
     }
 }

@@ -228,17 +228,6 @@ fn marker_group(txn_id: &str, lineage: &Lineage) -> String {
     }
 }
 
-/// A fresh run id: random, so no other process or instance draws it.
-fn new_run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    // RandomState's keys come from the OS's random source.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    h.write_u128(nanos);
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
-}
-
 /// The old subtasks beyond the new parallelism `new` whose transactional
 /// ids must be fenced, when up to `old` subtasks may have run before.
 fn vanished_subtasks(old: u16, new: u16) -> std::ops::Range<u16> {
@@ -358,7 +347,7 @@ impl KafkaSink {
                             .map_err(|e| format!("{who}: recording the parallelism in group `{group}`: {e}"))?;
                     }
                 }
-                let run = new_run_id();
+                let run = crate::run_id::draw();
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
                 let marker = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
                 tracing::debug!(%who, marker_group = %group, "Exactly-once Kafka sink ready.");
@@ -756,7 +745,7 @@ mod tests {
     fn marker_groups_of_two_runs_differ() {
         // A fresh state dir reusing the pipeline name starts its checkpoint
         // ids at 1 again: its markers must not land in the old run's group.
-        let (a, b) = (new_run_id(), new_run_id());
+        let (a, b) = (crate::run_id::draw(), crate::run_id::draw());
         assert_ne!(a, b);
         let t = "weir-p-out-0";
         assert_ne!(marker_group(t, &Lineage::Run(a.clone())), marker_group(t, &Lineage::Run(b)));
