@@ -12,7 +12,9 @@ if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
   broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-test.XXXXXX")
   trap 'scripts/kafka-broker.sh stop --data-dir "$broker_dir"; rm -rf "$broker_dir"' EXIT
   KAFKA_BOOTSTRAP=$(scripts/kafka-broker.sh start --data-dir "$broker_dir")
-  export KAFKA_BOOTSTRAP
+  # The chaos harness stops and continues this broker (outages).
+  KAFKA_BROKER_DIR=$broker_dir
+  export KAFKA_BOOTSTRAP KAFKA_BROKER_DIR
   echo "Test broker: $KAFKA_BOOTSTRAP (data in $broker_dir)"
 fi
 cargo test --release "$@"

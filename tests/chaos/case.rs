@@ -16,7 +16,7 @@ use super::oracle::{self, Expected};
 use super::proc::Log;
 use super::rng::Rng;
 use super::run::{Ended, Start};
-use super::shape::{dead_letter_rel, sink_rel, Shape, SinkKind, SourceKind};
+use super::shape::{dead_letter_rel, sink_rel, Shape, SinkKind, SourceKind, Topic};
 
 /// Clean runs allowed after the faulty ones for the input to be finished.
 const CLEAN_RUNS: usize = 3;
@@ -60,6 +60,23 @@ impl Case {
                 super::kafka::create_topic(&b, seed, krng.range(1, 3) as i32).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
             shape.add_kafka_sink(&mut krng, b, topic);
         }
+        // A file source read through Kafka: its files produced into a topic,
+        // one partition per file.
+        let files = shape.file_sources();
+        if let Some(b) = super::kafka::broker().filter(|_| !files.is_empty() && krng.chance(0.5)) {
+            let name = krng.pick(&files).clone();
+            let SourceKind::File { files: n, .. } = shape.sources.iter().find(|s| s.name == name).unwrap().kind else { unreachable!() };
+            let topic = super::kafka::create_named_topic(&b, &format!("weir-chaos-{seed}-{name}"), n as i32)
+                .unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
+            let lines: Vec<Vec<String>> = (0..n)
+                .map(|f| {
+                    let text = std::fs::read_to_string(input::file_path(&dir, &name, f)).unwrap();
+                    text.lines().map(str::to_string).collect()
+                })
+                .collect();
+            super::kafka::produce(&b, &topic, &lines).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
+            shape.sources.iter_mut().find(|s| s.name == name).unwrap().via_kafka = Some(Topic { brokers: b, topic });
+        }
         let expected = oracle::expected(&shape, &inputs);
         let mut case = Case {
             seed,
@@ -101,7 +118,10 @@ impl Case {
     /// Run the schedule, then check. Leaves `failure` set if anything is wrong.
     pub fn run(&mut self) {
         let mut rng = Rng::new(self.seed.wrapping_mul(31).wrapping_add(7));
-        let schedule = faults::draw(&mut rng, &self.shape);
+        let mut schedule = faults::draw(&mut rng, &self.shape);
+        if self.shape.uses_kafka() && super::kafka::broker_pid().is_some() {
+            faults::add_outages(&mut Rng::new(self.seed ^ 0x6F75_7461_6765), &mut schedule);
+        }
         self.log.note(format!("shape: {}", self.shape.summary()));
         let mut start = Start::Fresh;
         let mut finished = false;

@@ -51,11 +51,32 @@ pub struct Attempt {
     pub edit: Option<EditKind>,
     /// Before this restore a consumer moves the published part files away.
     pub consume: bool,
+    /// A broker outage before the action: `after_ms` after the start the
+    /// broker is stopped for `for_ms`.
+    pub outage: Option<Outage>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Outage {
+    pub after_ms: u64,
+    pub for_ms: u64,
+}
+
+/// Broker outages for a case whose pipeline uses Kafka, drawn with dice of
+/// their own so the rest of the schedule is the same with or without a broker.
+pub fn add_outages(rng: &mut Rng, attempts: &mut [Attempt]) {
+    for a in attempts {
+        if rng.chance(0.3) {
+            // Shorter and longer than the pipeline's broker_timeout.
+            let for_ms = rng.range(1000, super::shape::BROKER_TIMEOUT_S * 1000 + 4000);
+            a.outage = Some(Outage { after_ms: rng.range(100, 1500), for_ms });
+        }
+    }
 }
 
 impl Attempt {
     pub fn clean() -> Attempt {
-        Attempt { action: Action::Finish, faults: Vec::new(), rescale: None, edit: None, consume: false }
+        Attempt { action: Action::Finish, faults: Vec::new(), rescale: None, edit: None, consume: false, outage: None }
     }
 
     pub fn fails_writes(&self) -> bool {
@@ -91,6 +112,9 @@ impl Attempt {
         }
         if self.consume {
             kinds.push("published parts moved away".into());
+        }
+        if self.outage.is_some() {
+            kinds.push("broker outage".into());
         }
         kinds.retain(|k| k != "none");
         kinds
@@ -139,7 +163,7 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         let edit = (i > 0 && rng.chance(0.25))
             .then(|| rng.pick(&[EditKind::SinkInput, EditKind::AddSink, EditKind::AddOperator, EditKind::RemoveOperator]).clone());
         let consume = i > 0 && rng.chance(0.1);
-        attempts.push(Attempt { action, faults, rescale, edit, consume });
+        attempts.push(Attempt { action, faults, rescale, edit, consume, outage: None });
     }
     attempts
 }

@@ -99,9 +99,18 @@ fn write_files(rng: &mut Rng, dir: &Path, files: usize, records: usize, users: u
         for l in lines {
             let _ = writeln!(text, "{l}");
         }
-        std::fs::write(dir.join(format!("part-{f}.jsonl")), text).unwrap();
+        std::fs::write(dir.join(file_name(f)), text).unwrap();
     }
     input
+}
+
+fn file_name(f: usize) -> String {
+    format!("part-{f}.jsonl")
+}
+
+/// File `f` of file source `source` in case directory `case`.
+pub fn file_path(case: &Path, source: &str, f: usize) -> std::path::PathBuf {
+    case.join("in").join(source).join(file_name(f))
 }
 
 #[test]

@@ -1,5 +1,8 @@
-//! The exactly-once Kafka sink in a case, when `KAFKA_BOOTSTRAP` names a
-//! broker: a topic of its own per case, read back with `read_committed`.
+//! Kafka in a case, when `KAFKA_BOOTSTRAP` names a broker: topics of the
+//! case's own for the exactly-once sink (read back with `read_committed`)
+//! and for a file source's lines read through the Kafka source, and broker
+//! outages (the broker process stopped with SIGSTOP, then continued) when
+//! `KAFKA_BROKER_DIR` names the data directory of scripts/kafka-broker.sh.
 
 use std::time::{Duration, Instant};
 
@@ -24,8 +27,12 @@ fn config(brokers: &str) -> ClientConfig {
 
 /// A fresh topic for one case's sink.
 pub fn create_topic(brokers: &str, seed: u64, partitions: i32) -> Result<String, String> {
+    create_named_topic(brokers, &format!("weir-chaos-{seed}"), partitions)
+}
+
+pub fn create_named_topic(brokers: &str, prefix: &str, partitions: i32) -> Result<String, String> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let name = format!("weir-chaos-{seed}-{}-{nanos}", std::process::id());
+    let name = format!("{prefix}-{}-{nanos}", std::process::id());
     let admin: AdminClient<DefaultClientContext> = config(brokers).create().map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -71,4 +78,58 @@ pub fn read_committed(brokers: &str, topic: &str, limit: Duration) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// Produce `lines[p]` into partition `p` of `topic`, in order, and wait for
+/// every acknowledgement.
+pub fn produce(brokers: &str, topic: &str, lines: &[Vec<String>]) -> Result<(), String> {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        config(brokers).set("enable.idempotence", "true").set("linger.ms", "5").create().map_err(|e| e.to_string())?;
+    for (p, part) in lines.iter().enumerate() {
+        for line in part {
+            let mut record = BaseRecord::<(), str>::to(topic).partition(p as i32).payload(line.as_str());
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                        record = r;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => return Err(format!("producing into {topic}: {e}")),
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).map_err(|e| format!("flushing into {topic}: {e}"))
+}
+
+/// The pid of the broker process, from its data directory's control file.
+pub fn broker_pid() -> Option<u32> {
+    let dir = std::env::var_os("KAFKA_BROKER_DIR")?;
+    let text = std::fs::read_to_string(std::path::Path::new(&dir).join("noida.control.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["pid"].as_u64().map(|p| p as u32)
+}
+
+/// A broker outage: the broker process is stopped until this is dropped
+/// (so a failing case never leaves it stopped for the next one).
+pub struct Outage {
+    pid: u32,
+}
+
+impl Outage {
+    pub fn begin(pid: u32) -> Option<Outage> {
+        signal(pid, "STOP").then_some(Outage { pid })
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        signal(self.pid, "CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> bool {
+    std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().is_ok_and(|s| s.success())
 }

@@ -15,6 +15,10 @@
 //! CHAOS_SECONDS: time budget, no case starts after it (default 480).
 //! CHAOS_DIR: where case directories go (default $TMPDIR/weir-chaos).
 //! CHAOS_KEEP: keep the directories of cases that pass too.
+//! KAFKA_BOOTSTRAP: a broker; cases then may add an exactly-once Kafka sink
+//! and read a file source's lines through the Kafka source.
+//! KAFKA_BROKER_DIR: that broker's data directory (scripts/kafka-broker.sh):
+//! cases using Kafka then draw broker outages (SIGSTOP of the broker).
 
 #[path = "../e2e/records.rs"]
 #[allow(dead_code)]

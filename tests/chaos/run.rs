@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::case::Case;
-use super::faults::{Action, Attempt};
+use super::faults::{Action, Attempt, Outage};
 use super::proc::{listing, listing_diff, Cmd, Exit, Proc};
 
 /// No run of a case may take longer than this (a normal one takes 2–5 s).
@@ -82,6 +82,9 @@ impl Case {
         let mut proc = cmd.spawn(&self.log);
         let mut stopped_at = None;
         if proc.wait_log("Pipeline started.", RUN_LIMIT) {
+            if let Some(o) = a.outage {
+                self.outage(&mut proc, o);
+            }
             match self.act(&mut proc, &a.action, n) {
                 Ok(sp) => stopped_at = sp,
                 Err(e) => return Ended::Failed(e),
@@ -120,12 +123,31 @@ impl Case {
                 }
             }
             (Some(1), _) if a.fails_writes() && exit.stderr.contains("consecutive failures") => Ended::Interrupted,
+            // An outage longer than broker_timeout fails the run; the next restores.
+            (Some(1), _) if a.outage.is_some() && failed_on_the_broker(&exit.stderr) => {
+                self.kill_points += 1;
+                Ended::Interrupted
+            }
             (None, Some(9)) => Ended::Interrupted,
             (None, Some(6)) if exit.stderr.contains("injected crash at") => {
                 self.kill_points += 1;
                 Ended::Interrupted
             }
             (code, signal) => Ended::Failed(format!("`{}` ended with exit {code:?} signal {signal:?}:\n{}", exit.line, exit.tail(12))),
+        }
+    }
+
+    /// Stop the broker for a while; the run goes on (or fails, if the outage
+    /// outlasts its broker_timeout).
+    fn outage(&mut self, proc: &mut Proc, o: Outage) {
+        let Some(pid) = super::kafka::broker_pid() else { return };
+        if !proc.sleep_while_running(Duration::from_millis(o.after_ms)) {
+            return;
+        }
+        if let Some(outage) = super::kafka::Outage::begin(pid) {
+            self.log.note(format!("{} ms after 'Pipeline started.': broker (pid {pid}) stopped for {} ms", o.after_ms, o.for_ms));
+            proc.sleep_while_running(Duration::from_millis(o.for_ms));
+            drop(outage);
         }
     }
 
@@ -231,4 +253,11 @@ impl Case {
             _ => Err(format!("savepoint trigger `{}`: exit {:?}\n{}", exit.line, exit.code, exit.tail(5))),
         }
     }
+}
+
+/// Did the run fail because the broker did not answer (a clear error naming
+/// the broker or a Kafka timeout), as it may after an outage?
+fn failed_on_the_broker(stderr: &str) -> bool {
+    let error = stderr.lines().rev().find(|l| l.starts_with("error:")).unwrap_or("");
+    ["broker", "Timed out", "timed out"].iter().any(|w| error.contains(w))
 }

@@ -21,6 +21,9 @@ pub const STEP_MS: i64 = 10;
 pub const START_MS: i64 = 1_700_000_000_000;
 /// Bounded disorder of file inputs stays well below this.
 pub const OUT_OF_ORDERNESS_MS: i64 = 300;
+/// `broker_timeout` of Kafka sources and sinks: broker outages are drawn
+/// both shorter and longer than this.
+pub const BROKER_TIMEOUT_S: u64 = 10;
 
 #[derive(Clone, Debug)]
 pub enum SourceKind {
@@ -35,6 +38,16 @@ pub struct Source {
     pub name: String,
     pub kind: SourceKind,
     pub rate: u64,
+    /// A file source whose files are produced into this topic instead, one
+    /// partition per file in the file's order: the same input through the
+    /// Kafka source.
+    pub via_kafka: Option<Topic>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topic {
+    pub brokers: String,
+    pub topic: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -154,7 +167,7 @@ impl Shape {
                 SourceKind::File { records, .. } => records as u64,
             };
             let rate = records * 1000 / rng.range(3000, 5000);
-            shape.sources.push(Source { name: format!("src{i}"), kind, rate });
+            shape.sources.push(Source { name: format!("src{i}"), kind, rate, via_kafka: None });
         }
         let n_ops = rng.range(0, 3);
         for i in 0..n_ops {
@@ -189,6 +202,16 @@ impl Shape {
         if let Some(node) = self.random_node_with_room(rng) {
             self.sinks.push(Sink { name: "kout".into(), input: node, kind: SinkKind::Kafka { brokers, topic } });
         }
+    }
+
+    /// File sources that could be read through Kafka instead.
+    pub fn file_sources(&self) -> Vec<String> {
+        self.sources.iter().filter(|s| matches!(s.kind, SourceKind::File { .. })).map(|s| s.name.clone()).collect()
+    }
+
+    /// Does any source or sink talk to the broker?
+    pub fn uses_kafka(&self) -> bool {
+        self.sources.iter().any(|s| s.via_kafka.is_some()) || self.sinks.iter().any(|s| matches!(s.kind, SinkKind::Kafka { .. }))
     }
 
     /// A new operator on a node that can take one more consumer.
@@ -307,7 +330,20 @@ impl Shape {
                     let _ = writeln!(y, "      amount: {{kind: int, min: 1, max: 100}}\n      ts: {{kind: timestamp}}");
                 }
                 SourceKind::File { .. } => {
-                    let _ = writeln!(y, "    type: file\n    path: {}", abs(&format!("in/{}", s.name)));
+                    match &s.via_kafka {
+                        // A short broker_timeout: a broker outage longer than
+                        // that fails the run (and the next one restores).
+                        Some(t) => {
+                            let _ = writeln!(
+                                y,
+                                "    type: kafka\n    brokers: '{}'\n    topics: [{}]\n    start: earliest\n    bounded: true\n    broker_timeout: {BROKER_TIMEOUT_S}s",
+                                t.brokers, t.topic
+                            );
+                        }
+                        None => {
+                            let _ = writeln!(y, "    type: file\n    path: {}", abs(&format!("in/{}", s.name)));
+                        }
+                    }
                     let _ = writeln!(y, "    on_error: dead_letter\n    dead_letter: {}", abs(&dead_letter_rel(&s.name)));
                 }
             }
@@ -357,7 +393,7 @@ impl Shape {
                     };
                     let _ = writeln!(
                         y,
-                        "  - {{name: {}, type: kafka, input: {}, brokers: '{brokers}', topic: {topic}, delivery: {delivery}}}",
+                        "  - {{name: {}, type: kafka, input: {}, brokers: '{brokers}', topic: {topic}, delivery: {delivery}, broker_timeout: {BROKER_TIMEOUT_S}s}}",
                         s.name, s.input
                     );
                 }
@@ -373,7 +409,8 @@ impl Shape {
     pub fn summary(&self) -> String {
         let ops: Vec<String> = self.operators.iter().map(|o| format!("{}<-{}:{:?}", o.name, o.input, o.kind)).collect();
         let sinks: Vec<String> = self.sinks.iter().map(|s| format!("{}<-{}", s.name, s.input)).collect();
-        let sources: Vec<String> = self.sources.iter().map(|s| format!("{}:{:?}", s.name, s.kind)).collect();
+        let via = |s: &Source| if s.via_kafka.is_some() { " via kafka" } else { "" };
+        let sources: Vec<String> = self.sources.iter().map(|s| format!("{}:{:?}{}", s.name, s.kind, via(s))).collect();
         format!(
             "p={} {} bundle={} {:?} interval={}ms | {} | {} | {}",
             self.parallelism,
