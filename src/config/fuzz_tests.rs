@@ -2,32 +2,28 @@
 //! of the example pipelines in `pipelines/` must never panic, and every
 //! error must be located (`file:line:col`, line and column >= 1).
 //!
-//! The PRNG is a splitmix64 written here, so a failing case is reproduced
-//! from the seed printed with it.
+//! The PRNG is fastrand's, seeded, so a failing case is reproduced from the
+//! seed printed with it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::load::load_with_env;
 
-/// splitmix64: small, seedable, good enough to pick mutations.
-pub(crate) struct Rng(u64);
+/// A seeded RNG (fastrand) with the few picks the mutations need.
+pub(crate) struct Rng(fastrand::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(fastrand::Rng::with_seed(seed))
     }
 
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
 
     /// Uniform in 0..n (n > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.usize(..n)
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -35,7 +31,7 @@ impl Rng {
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.0.u64(..100) < percent
     }
 }
 

@@ -41,11 +41,12 @@ fn parse_all(what: &str, lines: &[String], f: &mut Findings) -> Vec<Obj> {
 
 impl Findings {
     /// An untouched sink: exactly the reference (exactly-once) or a superset of it.
-    pub fn exact(&mut self, what: &str, lines: &[String], want: &Expected, exactly_once: bool) {
+    /// `ordered`: `lines` are in commit order (file sink parts read in name order).
+    pub fn exact(&mut self, what: &str, lines: &[String], want: &Expected, exactly_once: bool, ordered: bool) {
         let got = parse_all(what, lines, self);
         self.records += got.len();
         if want.running {
-            return self.running(what, &got, want, exactly_once);
+            return self.running(what, &got, want, exactly_once, ordered);
         }
         // At-least-once, a replayed record may be counted again: a window
         // is there if its key and bounds are (its values may be larger).
@@ -94,8 +95,10 @@ impl Findings {
     }
 
     /// A running aggregate: per key the committed counts never repeat
-    /// (exactly-once) and the update with the largest count is the final value.
-    fn running(&mut self, what: &str, got: &[Obj], want: &Expected, exactly_once: bool) {
+    /// (exactly-once) and the update with the largest count is the final value;
+    /// `ordered`, the counts grow in commit order, so the last update read is
+    /// the final value (what docs/pipeline-reference.md tells readers to use).
+    fn running(&mut self, what: &str, got: &[Obj], want: &Expected, exactly_once: bool, ordered: bool) {
         let finals = want.finals();
         let mut by_key: BTreeMap<String, Vec<&Obj>> = BTreeMap::new();
         for o in got {
@@ -111,6 +114,10 @@ impl Findings {
                 Some(o) if canonical(o) == texts[key] => {}
                 _ if !exactly_once && updates.iter().any(|o| n_of(o) >= n_of(fin)) => {}
                 Some(_) | None => lost.push((&texts[key], 1)),
+            }
+            if ordered && !updates.windows(2).all(|w| n_of(w[0]) < n_of(w[1])) {
+                let counts: Vec<u64> = updates.iter().map(|o| n_of(o)).collect();
+                self.problems.push(format!("{what}: updates of user {key} out of commit order: counts {counts:?} in part-name order"));
             }
             if exactly_once {
                 let distinct: BTreeSet<u64> = updates.iter().map(|o| n_of(o)).collect();
@@ -250,6 +257,24 @@ fn names(dir: &Path) -> Vec<String> {
 
 /// The lines of a sink's output: its visible part files in name order (a
 /// file path is read as one file).
+/// The lines of a file sink's parts, in `dir` and moved by a consumer to
+/// `consumed` (as `RUN-NAME`), in part-name order: the order they were committed.
+pub fn read_in_commit_order(dir: &Path, consumed: &Path) -> Vec<String> {
+    let mut parts: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for (d, moved) in [(dir, false), (consumed, true)] {
+        let Ok(entries) = std::fs::read_dir(d) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let original = if moved { name.split_once('-').map_or(name.clone(), |(_, n)| n.to_string()) } else { name };
+            if !original.starts_with('.') && e.path().is_file() {
+                parts.push((original, e.path()));
+            }
+        }
+    }
+    parts.sort();
+    parts.iter().flat_map(|(_, p)| read_lines(p)).collect()
+}
+
 pub fn read_lines(path: &Path) -> Vec<String> {
     let files: Vec<std::path::PathBuf> = if path.is_dir() {
         names(path).into_iter().filter(|n| !n.starts_with('.')).map(|n| path.join(n)).filter(|p| p.is_file()).collect()

@@ -35,27 +35,21 @@ mod input;
 mod kafka;
 mod oracle;
 mod proc;
+#[path = "../common/rng.rs"]
+#[allow(dead_code)]
 mod rng;
 mod run;
 mod shape;
 mod stats;
+#[path = "../common/wait.rs"]
+mod wait;
+
+pub use wait::wait_until;
 
 use std::time::{Duration, Instant};
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
-}
-
-/// Poll `cond` every few ms until it holds or `limit` passes.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    cond()
 }
 
 #[test]

@@ -171,33 +171,7 @@ pub fn restored_from(stderr: &str) -> Option<u64> {
     stderr.lines().find(|l| l.contains("Restoring from checkpoint.")).and_then(|l| log_field(l, "checkpoint"))
 }
 
-/// A small seeded RNG (splitmix64). The seed comes from `WEIR_TEST_SEED` if
-/// set, else from the clock, and is printed so a failure can be replayed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn from_env(what: &str) -> Rng {
-        let seed = match std::env::var("WEIR_TEST_SEED") {
-            Ok(s) => s.parse().expect("WEIR_TEST_SEED is a number"),
-            Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 % 1_000_000,
-        };
-        eprintln!("{what}: seed {seed} (replay with WEIR_TEST_SEED={seed})");
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A duration uniform in `lo..hi` milliseconds.
-    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.next() % (hi - lo))
-    }
-}
+pub use super::rng::Rng;
 
 /// Let `run` go on for `delay`, then kill -9 the weir process itself. Returns
 /// false (and does not kill) if it exited by itself before that.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::ckpt::{self, assert_exactly_once, fast, kill_after, Job};
 use super::records::assert_same_multiset;
 use super::reference;
-use super::util::{hidden_files, input_lines, part_files, sink_lines, tmp, wait_until, weir_run};
+use super::util::{hidden_files, input_lines, part_files, sink_lines, tmp, wait_until, weir, weir_run};
 
 #[test]
 fn small_max_file_bytes_rolls_parts_without_splitting_lines() {
@@ -17,10 +17,10 @@ fn small_max_file_bytes_rolls_parts_without_splitting_lines() {
     assert!(parts.len() >= 10, "expected many rolled parts, got {}", parts.len());
     for p in &parts {
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        // part-SUBTASK-SEQ-RUN.jsonl, RUN the sink instance's 8 hex digits.
+        // part-CHECKPOINT-SUBTASK-SEQ-RUN.jsonl, RUN the sink instance's 8 hex digits.
         let fields: Vec<&str> = name.strip_prefix("part-").and_then(|n| n.strip_suffix(".jsonl")).unwrap_or("").split('-').collect();
         let widths: Vec<usize> = fields.iter().map(|f| f.len()).collect();
-        let ok = widths == [4, 6, 8] && fields.iter().all(|f| f.bytes().all(|b| b.is_ascii_hexdigit()));
+        let ok = widths == [10, 4, 6, 8] && fields.iter().all(|f| f.bytes().all(|b| b.is_ascii_hexdigit()));
         assert!(ok, "unexpected part file name {name}");
     }
     assert!(hidden_files(&out).is_empty());
@@ -118,4 +118,59 @@ sinks:
     let hidden = hidden_files(&out);
     assert!(hidden.is_empty(), "hidden parts left: {hidden:?}");
     assert_same_multiset("restore without a complete checkpoint", sink_lines(&out), expected);
+}
+
+/// A running aggregate restored at a lower parallelism writes the later
+/// updates of most keys from another subtask than the earlier ones: reading
+/// the parts in name order must still end every key on its final value.
+#[test]
+fn after_a_rescale_the_last_update_of_every_key_in_part_name_order_is_its_final_value() {
+    let dir = tmp();
+    let (state, out) = (dir.path().join("state"), dir.path().join("out"));
+    let input = input_lines("testdata/inputs/orders.jsonl");
+    let mut want: std::collections::BTreeMap<String, u64> = Default::default();
+    for l in &input {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        *want.entry(v["user"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    let yaml = format!(
+        "name: running-rescale
+state: {{backend: memory, dir: {state}}}
+checkpoint: {{interval: 100ms}}
+sources:
+  - {{name: orders, type: file, path: {input}, rate_limit: 1000}}
+operators:
+  - {{name: totals, type: aggregate, input: orders, key: [user], emit_interval: 50ms, aggregates: [{{fn: count, as: n}}]}}
+sinks:
+  - {{name: out, type: file, input: totals, path: {out}}}
+",
+        state = state.display(),
+        input = super::util::repo().join("testdata/inputs/orders.jsonl").display(),
+        out = out.display()
+    );
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(&pipeline, yaml).unwrap();
+    let p = pipeline.display().to_string();
+    let run = weir(&["run", &p, "--no-progress", "-p", "3"]).spawn();
+    assert!(wait_until(Duration::from_secs(30), || part_files(&out).len() >= 6), "no output published at parallelism 3");
+    let stop = weir(&["savepoint", "trigger", &p, "--stop"]).run();
+    stop.expect_code(0);
+    let sp = stop.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).expect("a savepoint path").to_string();
+    let first = run.wait_for(Duration::from_secs(30));
+    first.expect_code(0);
+    assert!(!first.stderr.contains("Input exhausted"), "the stop came too late to mean anything");
+    weir(&["restore", &sp, &p, "--no-progress", "-p", "1"]).ok();
+
+    let mut parts = part_files(&out);
+    parts.sort();
+    let mut last: std::collections::BTreeMap<String, u64> = Default::default();
+    for part in &parts {
+        for line in std::fs::read_to_string(part).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let (user, n) = (v["user"].as_str().unwrap().to_string(), v["n"].as_u64().unwrap());
+            let before = last.insert(user.clone(), n).unwrap_or(0);
+            assert!(n > before, "user {user}: update n={n} after n={before} in part-name order ({})", part.display());
+        }
+    }
+    assert_eq!(last, want);
 }

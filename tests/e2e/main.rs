@@ -20,9 +20,14 @@ mod inspect;
 mod kafka;
 mod records;
 mod reference;
+#[path = "../common/rng.rs"]
+#[allow(dead_code)]
+mod rng;
 mod savepoint;
 mod signals;
 mod state_dir;
 mod util;
 mod validate;
 mod values;
+#[path = "../common/wait.rs"]
+mod wait;

@@ -218,14 +218,4 @@ pub fn input_lines(rel: &str) -> Vec<String> {
     text.lines().map(String::from).collect()
 }
 
-/// Poll `cond` every few ms until it holds or `limit` passes.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    cond()
-}
+pub use super::wait::wait_until;

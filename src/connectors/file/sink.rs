@@ -1,12 +1,19 @@
 //! The file sink: JSON lines into rolling part files in a directory.
 //!
-//! A part file is written under a hidden name (`.part-…inprogress`) and
-//! renamed to its final name only when it may be seen, so a reader of the
-//! directory only ever sees complete files. Every name carries the run id of
-//! the sink instance that wrote it (`part-SUBTASK-SEQ-RUN.jsonl`): a
-//! checkpoint stages parts by name, and a later run that is discarded (it
-//! crashed before its first checkpoint) must never write a part under a name
-//! a checkpoint staged, or restoring that checkpoint would publish the
+//! A part file is written under a hidden name (`.part-SUBTASK-SEQ-RUN.jsonl
+//! .inprogress`) and renamed to its published name
+//! (`part-CHECKPOINT-SUBTASK-SEQ-RUN.jsonl`) only when it may be seen, so a
+//! reader of the directory only ever sees complete files.
+//!
+//! CHECKPOINT (10 digits; 0 without checkpoints) is the id of the checkpoint
+//! the part was staged in, so the names sort in commit order: a key's later
+//! updates (a running aggregate's) sort after its earlier ones even when a
+//! restore at another parallelism moved the key to another subtask.
+//!
+//! RUN is the run id of the sink instance that wrote the part: a checkpoint
+//! stages parts by name, and a later run that is discarded (it crashed
+//! before its first checkpoint) must never write a part under a name a
+//! checkpoint staged, or restoring that checkpoint would publish the
 //! discarded run's records — the sequence alone repeats once a consumer has
 //! moved the published parts away.
 //!
@@ -58,22 +65,29 @@ pub struct FileSink {
 struct Part {
     writer: BufWriter<File>,
     hidden: PathBuf,
-    final_path: PathBuf,
+    /// `part-SUBTASK-SEQ-RUN.jsonl`: the hidden name without its dot and suffix.
+    stem: String,
     bytes: u64,
 }
 
-/// Final name of part `seq` of `subtask`, written by run `run`.
-pub fn part_name(subtask: u16, seq: u64, run: &str) -> String {
+/// The stem of part `seq` of `subtask`, written by run `run`.
+pub fn part_stem(subtask: u16, seq: u64, run: &str) -> String {
     format!("part-{subtask:04}-{seq:06}-{run}.jsonl")
 }
 
 /// The hidden name a part has while it is written.
-pub fn in_progress_name(final_name: &str) -> String {
-    format!(".{final_name}.inprogress")
+pub fn in_progress_name(stem: &str) -> String {
+    format!(".{stem}.inprogress")
 }
 
-fn final_name(hidden: &str) -> Option<&str> {
+fn stem_of(hidden: &str) -> Option<&str> {
     hidden.strip_prefix('.')?.strip_suffix(".inprogress")
+}
+
+/// The name part `stem` is published under when staged in `checkpoint`.
+pub fn published_name(checkpoint: u64, stem: &str) -> String {
+    let rest = stem.strip_prefix("part-").unwrap_or(stem);
+    format!("part-{checkpoint:010}-{rest}")
 }
 
 impl FileSink {
@@ -90,21 +104,20 @@ impl FileSink {
     fn open_part(&mut self) -> Result<&mut Part, OpError> {
         if self.current.is_none() {
             // A name already taken (a run id drawn twice) is skipped, never overwritten.
-            let (name, hidden, file) = loop {
-                let name = part_name(self.subtask, self.next_seq, &self.run);
+            let (stem, hidden, file) = loop {
+                let stem = part_stem(self.subtask, self.next_seq, &self.run);
                 self.next_seq += 1;
-                let hidden = self.dir.join(in_progress_name(&name));
-                if self.dir.join(&name).exists() {
+                let hidden = self.dir.join(in_progress_name(&stem));
+                if !self.transactional && self.dir.join(published_name(0, &stem)).exists() {
                     continue;
                 }
                 match File::create_new(&hidden) {
-                    Ok(file) => break (name, hidden, file),
+                    Ok(file) => break (stem, hidden, file),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(OpError::io(format!("creating {}", hidden.display()), e)),
                 }
             };
-            self.current =
-                Some(Part { writer: BufWriter::with_capacity(1 << 20, file), hidden, final_path: self.dir.join(name), bytes: 0 });
+            self.current = Some(Part { writer: BufWriter::with_capacity(1 << 20, file), hidden, stem, bytes: 0 });
         }
         Ok(self.current.as_mut().expect("just opened"))
     }
@@ -121,7 +134,8 @@ impl FileSink {
             ctx.state.put(PARTS, ctx.state.key_groups().start, name.as_bytes(), &0u64.to_be_bytes())?;
             Ok(())
         } else {
-            fs::rename(&part.hidden, &part.final_path).map_err(|e| OpError::io(ctx_msg("publishing", &part.final_path), e))
+            let to = self.dir.join(published_name(0, &part.stem));
+            fs::rename(&part.hidden, &to).map_err(|e| OpError::io(ctx_msg("publishing", &to), e))
         }
     }
 
@@ -143,15 +157,14 @@ impl FileSink {
 
     /// Publish every part staged for a checkpoint <= `id`.
     fn publish_up_to(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let due: Vec<(String, KeyGroup)> =
-            self.staged(ctx)?.into_iter().filter(|(_, c, _)| *c != 0 && *c <= id).map(|(n, _, kg)| (n, kg)).collect();
+        let due: Vec<(String, u64, KeyGroup)> = self.staged(ctx)?.into_iter().filter(|(_, c, _)| *c != 0 && *c <= id).collect();
         if due.is_empty() {
             return Ok(());
         }
         faults::get().crash_point("before_sink_commit");
-        for (hidden, kg) in &due {
-            let Some(name) = final_name(hidden) else { continue };
-            let (from, to) = (self.dir.join(hidden), self.dir.join(name));
+        for (hidden, staged_in, kg) in &due {
+            let Some(stem) = stem_of(hidden) else { continue };
+            let (from, to) = (self.dir.join(hidden), self.dir.join(published_name(*staged_in, stem)));
             match fs::rename(&from, &to) {
                 Ok(()) => {}
                 // A staged part of a completed checkpoint leaves its hidden
@@ -177,7 +190,7 @@ impl FileSink {
         let entries = fs::read_dir(&self.dir).map_err(|e| OpError::io(format!("listing {}", self.dir.display()), e))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((subtask, seq)) = final_name(&name).and_then(parse_part_name) else { continue };
+            let Some((subtask, seq)) = stem_of(&name).and_then(parse_part_name) else { continue };
             let ours = subtask == self.subtask && seq < below;
             let orphaned = subtask >= parallelism && subtask % parallelism == self.subtask;
             if ours || orphaned {
@@ -188,16 +201,22 @@ impl FileSink {
     }
 }
 
-/// (subtask, sequence number) of a final part name: `part-SUBTASK-SEQ-RUN`,
-/// or `part-SUBTASK-SEQ` as weir 0.1 wrote them.
+/// (subtask, sequence number) of a part name: published
+/// `part-CHECKPOINT-SUBTASK-SEQ-RUN`, a hidden part's stem
+/// `part-SUBTASK-SEQ-RUN`, or `part-SUBTASK-SEQ` as weir 0.1 named them.
 fn parse_part_name(name: &str) -> Option<(u16, u64)> {
     let rest = name.strip_prefix("part-")?.strip_suffix(".jsonl")?;
-    let (subtask, rest) = rest.split_once('-')?;
-    let seq = match rest.split_once('-') {
-        Some((seq, run)) if crate::run_id::is_short(run) => seq,
-        Some(_) => return None,
-        None => rest,
+    let fields: Vec<&str> = rest.split('-').collect();
+    let digits = |f: &str, width: usize| f.len() >= width && f.bytes().all(|b| b.is_ascii_digit());
+    let (subtask, seq) = match fields[..] {
+        [chk, subtask, seq, run] if digits(chk, 10) && crate::run_id::is_short(run) => (subtask, seq),
+        [subtask, seq, run] if crate::run_id::is_short(run) => (subtask, seq),
+        [subtask, seq] => (subtask, seq),
+        _ => return None,
     };
+    if !digits(subtask, 4) || !digits(seq, 6) {
+        return None;
+    }
     Some((subtask.parse().ok()?, seq.parse().ok()?))
 }
 
@@ -208,7 +227,7 @@ fn next_free_seq(dir: &Path, subtask: u16) -> std::io::Result<u64> {
     for entry in fs::read_dir(dir)? {
         let name = entry?.file_name();
         let name = name.to_string_lossy();
-        let name = final_name(&name).unwrap_or(&name);
+        let name = stem_of(&name).unwrap_or(&name);
         if let Some((s, seq)) = parse_part_name(name) {
             if s == subtask {
                 next = next.max(seq.saturating_add(1));
@@ -289,12 +308,18 @@ mod tests {
         v
     }
 
+    /// `name` without its run id and (published parts) checkpoint id.
     fn without_run(name: &str) -> String {
         let Some(at) = name.find(".jsonl") else { return name.to_string() };
-        match name[..at].rsplit_once('-') {
-            Some((head, run)) if crate::run_id::is_short(run) => format!("{head}{}", &name[at..]),
-            _ => name.to_string(),
+        let (head, tail) = name.split_at(at);
+        let mut fields: Vec<&str> = head.split('-').collect();
+        if fields.last().is_some_and(|r| crate::run_id::is_short(r)) {
+            fields.pop();
         }
+        if fields.len() == 4 && fields[1].len() == 10 {
+            fields.remove(1);
+        }
+        format!("{}{tail}", fields.join("-"))
     }
 
     /// The file in `dir` shown as `shown` by `names`.
@@ -454,14 +479,41 @@ mod tests {
         assert_eq!(read(dir.path(), "part-0000-000001.jsonl"), "again\n");
     }
 
+    /// A running aggregate's updates of one key move to another subtask when
+    /// a restore changes the parallelism: the names must still sort them in
+    /// the order they were committed.
+    #[test]
+    fn published_names_sort_in_commit_order_across_subtasks() {
+        let dir = tempfile::tempdir().unwrap();
+        // Subtask 3 commits the key's first update in checkpoint 9 (it has
+        // written many parts before), subtask 0 the next in checkpoint 10.
+        for (subtask, id, line) in [(3u16, 9u64, "first"), (0, 10, "second")] {
+            let mut sink = FileSink::new(dir.path(), 1 << 20, subtask, true).unwrap();
+            sink.next_seq = if subtask == 3 { 999_999 } else { 0 };
+            let mut h = Harness::new(sink, "out", 0..1, 1);
+            h.run(|s, ctx, out| s.process(vec![rec(line)], ctx, out));
+            h.run(|s, ctx, _| s.on_checkpoint(id, ctx));
+            h.run(|s, ctx, _| s.on_checkpoint_complete(id, ctx));
+        }
+        let mut names: Vec<String> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        let lines: Vec<String> = names.iter().map(|n| fs::read_to_string(dir.path().join(n)).unwrap()).collect();
+        assert_eq!(lines, ["first\n", "second\n"], "{names:?}");
+        assert!(names[0].starts_with("part-0000000009-0003-999999-"), "{names:?}");
+    }
+
     #[test]
     fn part_names_of_weir_0_1_and_of_other_files_are_told_apart() {
         assert_eq!(parse_part_name("part-0003-000012.jsonl"), Some((3, 12)));
         assert_eq!(parse_part_name("part-0003-000012-0a1b2c3d.jsonl"), Some((3, 12)));
+        assert_eq!(parse_part_name("part-0000000007-0003-000012-0a1b2c3d.jsonl"), Some((3, 12)));
         assert_eq!(parse_part_name("part-0003-000012-notarun.jsonl"), None);
         assert_eq!(parse_part_name("part-0003.jsonl"), None);
+        assert_eq!(parse_part_name("part-7-0003-000012-0a1b2c3d.jsonl"), None);
         let dir = tempfile::tempdir().unwrap();
-        for name in ["part-0001-000004.jsonl", ".part-0001-000009-0a1b2c3d.jsonl.inprogress", "part-0002-000050-0a1b2c3d.jsonl"] {
+        for name in ["part-0001-000004.jsonl", ".part-0001-000009-0a1b2c3d.jsonl.inprogress", "part-0000000003-0001-000008-0a1b2c3d.jsonl"]
+        {
             fs::write(dir.path().join(name), "").unwrap();
         }
         assert_eq!(next_free_seq(dir.path(), 1).unwrap(), 10);
