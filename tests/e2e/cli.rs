@@ -60,7 +60,9 @@ fn parallelism_flag_and_set_agree() {
     for d in [&a, &b] {
         let names: Vec<String> = super::util::part_files(d).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
         for s in 0..3 {
-            assert!(names.iter().any(|n| n.starts_with(&format!("part-{s:04}-"))), "{}: {names:?}", d.display());
+            // part-CHECKPOINT-SUBTASK-SEQ-RUN.jsonl
+            let subtask = format!("{s:04}");
+            assert!(names.iter().any(|n| n.split('-').nth(2) == Some(subtask.as_str())), "{}: {names:?}", d.display());
         }
         assert!(names.iter().all(|n| n.ends_with(".jsonl")), "{names:?}");
     }
