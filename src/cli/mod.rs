@@ -201,8 +201,15 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
                 (true, false) => savepoint::Ending::Stop,
                 (true, true) => savepoint::Ending::StopAndDrain,
             };
+            let from_pipeline = target.is_none() && p.savepoint_dir.is_some();
             let parent = target.or_else(|| p.savepoint_dir.clone());
-            let path = savepoint::trigger(&layout, &p.name, parent.as_deref(), end, timeout).map_err(to_anyhow)?;
+            let path = savepoint::trigger(&layout, &p.name, parent.as_deref(), end, timeout).map_err(|e| match e {
+                // Say where a target nobody typed came from.
+                savepoint::SavepointError::Refused(m) if from_pipeline => {
+                    to_anyhow(savepoint::SavepointError::Refused(format!("savepoint.dir of {}: {m}", pipeline.pipeline.display())))
+                }
+                e => to_anyhow(e),
+            })?;
             println!("Savepoint completed. Path: {}", path.display());
         }
         SavepointCommand::Dispose { path } => {

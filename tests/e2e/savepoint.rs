@@ -690,6 +690,7 @@ fn a_refused_target_or_savepoint_dir_changes_nothing_on_disk() {
         let o = weir(&["savepoint", "trigger", &yaml, "--stop"]).set("state.dir", &job.state).run();
         o.expect_code(2);
         o.expect_stderr_contains(why);
+        o.expect_stderr_contains("savepoint.dir of ");
         std::fs::remove_file(&yaml).unwrap();
         assert_eq!(unchanged(entries(job.dir.path())), unchanged(before.clone()), "refusing {} changed the disk", t.display());
     }
