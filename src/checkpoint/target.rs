@@ -1,18 +1,24 @@
-//! Where a savepoint may go (`--target`), and how it gets there without
-//! ever taking or removing a directory this process did not create.
+//! Where a savepoint goes, and how it gets there without ever taking or
+//! removing a directory this process did not create.
 //!
-//! A savepoint is built in a fresh hidden directory next to its target
+//! A savepoint target (`--target DIR`, `savepoint.dir`) is a *parent*
+//! directory: each savepoint is a new child of it, named from the pipeline
+//! and the checkpoint id ([`child_name`]), so one parent takes any number of
+//! savepoints (Flink's `savepoint-<job>-<id>`). Without a target the parent
+//! is the state directory's `savepoints/` and the child `sp-<id>`.
+//!
+//! A savepoint is built in a fresh hidden directory in the parent
 //! (`.NAME.weir-tmp-PID-N`, made with mkdir, so it is ours), filled there
 //! (a rename of the committed checkpoint directory, or a copy from another
-//! file system), given its `_metadata`, and only then renamed onto the
-//! target. rename(2) onto a missing name or an empty directory succeeds
-//! atomically and fails on a non-empty one, so when several savepoints race
-//! for one target exactly one wins; a loser removes only its own temp
-//! directory. The check at request time only gives an early answer.
+//! file system), given its `_metadata`, and only then renamed to its name
+//! with RENAME_NOREPLACE: an existing child (even an empty one) is never
+//! taken; the next free name (`NAME-1`, `NAME-2`, ...) is. A failure
+//! removes the temp directory and the parents this savepoint created, and
+//! nothing else. The check at request time only gives an early answer.
 //!
-//! Targets inside the state directory's managed folders (`checkpoints/`,
-//! `local/`, or the state directory and `savepoints/` themselves) are
-//! refused: retention and cleanup delete what is there.
+//! Parents inside the state directory are refused, except its own
+//! `savepoints/` and what is below: retention and cleanup delete what is in
+//! `checkpoints/` and `local/`, and the rest is weir's.
 
 use std::fmt;
 use std::fs;
@@ -22,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::{Layout, METADATA_FILE};
 use super::store::{self, StoreError};
+use super::CheckpointId;
 
 /// Why a savepoint target is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,8 +36,10 @@ pub enum Refusal {
     NotAbsolute,
     /// Inside (or equal to) a folder weir manages; the folder.
     Managed(PathBuf),
-    SymbolicLink,
-    NotEmpty,
+    /// The target, or the existing path on the way to it, is not a directory.
+    NotADirectory(PathBuf),
+    /// This process may not create entries in the directory.
+    NotWritable(PathBuf),
     Unusable(String),
 }
 
@@ -47,14 +56,33 @@ impl fmt::Display for Refusal {
             Refusal::NotAbsolute => write!(f, "must be an absolute path"),
             Refusal::Managed(dir) => write!(
                 f,
-                "is or holds {}, which weir manages (retention and cleanup delete what is there); choose a directory outside the state directory's checkpoints/ and local/, or one under savepoints/",
+                "is or is inside {}, which weir manages (retention and cleanup delete what is there); choose a directory outside the state directory, or its savepoints/",
                 dir.display()
             ),
-            Refusal::SymbolicLink => write!(f, "is a symbolic link"),
-            Refusal::NotEmpty => write!(f, "exists and is not an empty directory"),
+            Refusal::NotADirectory(p) if p.as_os_str().is_empty() => write!(f, "is not a directory"),
+            Refusal::NotADirectory(p) => write!(f, "{} is not a directory (the target is the directory savepoints are created in)", p.display()),
+            Refusal::NotWritable(p) => write!(f, "cannot create a savepoint in {}: permission denied", p.display()),
             Refusal::Unusable(e) => write!(f, "{e}"),
         }
     }
+}
+
+/// The name of the savepoint of checkpoint `id` of `pipeline` in a target:
+/// `savepoint-orders-0000012` (pipeline names are letters, digits, `_`,
+/// `.` and `-`, so it is one plain path component).
+pub fn child_name(pipeline: &str, id: CheckpointId) -> String {
+    format!("savepoint-{pipeline}-{id:07}")
+}
+
+/// Whether `name` is one [`child_name`] (or its `-N` successor) gives
+/// `pipeline`: what `savepoint list` shows of a target shared by pipelines.
+pub fn is_child_name(pipeline: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("savepoint-").and_then(|r| r.strip_prefix(pipeline)).and_then(|r| r.strip_prefix('-')) else {
+        return false;
+    };
+    let (id, suffix) = rest.split_once('-').unwrap_or((rest, "1"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    id.len() >= 7 && digits(id) && digits(suffix)
 }
 
 /// `path` made absolute with every symbolic link and `..` resolved: the
@@ -89,9 +117,12 @@ pub fn resolve(path: &Path) -> io::Result<PathBuf> {
     Ok(out)
 }
 
-/// Check a savepoint target of the pipeline whose state is in `layout`;
-/// returns it resolved (where the savepoint will be written). The final
-/// word is the rename in [`Staging::commit`]; this is the early answer.
+/// Check the savepoint target (parent directory) `target` of the pipeline
+/// whose state is in `layout`; returns it resolved (where its savepoints
+/// will be created). It may be missing (it is created with the first
+/// savepoint); what exists of it must be a directory this process may
+/// write in. The final word is the write in [`Staging`]; this is the early
+/// answer, and it changes nothing on disk.
 pub fn check(layout: &Layout, target: &Path) -> Result<PathBuf, TargetError> {
     let refuse = |reason| TargetError { target: target.to_path_buf(), reason };
     if !target.is_absolute() {
@@ -104,32 +135,49 @@ pub fn check(layout: &Layout, target: &Path) -> Result<PathBuf, TargetError> {
     if let Some(dir) = inside.iter().find(|d| resolved.starts_with(d)) {
         return Err(refuse(Refusal::Managed(dir.clone())));
     }
-    let savepoints = state.join(super::layout::SAVEPOINTS_DIR);
-    if resolved == state || resolved == savepoints || state.starts_with(&resolved) {
+    // Elsewhere in the state directory, savepoints would sit among its files.
+    if resolved.starts_with(&state) && !resolved.starts_with(state.join(super::layout::SAVEPOINTS_DIR)) {
         return Err(refuse(Refusal::Managed(state)));
     }
-    // The link itself, not where it leads: rename would replace the link.
-    match fs::symlink_metadata(target) {
-        Ok(m) if m.file_type().is_symlink() => Err(refuse(Refusal::SymbolicLink)),
-        Ok(m) if !m.is_dir() => Err(refuse(Refusal::NotEmpty)),
-        Ok(_) => match fs::read_dir(target) {
-            Ok(mut entries) => match entries.next() {
-                None => Ok(resolved),
-                Some(_) => Err(refuse(Refusal::NotEmpty)),
+    // The nearest existing directory on the way is where mkdir happens.
+    let mut existing = resolved.as_path();
+    loop {
+        match fs::metadata(existing) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => {
+                let shown = if existing == resolved { PathBuf::new() } else { existing.to_path_buf() };
+                return Err(refuse(Refusal::NotADirectory(shown)));
+            }
+            // Missing, or below a file (ENOTDIR): look one step up.
+            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => match existing.parent() {
+                Some(p) => existing = p,
+                None => return Err(unusable(e)),
             },
-            Err(e) => Err(unusable(e)),
-        },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(resolved),
-        Err(e) => Err(unusable(e)),
+            Err(e) => return Err(unusable(e)),
+        }
     }
+    if !may_create_in(existing) {
+        return Err(refuse(Refusal::NotWritable(existing.to_path_buf())));
+    }
+    Ok(resolved)
 }
 
-/// A savepoint being built next to its target. Dropped without
-/// [`commit`](Staging::commit), it removes its temp directory (and only that).
+/// access(2) with W_OK|X_OK: whether entries may be created in `dir`.
+fn may_create_in(dir: &Path) -> bool {
+    use rustix::fs::Access;
+    rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK).is_ok()
+}
+
+/// A savepoint being built in its parent directory. Dropped without
+/// [`commit`](Staging::commit), it removes its temp directory and the
+/// parents it created (and only those).
 #[derive(Debug)]
 pub struct Staging {
     tmp: PathBuf,
-    target: PathBuf,
+    parent: PathBuf,
+    name: String,
+    /// Parents created by `begin`, outermost first.
+    created: Vec<PathBuf>,
     committed: bool,
 }
 
@@ -137,18 +185,32 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Sto
     move |source| StoreError::Io { op, path: path.to_path_buf(), source }
 }
 
+/// How many `-N` successors of a taken name are tried.
+const MAX_SUFFIX: u32 = 100;
+
 impl Staging {
-    /// Create a fresh temp directory next to `target` (and `target`'s parents).
-    pub fn begin(target: &Path) -> Result<Staging, StoreError> {
+    /// Create `parent` (and its missing parents) and a fresh temp directory
+    /// in it for the savepoint `name`.
+    pub fn begin(parent: &Path, name: &str) -> Result<Staging, StoreError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        fs::create_dir_all(parent).map_err(io_err("create directory", parent))?;
-        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut staging =
+            Staging { tmp: PathBuf::new(), parent: parent.to_path_buf(), name: name.to_string(), created: Vec::new(), committed: false };
+        let missing: Vec<&Path> = parent.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.is_dir()).collect();
+        for dir in missing.into_iter().rev() {
+            match fs::create_dir(dir) {
+                Ok(()) => staging.created.push(dir.to_path_buf()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                Err(e) => return Err(io_err("create directory", dir)(e)),
+            }
+        }
         loop {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let tmp = parent.join(format!(".{name}.weir-tmp-{}-{n}", std::process::id()));
             match fs::create_dir(&tmp) {
-                Ok(()) => return Ok(Staging { tmp, target: target.to_path_buf(), committed: false }),
+                Ok(()) => {
+                    staging.tmp = tmp;
+                    return Ok(staging);
+                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(io_err("create directory", &tmp)(e)),
             }
@@ -171,38 +233,74 @@ impl Staging {
         store::remove_dir_all(from)
     }
 
-    /// Write `_metadata` (durably), then rename the temp directory onto the
-    /// target: it succeeds only if the target is missing or empty.
+    /// Write `_metadata` (durably), then rename the temp directory to its
+    /// name in the parent, or to the first free `NAME-N` when the name is
+    /// taken; returns the savepoint's path.
     pub fn commit(mut self, metadata: &[u8]) -> Result<PathBuf, StoreError> {
         store::write_atomic(&self.tmp.join(METADATA_FILE), metadata)?;
         store::fsync_dir(&self.tmp)?;
-        match fs::rename(&self.tmp, &self.target) {
-            Ok(()) => {
-                self.committed = true;
-                let parent = self.target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                store::fsync_dir(parent)?;
-                Ok(self.target.clone())
-            }
-            Err(e) => {
-                let taken = matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST | libc::ENOTDIR | libc::EISDIR));
-                let e = if taken {
-                    io::Error::new(e.kind(), "the target is not empty any more (another savepoint took it?); it was left as it is")
-                } else {
-                    e
-                };
-                Err(io_err("rename into", &self.target)(e))
+        for n in 0..=MAX_SUFFIX {
+            let name = if n == 0 { self.name.clone() } else { format!("{}-{n}", self.name) };
+            let to = self.parent.join(&name);
+            match rename_noreplace(&self.tmp, &to) {
+                Ok(()) => {
+                    self.committed = true;
+                    store::fsync_dir(&self.parent)?;
+                    for dir in &self.created {
+                        store::fsync_dir(dir.parent().unwrap_or(Path::new("/")))?;
+                    }
+                    return Ok(to);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    tracing::info!(path = %to.display(), "Savepoint name taken; trying the next.");
+                }
+                Err(e) => return Err(io_err("rename into", &to)(e)),
             }
         }
+        let e = io::Error::new(io::ErrorKind::AlreadyExists, format!("{} and its successors up to -{MAX_SUFFIX} are all taken", self.name));
+        Err(io_err("rename into", &self.parent)(e))
     }
+}
+
+/// rename(2) that fails with `AlreadyExists` when `to` exists (as anything).
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{renameat_with, RenameFlags, CWD};
+        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            // A file system without RENAME_NOREPLACE: the fallback below.
+            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // rename(2) replaces an empty directory: the check narrows that window,
+    // and a non-empty one fails the rename anyway.
+    if fs::symlink_metadata(to).is_ok() {
+        return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+    }
+    fs::rename(from, to).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTEMPTY | libc::EEXIST) => io::Error::from(io::ErrorKind::AlreadyExists),
+        _ => e,
+    })
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        if !self.committed {
+        if self.committed {
+            return;
+        }
+        if !self.tmp.as_os_str().is_empty() {
             if let Err(e) = fs::remove_dir_all(&self.tmp) {
                 if e.kind() != io::ErrorKind::NotFound {
                     tracing::warn!(dir = %self.tmp.display(), error = %e, "Cannot remove a savepoint's temp directory.");
                 }
+            }
+        }
+        // Only while empty: someone else may have put something there since.
+        for dir in self.created.iter().rev() {
+            if fs::remove_dir(dir).is_err() {
+                break;
             }
         }
     }
@@ -245,48 +343,70 @@ mod tests {
     }
 
     #[test]
-    fn of_two_savepoints_racing_for_one_target_exactly_one_wins_and_stays() {
+    fn savepoints_into_one_parent_get_fresh_children_an_existing_one_is_never_taken() {
         let tmp = tempfile::tempdir().unwrap();
-        let target = tmp.path().join("sp");
-        // Both passed the early check while the target was missing.
-        let (a, b) = (Staging::begin(&target).unwrap(), Staging::begin(&target).unwrap());
+        let parent = tmp.path().join("sps");
+        // Both passed the early check; both savepoints are named alike.
+        let (a, b) = (Staging::begin(&parent, "savepoint-p-0000007").unwrap(), Staging::begin(&parent, "savepoint-p-0000007").unwrap());
         a.fill_from(&checkpoint_dir(tmp.path(), "a")).unwrap();
         b.fill_from(&checkpoint_dir(tmp.path(), "b")).unwrap();
-        assert_eq!(a.commit(b"metadata a").unwrap(), target);
-        let err = b.commit(b"metadata b").unwrap_err();
-        assert!(err.to_string().contains("not empty any more"), "{err}");
-        // The winner's savepoint is whole; the loser left nothing behind.
-        assert_eq!(fs::read(target.join(METADATA_FILE)).unwrap(), b"metadata a");
-        assert_eq!(fs::read(target.join("bundle-000/task-000-0000.snapshot")).unwrap(), b"a");
-        assert_eq!(names(tmp.path()), vec!["sp"]);
+        let (pa, pb) = (a.commit(b"metadata a").unwrap(), b.commit(b"metadata b").unwrap());
+        assert_eq!((pa.clone(), pb.clone()), (parent.join("savepoint-p-0000007"), parent.join("savepoint-p-0000007-1")));
+        assert_eq!(fs::read(pa.join(METADATA_FILE)).unwrap(), b"metadata a");
+        assert_eq!(fs::read(pb.join("bundle-000/task-000-0000.snapshot")).unwrap(), b"b");
+        // An empty directory of that name is someone's: it is left alone too.
+        fs::create_dir(parent.join("savepoint-p-0000008")).unwrap();
+        let c = Staging::begin(&parent, "savepoint-p-0000008").unwrap();
+        c.fill_from(&checkpoint_dir(tmp.path(), "c")).unwrap();
+        assert_eq!(c.commit(b"md").unwrap(), parent.join("savepoint-p-0000008-1"));
+        assert!(names(&parent.join("savepoint-p-0000008")).is_empty());
+        let all = ["savepoint-p-0000007", "savepoint-p-0000007-1", "savepoint-p-0000008", "savepoint-p-0000008-1"];
+        assert_eq!(names(&parent), all);
     }
 
     #[test]
-    fn an_empty_directory_is_taken_a_failed_savepoint_leaves_the_target_as_it_was() {
+    fn a_failed_savepoint_removes_its_temp_dir_and_the_parents_it_made_only() {
         let tmp = tempfile::tempdir().unwrap();
-        let target = tmp.path().join("empty");
-        fs::create_dir(&target).unwrap();
-        let s = Staging::begin(&target).unwrap();
+        // Dropped before the commit (a failure midway), into a new parent.
+        let parent = tmp.path().join("new/deeper");
+        let s = Staging::begin(&parent, "sp").unwrap();
         s.fill_from(&checkpoint_dir(tmp.path(), "x")).unwrap();
-        s.commit(b"md").unwrap();
-        assert_eq!(names(&target), vec![METADATA_FILE, "bundle-000"]);
+        assert!(parent.is_dir());
+        drop(s);
+        assert_eq!(names(tmp.path()), Vec::<String>::new(), "the parents it created are gone");
 
-        // Dropped before the commit (a failure midway): only its temp dir goes.
+        // Into an existing parent with the user's files: those stay.
         let user = tmp.path().join("user");
         fs::create_dir(&user).unwrap();
-        let s = Staging::begin(&user).unwrap();
+        fs::write(user.join("theirs"), b"keep").unwrap();
+        let s = Staging::begin(&user, "sp").unwrap();
         s.fill_from(&checkpoint_dir(tmp.path(), "y")).unwrap();
         drop(s);
-        assert!(user.is_dir() && names(&user).is_empty(), "the user's empty directory stays");
-        assert_eq!(names(tmp.path()), vec!["empty", "user"]);
-
-        // A target filled meanwhile by someone else is left untouched.
-        let s = Staging::begin(&user).unwrap();
-        s.fill_from(&checkpoint_dir(tmp.path(), "z")).unwrap();
-        fs::write(user.join("theirs"), b"keep").unwrap();
-        assert!(s.commit(b"md").is_err());
         assert_eq!(names(&user), vec!["theirs"]);
-        assert_eq!(names(tmp.path()), vec!["empty", "user"]);
+        assert_eq!(names(tmp.path()), vec!["user"]);
+
+        // A parent under a file: refused, nothing created.
+        let err = Staging::begin(&user.join("theirs/sub"), "sp").unwrap_err();
+        assert!(err.to_string().contains("create directory"), "{err}");
+        assert_eq!(names(&user), vec!["theirs"]);
+    }
+
+    #[test]
+    fn child_names_are_recognised_per_pipeline() {
+        assert_eq!(child_name("orders", 12), "savepoint-orders-0000012");
+        for (p, n, yes) in [
+            ("orders", "savepoint-orders-0000012", true),
+            ("orders", "savepoint-orders-0000012-3", true),
+            ("orders", "savepoint-orders-12345678", true),
+            ("orders", "savepoint-orders-v2-0000012", false),
+            ("orders-v2", "savepoint-orders-v2-0000012", true),
+            ("orders", "savepoint-orders-0000012-", false),
+            ("orders", "savepoint-orders-12", false),
+            ("orders", "sp-0000012", false),
+            ("orders", ".savepoint-orders-0000012.weir-tmp-1-0", false),
+        ] {
+            assert_eq!(is_child_name(p, n), yes, "{p} {n}");
+        }
     }
 
     #[test]
@@ -313,26 +433,34 @@ mod tests {
         fs::create_dir_all(l.local_dir()).unwrap();
         std::os::unix::fs::symlink(l.checkpoints_dir(), tmp.path().join("via-link")).unwrap();
         for t in [
+            l.checkpoints_dir(),
             l.checkpoints_dir().join("chk-0000009"),
             l.checkpoints_dir().join("mine/deeper"),
+            l.local_dir(),
             l.local_dir().join("sp"),
             tmp.path().join("via-link/sp"),
             state.join("savepoints/../checkpoints/sp"),
             tmp.path().join("elsewhere/../state/local/x"),
+            state.clone(),
+            state.join("savepoints/.."),
+            state.join("mine"),
         ] {
             let err = check(&l, &t).unwrap_err();
             assert!(matches!(err.reason, Refusal::Managed(_)), "{}: {err}", t.display());
         }
-        for t in [state.clone(), l.savepoints_dir(), tmp.path().to_path_buf()] {
-            assert!(matches!(check(&l, &t).unwrap_err().reason, Refusal::Managed(_)), "{}", t.display());
+        // Parents of savepoints: savepoints/, below it, around the state dir, elsewhere.
+        for t in [l.savepoints_dir(), l.savepoints_dir().join("mine"), tmp.path().to_path_buf(), tmp.path().join("out/sps")] {
+            assert_eq!(check(&l, &t).unwrap(), resolve(&t).unwrap(), "{}", t.display());
         }
-        assert_eq!(check(&l, &l.savepoints_dir().join("mine")).unwrap(), resolve(&l.savepoints_dir().join("mine")).unwrap());
-        let out = tmp.path().join("out/sp");
-        assert_eq!(check(&l, &out).unwrap(), resolve(&out).unwrap());
-        assert_eq!(check(&l, Path::new("rel")).unwrap_err().reason, Refusal::NotAbsolute);
-        fs::create_dir_all(tmp.path().join("full/x")).unwrap();
-        assert_eq!(check(&l, &tmp.path().join("full")).unwrap_err().reason, Refusal::NotEmpty);
+        // A link to a directory is followed (the children go where it leads).
         std::os::unix::fs::symlink(tmp.path().join("out"), tmp.path().join("link")).unwrap();
-        assert_eq!(check(&l, &tmp.path().join("link")).unwrap_err().reason, Refusal::SymbolicLink);
+        fs::create_dir_all(tmp.path().join("out")).unwrap();
+        assert_eq!(check(&l, &tmp.path().join("link")).unwrap(), resolve(&tmp.path().join("out")).unwrap());
+        assert_eq!(check(&l, Path::new("rel")).unwrap_err().reason, Refusal::NotAbsolute);
+        let file = tmp.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        assert_eq!(check(&l, &file).unwrap_err().reason, Refusal::NotADirectory(PathBuf::new()));
+        let under = check(&l, &file.join("a/b")).unwrap_err();
+        assert_eq!(under.reason, Refusal::NotADirectory(file.canonicalize().unwrap()), "{under}");
     }
 }

@@ -52,13 +52,15 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum SavepointCommand {
     /// Ask the running pipeline for a savepoint (through `<state.dir>/control.sock`)
-    /// and print `Savepoint completed. Path: <dir>`.
+    /// and print `Savepoint completed. Path: <dir>` (the new savepoint).
     Trigger {
         #[command(flatten)]
         pipeline: PipelineArgs,
-        /// Write the savepoint to this (new or empty) directory instead of
-        /// `<state.dir>/savepoints/sp-<id>`; not inside the state
-        /// directory's `checkpoints/` or `local/`.
+        /// Create the savepoint in this directory, as a new child
+        /// `savepoint-<pipeline>-<id>` (DIR is created if missing; any number
+        /// of savepoints may go there). Default: `savepoint.dir` of the
+        /// pipeline, else `<state.dir>/savepoints/sp-<id>`. Not inside the
+        /// state directory, except under its `savepoints/`.
         #[arg(long, value_name = "DIR")]
         target: Option<PathBuf>,
         /// Stop-with-savepoint: the savepoint is the final checkpoint, sinks
@@ -78,8 +80,15 @@ pub enum SavepointCommand {
         /// The savepoint directory or its `_metadata` file.
         path: PathBuf,
     },
-    /// List the savepoints under the pipeline's state directory.
-    List(PipelineArgs),
+    /// List the savepoints in the pipeline's state directory and its
+    /// `savepoint.dir` (and `--target DIR`).
+    List {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Also list the savepoints of this pipeline in DIR.
+        #[arg(long, value_name = "DIR")]
+        target: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -192,16 +201,26 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
                 (true, false) => savepoint::Ending::Stop,
                 (true, true) => savepoint::Ending::StopAndDrain,
             };
-            let path = savepoint::trigger(&layout, &p.name, target.as_deref(), end, timeout).map_err(to_anyhow)?;
+            let from_pipeline = target.is_none() && p.savepoint_dir.is_some();
+            let parent = target.or_else(|| p.savepoint_dir.clone());
+            let path = savepoint::trigger(&layout, &p.name, parent.as_deref(), end, timeout).map_err(|e| match e {
+                // Say where a target nobody typed came from.
+                savepoint::SavepointError::Refused(m) if from_pipeline => {
+                    to_anyhow(savepoint::SavepointError::Refused(format!("savepoint.dir of {}: {m}", pipeline.pipeline.display())))
+                }
+                e => to_anyhow(e),
+            })?;
             println!("Savepoint completed. Path: {}", path.display());
         }
         SavepointCommand::Dispose { path } => {
             let dir = savepoint::dispose(&path).map_err(to_anyhow)?;
             println!("Savepoint disposed: {}", dir.display());
         }
-        SavepointCommand::List(pipeline) => {
+        SavepointCommand::List { pipeline, target } => {
             let p = checkpointed(&pipeline)?;
-            print!("{}", savepoint::list(&crate::checkpoint::layout::Layout::new(&p.state.dir)).map_err(to_anyhow)?);
+            let parents: Vec<PathBuf> = p.savepoint_dir.iter().chain(&target).cloned().collect();
+            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
+            print!("{}", savepoint::list(&layout, &p.name, &parents).map_err(to_anyhow)?);
         }
     }
     Ok(ExitCode::SUCCESS)

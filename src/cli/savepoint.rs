@@ -31,12 +31,14 @@ pub enum Ending {
 }
 
 /// Ask the process running on the state directory of `layout` (through its
-/// control socket) for a savepoint; returns its path. A target the process
-/// would refuse (inside `checkpoints/`, not empty, ...) is refused here
-/// first, without contacting it.
-pub fn trigger(layout: &Layout, pipeline: &str, target: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
+/// control socket) for a savepoint; returns its path. `parent` is the
+/// directory to create it in (`--target` or `savepoint.dir`; None:
+/// `<state.dir>/savepoints/`). A parent the process would refuse (inside
+/// `checkpoints/`, not a directory, not writable, ...) is refused here
+/// first, without contacting it and without touching the disk.
+pub fn trigger(layout: &Layout, pipeline: &str, parent: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
     let socket = layout.control_socket();
-    let target = match target {
+    let dir = match parent {
         Some(t) => {
             let abs = std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?;
             crate::checkpoint::target::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
@@ -49,7 +51,7 @@ pub fn trigger(layout: &Layout, pipeline: &str, target: Option<&Path>, end: Endi
         Ending::Stop => (true, false),
         Ending::StopAndDrain => (true, true),
     };
-    let request = Request::Savepoint(SavepointRequest { target, stop, drain });
+    let request = Request::Savepoint(SavepointRequest { dir, stop, drain });
     let response = call(&socket, pipeline, &request, timeout)?;
     match response.get("path").and_then(|p| p.as_str()) {
         Some(path) if response["ok"] == true => Ok(PathBuf::from(path)),
@@ -186,21 +188,20 @@ fn savepoint_root(dir: &Path) -> Result<(u64, u64), String> {
     Ok((meta.dev(), meta.ino()))
 }
 
-/// A table of the savepoints under the state directory.
-pub fn list(layout: &Layout) -> Result<String, SavepointError> {
-    let dir = layout.savepoints_dir();
-    let mut dirs: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        // Hidden names are savepoints being written or disposed.
-        Ok(entries) => entries
-            .flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(SavepointError::Failed(format!("listing {}: {e}", dir.display()))),
-    };
-    dirs.sort();
+/// A table of the savepoints of `pipeline`: every directory in the state
+/// directory's `savepoints/`, then its children (`savepoint-<pipeline>-<id>`)
+/// in each of `parents` (`savepoint.dir`, `--target`); a parent that does
+/// not exist yet holds none.
+pub fn list(layout: &Layout, pipeline: &str, parents: &[PathBuf]) -> Result<String, SavepointError> {
+    let mut dirs = children(&layout.savepoints_dir(), |_| true)?;
+    let mut seen = vec![crate::checkpoint::target::resolve(&layout.savepoints_dir()).unwrap_or_else(|_| layout.savepoints_dir())];
+    for parent in parents {
+        let resolved = crate::checkpoint::target::resolve(parent).unwrap_or_else(|_| parent.clone());
+        if !seen.contains(&resolved) {
+            seen.push(resolved);
+            dirs.extend(children(parent, |name| crate::checkpoint::target::is_child_name(pipeline, name))?);
+        }
+    }
     let mut out = String::new();
     let _ = writeln!(out, "{:<10} {:<24} {:>12}  {:<40}  VALID", "ID", "CREATED (UTC)", "BYTES", "PATH");
     for d in dirs {
@@ -214,6 +215,23 @@ pub fn list(layout: &Layout) -> Result<String, SavepointError> {
         let _ = writeln!(out, "{id:<10} {created:<24} {bytes:>12}  {:<40}  {valid}", d.display());
     }
     Ok(out)
+}
+
+/// The directories in `dir` whose name `keep`s, sorted; none if it is missing.
+fn children(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>, SavepointError> {
+    let mut dirs: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        // Hidden names are savepoints being written or disposed.
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| !n.starts_with('.') && keep(n)))
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(SavepointError::Failed(format!("listing {}: {e}", dir.display()))),
+    };
+    dirs.sort();
+    Ok(dirs)
 }
 
 #[cfg(test)]

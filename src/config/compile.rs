@@ -47,6 +47,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let (parallelism, max_parallelism) = parallelism(&mut cx, raw);
     let state = specs::state(&mut cx, raw);
     let checkpoint = raw.checkpoint.as_ref().and_then(|c| specs::checkpoint(&mut cx, c));
+    let savepoint_dir = specs::savepoint_dir(&mut cx, raw);
     let bundle_size = specs::bundle_size(&mut cx, raw, parallelism);
     let items = items(parsed);
     check_names(&mut cx, &items);
@@ -59,7 +60,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     for (at, message) in features::unmet(&needs(&state, &items, &kinds), features) {
         cx.err(at, message);
     }
-    outputs::check(&mut cx, &places(raw, &state, &items, &kinds));
+    outputs::check(&mut cx, &places(raw, &state, savepoint_dir.as_deref(), &items, &kinds));
     let order = topological_order(&items, &inputs);
     check_flow(&mut cx, &items, &inputs, &kinds, &order);
     errors.extend(cx.errors);
@@ -76,7 +77,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
             Some(Node { name: items[i].name.unwrap_or_default().to_string(), input: inputs[i].map(|j| id[j]), kind: kinds[i].clone()? })
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Pipeline { name: raw.name.clone(), parallelism, max_parallelism, nodes, state, checkpoint, bundle_size })
+    Some(Pipeline { name: raw.name.clone(), parallelism, max_parallelism, nodes, state, checkpoint, savepoint_dir, bundle_size })
 }
 
 fn items(parsed: &Parsed) -> Vec<Item<'_>> {
@@ -376,13 +377,23 @@ fn check_kafka_transactions(cx: &mut Cx, items: &[Item], kinds: &[Option<NodeKin
 
 /// Every place the pipeline writes (state directory, file sinks, dead
 /// letters) or reads (file sources), in file order.
-fn places(raw: &RawPipeline, state: &StateSpec, items: &[Item], kinds: &[Option<NodeKind>]) -> Vec<Place> {
+fn places(
+    raw: &RawPipeline,
+    state: &StateSpec,
+    savepoint_dir: Option<&std::path::Path>,
+    items: &[Item],
+    kinds: &[Option<NodeKind>],
+) -> Vec<Place> {
     let state_at = match raw.state.as_ref().and_then(|s| s.dir.as_ref()) {
         Some(_) => vec![Seg::Key("state".into()), Seg::Key("dir".into())],
         None => vec![Seg::Key("name".into())],
     };
     let what = if state_at.len() == 2 { "the state directory" } else { "the default state directory (from `name`)" };
-    let mut out = vec![Place { path: state.dir.clone(), role: Role::Dir, what: what.into(), at: state_at }];
+    let mut out = vec![Place { path: state.dir.clone(), role: Role::State, what: what.into(), at: state_at }];
+    if let Some(dir) = savepoint_dir {
+        let at = vec![Seg::Key("savepoint".into()), Seg::Key("dir".into())];
+        out.push(Place { path: dir.to_path_buf(), role: Role::Savepoints, what: "the savepoint directory".into(), at });
+    }
     for (it, kind) in items.iter().zip(kinds) {
         let name = it.name.unwrap_or("?");
         let dead_letter = |path: &std::path::Path, what: &str| Place {

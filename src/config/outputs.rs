@@ -19,13 +19,22 @@ use super::specs::Cx;
 /// How a place is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
-    /// A directory the pipeline writes into (a file sink, the state directory).
+    /// A directory the pipeline writes into (a file sink).
     Dir,
+    /// The state directory: a `Dir` that may sit inside `Savepoints`.
+    State,
+    /// `savepoint.dir`: a `Dir` that may hold the state directory, or be
+    /// (or be inside) its `savepoints/`.
+    Savepoints,
     /// A dead-letter file (appended; may be shared by several dead letters).
     DeadLetter,
     /// A file a source reads.
     Input,
 }
+
+/// The state directory's folder of savepoints (`checkpoint::layout`, which
+/// config may not import).
+const STATE_SAVEPOINTS: &str = "savepoints";
 
 /// One place the pipeline writes or reads, and where the file says so.
 #[derive(Debug, Clone)]
@@ -82,6 +91,18 @@ fn collision((a, na, a_at): (&Place, &Path, &str), (b, nb): (&Place, &Path)) -> 
                 (false, false) => format!("{} reads `{pb}`, which is inside {} `{pa}` (at {a_at})", b.what, a.what),
             };
             ni.starts_with(no).then(|| format!("{says}: a pipeline must not read its own output"))
+        }
+        (Role::State, Role::Savepoints) | (Role::Savepoints, Role::State) => {
+            let (ns, nsp) = if a.role == Role::State { (na, nb) } else { (nb, na) };
+            // Savepoints are children named apart, never the state's own files.
+            let refused = nsp.starts_with(ns) && !nsp.starts_with(ns.join(STATE_SAVEPOINTS));
+            let how = if na == nb { "is also" } else if nb.starts_with(na) { "is inside" } else { "contains" };
+            refused.then(|| {
+                format!(
+                    "{} `{pb}` {how} {} `{pa}` (at {a_at}): weir manages what is there; use a directory outside it, or its `{STATE_SAVEPOINTS}/`",
+                    b.what, a.what
+                )
+            })
         }
         (Role::DeadLetter, Role::DeadLetter) if na == nb => None,
         _ if na == nb => Some(format!(
@@ -155,5 +176,14 @@ mod tests {
         assert!(!collides(("out/a", Dir), ("out/ab", Dir)), "siblings with a common prefix");
         assert!(!collides(("in/a.jsonl", Input), ("in/a.jsonl", Input)), "two sources may read one file");
         assert!(!collides(("out", Dir), ("outs/x.jsonl", Input)));
+        assert!(collides(("st", State), ("st", Savepoints)), "savepoints among the state's files");
+        assert!(collides(("st", State), ("st/mine", Savepoints)), "savepoints among the state's files");
+        assert!(collides(("st", State), ("st/checkpoints/x", Savepoints)), "savepoints in the checkpoints");
+        assert!(!collides(("st/p", State), ("st", Savepoints)), "a savepoint directory may hold the state directory");
+        assert!(!collides(("st", State), ("st/savepoints", Savepoints)));
+        assert!(!collides(("st", State), ("st/savepoints/nightly", Savepoints)));
+        assert!(collides(("out", Dir), ("out/sps", Savepoints)), "savepoints in a sink directory");
+        assert!(collides(("sps/out", Dir), ("sps", Savepoints)), "a sink directory among savepoints");
+        assert!(collides(("sps/sp/_metadata", Input), ("sps", Savepoints)), "a source reading savepoints");
     }
 }

@@ -21,6 +21,9 @@ pub struct Pipeline {
     pub state: StateSpec,
     /// None: checkpointing is off.
     pub checkpoint: Option<CheckpointSpec>,
+    /// `savepoint.dir`: where `savepoint trigger` creates savepoints without
+    /// `--target` (as it is written; only with `checkpoint`).
+    pub savepoint_dir: Option<PathBuf>,
     /// Subtasks per bundle: subtask i belongs to bundle i / bundle_size.
     pub bundle_size: u16,
 }

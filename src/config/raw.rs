@@ -19,6 +19,8 @@ pub struct RawPipeline {
     #[serde(default)]
     pub checkpoint: Option<RawCheckpoint>,
     #[serde(default)]
+    pub savepoint: Option<RawSavepoint>,
+    #[serde(default)]
     pub bundles: Option<RawBundles>,
     #[serde(default)]
     pub sources: Vec<RawSource>,
@@ -409,6 +411,16 @@ pub struct RawCheckpoint {
     pub retain: Option<u32>,
     #[serde(default)]
     pub tolerable_failures: Option<u32>,
+}
+
+/// `savepoint:`: defaults of `weir savepoint trigger`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSavepoint {
+    /// The directory savepoints are created in (each a new child) when
+    /// `--target` is not given.
+    #[serde(default)]
+    pub dir: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -226,6 +226,23 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
     })
 }
 
+/// `savepoint.dir`, which only a checkpointed pipeline may have.
+pub(crate) fn savepoint_dir(cx: &mut Cx, raw: &RawPipeline) -> Option<PathBuf> {
+    let s = raw.savepoint.as_ref()?;
+    let at = [Seg::Key("savepoint".into())];
+    if raw.checkpoint.is_none() {
+        cx.err_key(&at, "`savepoint` needs a `checkpoint:` section: only checkpointed pipelines take savepoints");
+        return None;
+    }
+    match s.dir.as_deref() {
+        Some("") => {
+            cx.err(&child(&at, "dir"), "`savepoint.dir` is empty: expected the directory savepoints are created in");
+            None
+        }
+        dir => dir.map(PathBuf::from),
+    }
+}
+
 pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u16 {
     let Some(b) = &raw.bundles else { return 1 };
     let at = [Seg::Key("bundles".into()), Seg::Key("size".into())];

@@ -11,10 +11,12 @@
 //! Savepoints (asked for over the control socket) go through the same
 //! arbiters. Their bundles are written under `checkpoints/chk-n/` like any
 //! checkpoint; once every bundle committed, the directory is moved into a
-//! temp directory next to the savepoint's place, its `_metadata` (kind
-//! `savepoint`) written there, and the whole renamed onto that place last
-//! (`checkpoint::target`). An intermediate savepoint does not tell the sinks it completed (the
-//! next checkpoint publishes what it staged); stop-with-savepoint does.
+//! temp directory in the savepoint's parent (the request's `dir`, or
+//! `savepoints/`), its `_metadata` (kind `savepoint`) written there, and
+//! the whole renamed to a new child of the parent last
+//! (`checkpoint::target`). An intermediate savepoint does not tell the
+//! sinks it completed (the next checkpoint publishes what it staged);
+//! stop-with-savepoint does.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -94,7 +96,8 @@ pub struct Driver {
 struct PendingSavepoint {
     /// Set when it is triggered.
     id: Option<CheckpointId>,
-    target: Option<PathBuf>,
+    /// The parent directory asked for (resolved); None: `savepoints/`.
+    dir: Option<PathBuf>,
     stop: bool,
     drain: bool,
     reply: oneshot::Sender<Result<PathBuf, String>>,
@@ -322,19 +325,22 @@ impl Driver {
             keys: self.setup.keys.clone(),
             crc32c: 0,
         };
-        let (dir, written) = match kind {
+        let written = match kind {
             Kind::Checkpoint => {
                 let dir = self.setup.layout.checkpoint_dir(id);
-                (dir, write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await)
+                write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await.map(|()| dir)
             }
             Kind::Savepoint => self.write_savepoint(id, md).await,
         };
-        if let Err(e) = written {
-            if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
-                self.aborted(o)?;
+        let dir = match written {
+            Ok(dir) => dir,
+            Err(e) => {
+                if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
+                    self.aborted(o)?;
+                }
+                return Ok(None);
             }
-            return Ok(None);
-        }
+        };
         faults::get().crash_point("after_metadata");
         let Some(done) = self.coordinator.on_metadata_written(id, Instant::now()) else { return Ok(None) };
         let s = &self.stats;
@@ -374,25 +380,26 @@ impl Driver {
         Ok(Some(id))
     }
 
-    /// Move the committed bundles of savepoint `id` to its directory and
-    /// write its `_metadata` there last.
-    /// Built in a temp directory next to the target and renamed onto it
-    /// last (`checkpoint::target`): a failure, or another savepoint that
-    /// took the target first, removes only that temp directory.
-    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata) -> (PathBuf, Result<(), store::StoreError>) {
-        let asked = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.target.clone());
-        let dir = asked.unwrap_or_else(|| self.setup.layout.savepoints_dir().join(savepoint_dir_name(id)));
+    /// Move the committed bundles of savepoint `id` to a new child of its
+    /// parent and write its `_metadata` there last; returns the child.
+    /// Built in a temp directory in the parent and renamed to a name no
+    /// entry has last (`checkpoint::target`): a failure removes only that
+    /// temp directory (and the parents it created).
+    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata) -> Result<PathBuf, store::StoreError> {
+        let asked = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.dir.clone());
+        let (parent, name) = match asked {
+            Some(parent) => (parent, target::child_name(&self.setup.pipeline, id)),
+            None => (self.setup.layout.savepoints_dir(), savepoint_dir_name(id)),
+        };
         let from = self.setup.layout.checkpoint_dir(id);
-        let to = dir.clone();
         let bytes = md.to_bytes();
-        let result = tokio::task::spawn_blocking(move || {
-            let staging = target::Staging::begin(&to)?;
+        tokio::task::spawn_blocking(move || {
+            let staging = target::Staging::begin(&parent, &name)?;
             staging.fill_from(&from)?;
-            staging.commit(&bytes).map(drop)
+            staging.commit(&bytes)
         })
         .await
-        .expect("savepoint write does not panic");
-        (dir, result)
+        .expect("savepoint write does not panic")
     }
 
     /// Delete the shared files no checkpoint on disk references any more.
@@ -449,9 +456,9 @@ impl Driver {
 
     fn request_savepoint(&mut self, mut request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
         // Resolved once: the savepoint goes where the check looked.
-        if let Some(t) = &request.target {
+        if let Some(t) = &request.dir {
             match target::check(&self.setup.layout, t) {
-                Ok(resolved) => request.target = Some(resolved),
+                Ok(resolved) => request.dir = Some(resolved),
                 Err(e) => {
                     let _ = reply.send(Err(e.to_string()));
                     return;
@@ -466,7 +473,7 @@ impl Driver {
         }
         self.coordinator.trigger_now(Kind::Savepoint);
         let (stop, drain) = (request.stop, request.stop && request.drain);
-        self.savepoint = Some(PendingSavepoint { id: None, target: request.target, stop, drain, reply });
+        self.savepoint = Some(PendingSavepoint { id: None, dir: request.dir, stop, drain, reply });
     }
 
     fn aborted(&mut self, outcome: AbortOutcome) -> Result<(), DriverError> {
@@ -504,7 +511,7 @@ impl Driver {
     }
 }
 
-/// `sp-0000012`.
+/// `sp-0000012`: a savepoint's name in `<state.dir>/savepoints/`.
 pub fn savepoint_dir_name(id: CheckpointId) -> String {
     format!("sp-{id:07}")
 }

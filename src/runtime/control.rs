@@ -34,9 +34,10 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SavepointRequest {
-    /// Where to write the savepoint (absolute); None: `<state.dir>/savepoints/sp-<id>`.
+    /// The directory to create the savepoint in (absolute), as a new child
+    /// `savepoint-<pipeline>-<id>`; None: `<state.dir>/savepoints/sp-<id>`.
     #[serde(default)]
-    pub target: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
     /// Stop-with-savepoint: the savepoint is the final checkpoint.
     #[serde(default)]
     pub stop: bool,
@@ -409,12 +410,14 @@ mod tests {
 
     #[test]
     fn requests_parse_as_documented() {
-        let r: Request = serde_json::from_str(r#"{"savepoint": {"target": null, "stop": true}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { target: None, stop: true, drain: false }));
-        let r: Request = serde_json::from_str(r#"{"savepoint": {"target": "/tmp/sp"}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { target: Some("/tmp/sp".into()), stop: false, drain: false }));
+        let r: Request = serde_json::from_str(r#"{"savepoint": {"dir": null, "stop": true}}"#).unwrap();
+        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: None, stop: true, drain: false }));
+        let r: Request = serde_json::from_str(r#"{"savepoint": {"dir": "/tmp/sps"}}"#).unwrap();
+        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: Some("/tmp/sps".into()), stop: false, drain: false }));
         let r: Request = serde_json::from_str(r#"{"savepoint": {"stop": true, "drain": true}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { target: None, stop: true, drain: true }));
+        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: None, stop: true, drain: true }));
+        // `target` (it named the savepoint itself) is gone: refused, not misread.
+        assert!(serde_json::from_str::<Request>(r#"{"savepoint": {"target": "/tmp/sp"}}"#).is_err());
         assert_eq!(serde_json::from_str::<Request>(r#"{"status": {}}"#).unwrap(), Request::Status(StatusRequest {}));
         assert!(serde_json::from_str::<Request>(r#"{"savepoint": {"stopp": true}}"#).is_err());
     }

@@ -326,7 +326,24 @@ fn holds_only_the_lock(layout: &Layout) -> Result<bool, RestoreError> {
 /// `--restore PATH`: a checkpoint directory or its `_metadata` file.
 fn validate_path(path: &Path) -> Result<ValidCheckpoint, RestoreError> {
     let dir = if path.file_name().is_some_and(|n| n == METADATA_FILE) { path.parent().unwrap_or(path) } else { path };
-    validate::validate_dir(dir).map_err(|e| RestoreError::Invalid { path: e.path.clone(), reason: e.reason.to_string() })
+    validate::validate_dir(dir).map_err(|e| {
+        let mut reason = e.reason.to_string();
+        // A savepoint target (`--target`, `savepoint.dir`) named instead of one of its savepoints.
+        if let Some(child) = a_savepoint_in(dir) {
+            reason.push_str(&format!("; it holds savepoints: restore one of them, e.g. {}", child.display()));
+        }
+        RestoreError::Invalid { path: e.path.clone(), reason }
+    })
+}
+
+/// The last (by name) child of `dir` with a `_metadata`, if `dir` has none itself.
+fn a_savepoint_in(dir: &Path) -> Option<PathBuf> {
+    if dir.join(METADATA_FILE).exists() {
+        return None;
+    }
+    let entries = std::fs::read_dir(dir).ok()?;
+    let visible = entries.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.'));
+    visible.map(|e| e.path()).filter(|p| p.join(METADATA_FILE).is_file()).max()
 }
 
 /// Refuse a checkpoint or savepoint of another pipeline or

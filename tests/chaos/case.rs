@@ -38,6 +38,8 @@ pub struct Case {
     pub kill_points: usize,
     pub refused: usize,
     pub savepoints: usize,
+    /// Savepoints created in the case's `--target` parent, to check each is new.
+    pub targeted: Vec<PathBuf>,
     pub edits: usize,
     pub runs: usize,
     pub faults: Vec<String>,
@@ -91,6 +93,7 @@ impl Case {
             kill_points: 0,
             refused: 0,
             savepoints: 0,
+            targeted: Vec::new(),
             edits: 0,
             runs: 0,
             faults: Vec::new(),

@@ -27,8 +27,9 @@ pub enum Action {
     Second { after_ms: u64 },
     /// `weir savepoint trigger` while it runs; it goes on.
     Savepoint { after_ms: u64 },
-    /// `weir savepoint trigger --stop [--drain]`; the next run restores that
-    /// savepoint, after moving it elsewhere if `moved`.
+    /// `weir savepoint trigger --stop [--drain]`, into the case's one
+    /// `--target` parent if `target` (a new child each time); the next run
+    /// restores the savepoint printed, after moving it elsewhere if `moved`.
     Stop { after_ms: u64, drain: bool, target: bool, moved: bool },
 }
 

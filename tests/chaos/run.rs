@@ -206,10 +206,20 @@ impl Case {
                     if drain {
                         args.push("--drain".into());
                     }
+                    // One target for the whole case: each savepoint is a new child of it.
+                    let parent = self.dir.join("sp-targets");
                     if target {
-                        args.extend(["--target".into(), self.dir.join(format!("sp-target-{n}")).display().to_string()]);
+                        args.extend(["--target".into(), parent.display().to_string()]);
                     }
                     let Some(sp) = self.trigger(&args)? else { return Ok(None) };
+                    if target {
+                        let parent = parent.canonicalize().map_err(|e| format!("the target {}: {e}", parent.display()))?;
+                        let fresh = sp.parent() == Some(parent.as_path()) && !self.targeted.contains(&sp);
+                        if !fresh {
+                            return Err(format!("savepoint {} is not a new child of the target {}", sp.display(), parent.display()));
+                        }
+                        self.targeted.push(sp.clone());
+                    }
                     if !moved {
                         return Ok(Some(sp));
                     }

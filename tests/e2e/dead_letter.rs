@@ -186,10 +186,10 @@ fn dead_letter_entries_are_committed_exactly_once_across_crashes_restores_and_sa
                 std::thread::sleep(rng.millis(100, 400));
                 // A savepoint that does not stop, then one that does.
                 job.savepoint("trigger").ok();
-                let target = root.join(format!("sp-{i}"));
-                job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).ok();
+                let target = root.join("sps");
+                let stop = job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).run();
                 run.wait_for(Duration::from_secs(20)).expect_code(0);
-                savepoint = Some(target);
+                savepoint = Some(super::savepoint::savepoint_path(&stop));
             }
             _ => unreachable!(),
         }

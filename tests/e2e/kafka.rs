@@ -708,11 +708,11 @@ sinks:
         wait_until(Duration::from_secs(30), || read_committed(broker(), &job.output, Duration::from_secs(30)).len() >= first.len()),
         "the first half never reached the output"
     );
-    let target = job.dir.path().join("sp");
+    let target = job.dir.path().join("sps");
     let trig = weir(&["savepoint", "trigger", &job.pipeline, "--stop", "--target", &target.display().to_string()])
         .set("state.dir", job.dir.path().join("state"))
         .run();
-    trig.expect_code(0);
+    let target = super::savepoint::savepoint_path(&trig);
     run.wait_for(Duration::from_secs(30)).expect_code(0);
     produce(broker(), &job.input, second);
     let resumed = weir(&["restore", &target.display().to_string(), &job.pipeline, "--no-progress", "-p", "2"])

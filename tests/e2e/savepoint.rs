@@ -1,5 +1,7 @@
 //! Savepoints from the command line: trigger a running pipeline, stop with a
-//! savepoint, restore from it (after moving it), list and dispose.
+//! savepoint, restore from it (after moving it), list and dispose; targets
+//! (`--target`, `savepoint.dir`) are parents that take a new child per
+//! savepoint.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,11 +23,19 @@ impl Job {
 
 /// The path of `Savepoint completed. Path: <dir>`.
 #[track_caller]
-fn savepoint_path(o: &Outcome) -> PathBuf {
+pub fn savepoint_path(o: &Outcome) -> PathBuf {
     o.expect_code(0);
     let line =
         o.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).unwrap_or_else(|| panic!("stdout: {}", o.stdout));
     PathBuf::from(line)
+}
+
+/// `path` is a new savepoint of the checkpointed pipeline in `parent`.
+#[track_caller]
+fn assert_child_of(path: &Path, parent: &Path) {
+    assert_eq!(path.parent(), Some(parent), "{} is not a savepoint in {}", path.display(), parent.display());
+    let name = path.file_name().unwrap().to_string_lossy();
+    assert!(name.starts_with("savepoint-checkpointed-"), "{name}");
 }
 
 fn kind_of(dir: &Path) -> String {
@@ -53,7 +63,8 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
     // Stop with a savepoint into an explicit target: the process exits 0.
     let target = job.dir.path().join("sp-stop");
     let stop = job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).run();
-    assert_eq!(savepoint_path(&stop), target);
+    let stopped = savepoint_path(&stop);
+    assert_child_of(&stopped, &target);
     let o = run.wait_for(Duration::from_secs(30));
     o.expect_code(0);
     assert!(!o.stderr.contains("Input exhausted"), "the run ended by its input, not by the stop; make the input longer");
@@ -70,7 +81,7 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
 
     // Savepoints are relative: move it, restore from its _metadata.
     let moved = tmp().keep().join("moved");
-    std::fs::rename(&target, &moved).unwrap();
+    std::fs::rename(&stopped, &moved).unwrap();
     let restore = weir(&["restore", &moved.join("_metadata").display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
     let o = fast(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out)).run();
     o.expect_code(0);
@@ -101,7 +112,8 @@ fn trigger_stop_with_savepoint_then_restore_gives_exactly_the_clean_output() {
 
 /// Run (or restore) at `p`, slowly, until some output is published and
 /// more than `after` lines; then stop with a savepoint into `target`.
-fn stop_with_savepoint_at(job: &Job, p: u32, restore: Option<&Path>, after: usize, target: &Path) {
+/// Returns the savepoint.
+fn stop_with_savepoint_at(job: &Job, p: u32, restore: Option<&Path>, after: usize, target: &Path) -> PathBuf {
     let mut cmd = match restore {
         Some(sp) => weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress", "-p", &p.to_string()]),
         None => weir_run(PIPELINE, p),
@@ -111,23 +123,27 @@ fn stop_with_savepoint_at(job: &Job, p: u32, restore: Option<&Path>, after: usiz
     job.wait_for_socket();
     assert!(wait_until(Duration::from_secs(30), || job.lines().len() > after), "no new output published at parallelism {p}");
     let stop = job.savepoint("trigger").arg("--stop").arg("--target").arg(target.display().to_string()).run();
-    assert_eq!(savepoint_path(&stop), target);
+    let sp = savepoint_path(&stop);
+    assert_child_of(&sp, target);
     let o = run.wait_for(Duration::from_secs(30));
     o.expect_code(0);
     assert!(!o.stderr.contains("Input exhausted"), "the run at parallelism {p} ended by its input, not by the stop");
     if restore.is_some() {
         o.expect_stderr_contains("Rescaling: key groups and source positions are dealt anew.");
     }
+    sp
 }
 
 both_backends! {
 fn savepoints_restore_at_another_parallelism_exactly_once(backend: Backend) {
-    // 1 -> 4 -> 2, each step a stop-with-savepoint in the middle of the input.
+    // 1 -> 4 -> 2, each step a stop-with-savepoint in the middle of the
+    // input, both into one target.
     let job = Job::with(backend);
-    let (sp1, sp2) = (job.dir.path().join("sp-p1"), job.dir.path().join("sp-p4"));
-    stop_with_savepoint_at(&job, 1, None, 0, &sp1);
+    let target = job.dir.path().join("sps");
+    let sp1 = stop_with_savepoint_at(&job, 1, None, 0, &target);
     let after_first = job.lines().len();
-    stop_with_savepoint_at(&job, 4, Some(&sp1), after_first, &sp2);
+    let sp2 = stop_with_savepoint_at(&job, 4, Some(&sp1), after_first, &target);
+    assert_ne!(sp1, sp2);
     let restore = weir(&["restore", &sp2.display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
     let o = fast(backend.apply(restore).set("state.dir", &job.state).set("sinks.out.path", &job.out)).run();
     o.expect_code(0);
@@ -140,8 +156,7 @@ fn savepoints_restore_at_another_parallelism_exactly_once(backend: Backend) {
 #[test]
 fn restore_refuses_dropped_operators_unless_allowed_and_changed_keys() {
     let job = Job::new();
-    let sp = job.dir.path().join("sp");
-    stop_with_savepoint_at(&job, 2, None, 0, &sp);
+    let sp = stop_with_savepoint_at(&job, 2, None, 0, &job.dir.path().join("sps"));
     let text = std::fs::read_to_string(super::util::repo().join(PIPELINE)).unwrap();
     let variant = |name: &str, edits: &[(&str, &str)]| {
         let mut yaml = text.clone();
@@ -465,43 +480,48 @@ fn slow_run(job: &Job, delay: &str) -> super::util::Running {
 }
 
 #[test]
-fn two_savepoints_racing_for_one_target_leave_the_winners_savepoint_valid() {
-    // Two pipelines with their own state dirs, one target. The barrier
-    // delay keeps both savepoints in flight at once, so both requests pass
-    // the check while the target is still missing.
+fn two_savepoints_racing_for_one_target_each_get_their_own_child() {
+    // Two pipelines of one name with their own state dirs, one target. The
+    // barrier delay keeps both savepoints in flight at once; with the same
+    // checkpoint id both want the same child name.
     let (a, b) = (Job::new(), Job::new());
     let (run_a, run_b) = (slow_run(&a, "1s"), slow_run(&b, "1s"));
     let target = a.dir.path().join("shared-target");
     let trigger = |job: &Job| job.savepoint("trigger").arg("--target").arg(target.display().to_string()).spawn();
     let (ta, tb) = (trigger(&a), trigger(&b));
-    let (oa, ob) = (ta.wait_for(Duration::from_secs(30)), tb.wait_for(Duration::from_secs(30)));
-    let (won, lost) = match (oa.code(), ob.code()) {
-        (Some(0), Some(1)) => (&a, &ob),
-        (Some(1), Some(0)) => (&b, &oa),
-        _ => panic!("want exactly one winner:\n{oa:?}\n{ob:?}"),
+    let (sa, sb) = (savepoint_path(&ta.wait_for(Duration::from_secs(30))), savepoint_path(&tb.wait_for(Duration::from_secs(30))));
+    assert_ne!(sa, sb, "one child was used twice");
+    let id = |sp: &Path| {
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(sp.join("_metadata")).unwrap()).unwrap()["checkpoint_id"].clone()
     };
-    // The winner's savepoint is whole: it validates (and restores, below).
-    weir(&["inspect", &target.display().to_string()]).ok();
-    assert_eq!(kind_of(&target), "savepoint");
-    // The loser got as far as the rename: both were in flight at once.
-    lost.expect_stderr_contains("not empty any more");
-    let hidden: Vec<_> = std::fs::read_dir(a.dir.path())
+    if id(&sa) == id(&sb) {
+        let names = [&sa, &sb].map(|p| p.file_name().unwrap().to_string_lossy().into_owned());
+        assert!(names.iter().any(|n| n.ends_with("-1")), "the second of one name takes the next free one: {names:?}");
+    }
+    for sp in [&sa, &sb] {
+        assert_child_of(sp, &target);
+        weir(&["inspect", &sp.display().to_string()]).ok();
+        assert_eq!(kind_of(sp), "savepoint");
+    }
+    let hidden: Vec<_> = std::fs::read_dir(&target)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with('.'))
         .collect();
-    assert!(hidden.is_empty(), "temp directories left next to the target: {hidden:?}");
+    assert!(hidden.is_empty(), "temp directories left in the target: {hidden:?}");
     for run in [&run_a, &run_b] {
         run.terminate();
     }
     run_a.wait_for(Duration::from_secs(30)).expect_code(0);
     run_b.wait_for(Duration::from_secs(30)).expect_code(0);
-    // And it restores.
-    let fresh = won.dir.path().join("fresh");
-    let restore = weir(&["restore", &target.display().to_string(), PIPELINE, "--no-progress"]);
-    let o = fast(restore).set("state.dir", fresh.join("state")).set("sinks.out.path", fresh.join("out")).run();
-    o.expect_code(0);
-    o.expect_stderr_contains("Restoring from checkpoint.");
+    // And each restores.
+    for (i, sp) in [&sa, &sb].into_iter().enumerate() {
+        let fresh = a.dir.path().join(format!("fresh-{i}"));
+        let restore = weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress"]);
+        let o = fast(restore).set("state.dir", fresh.join("state")).set("sinks.out.path", fresh.join("out")).run();
+        o.expect_code(0);
+        o.expect_stderr_contains("Restoring from checkpoint.");
+    }
 }
 
 #[test]
@@ -511,20 +531,203 @@ fn a_target_inside_the_state_dirs_managed_folders_is_refused() {
     let chk = job.state.join("checkpoints").join("chk-0000009");
     let via_link = job.dir.path().join("to-state");
     std::os::unix::fs::symlink(&job.state, &via_link).unwrap();
-    for t in [chk.clone(), job.state.join("local/sp"), via_link.join("checkpoints/mine"), job.state.join("savepoints/../checkpoints/x")] {
+    let managed = [
+        chk.clone(),
+        job.state.join("local/sp"),
+        via_link.join("checkpoints/mine"),
+        job.state.join("savepoints/../checkpoints/x"),
+        job.state.clone(),
+        job.state.join("mine"),
+    ];
+    let before = entries(job.dir.path());
+    for t in managed {
         // The CLI refuses before it contacts the process (exit 2) ...
         let o = job.savepoint("trigger").arg("--target").arg(t.display().to_string()).run();
         o.expect_code(2);
         o.expect_stderr_contains("which weir manages");
         // ... and the process refuses the same over its socket.
-        let answer = ask(&job.state.join("control.sock"), &format!(r#"{{"savepoint": {{"target": "{}"}}}}"#, t.display()));
+        let answer = ask(&job.state.join("control.sock"), &format!(r#"{{"savepoint": {{"dir": "{}"}}}}"#, t.display()));
         assert_eq!(answer["ok"], false, "{answer}");
         assert!(answer["error"].as_str().unwrap().contains("which weir manages"), "{answer}");
     }
-    assert!(!chk.exists() && !job.state.join("local/sp").exists(), "a refused target was created");
-    // Under savepoints/ is fine.
-    let ok = job.savepoint("trigger").arg("--target").arg(job.state.join("savepoints/mine").display().to_string()).run();
-    assert_eq!(savepoint_path(&ok), job.state.join("savepoints/mine"));
+    // Nothing was created; only the running pipeline's checkpoints changed.
+    let outside_checkpoints = |m: std::collections::BTreeMap<PathBuf, (String, u64)>| {
+        m.into_iter().filter(|(p, _)| !p.starts_with("state/checkpoints") && !p.starts_with("out")).map(|(p, _)| p).collect::<Vec<_>>()
+    };
+    assert_eq!(outside_checkpoints(entries(job.dir.path())), outside_checkpoints(before), "a refused target changed the disk");
+    assert!(!chk.exists(), "a refused target was created");
+    // savepoints/ and below are fine.
+    for t in [job.state.join("savepoints"), job.state.join("savepoints/mine")] {
+        let ok = job.savepoint("trigger").arg("--target").arg(t.display().to_string()).run();
+        assert_child_of(&savepoint_path(&ok), &t);
+    }
     run.terminate();
     run.wait_for(Duration::from_secs(30)).expect_code(0);
+}
+
+#[test]
+fn savepoints_into_one_target_get_new_children_and_stop_with_savepoint_into_it_succeeds() {
+    // Regression: `--target DIR` was the savepoint itself, so the second
+    // trigger into DIR, and a stop-with-savepoint into it, were refused.
+    let job = Job::new();
+    let run = slow_run(&job, "10ms");
+    let target = job.dir.path().join("nightly");
+    let trigger = || job.savepoint("trigger").arg("--target").arg(target.display().to_string());
+    let first = savepoint_path(&trigger().run());
+    let second = savepoint_path(&trigger().run());
+    let stopped = savepoint_path(&trigger().arg("--stop").run());
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+    for sp in [&first, &second, &stopped] {
+        assert_child_of(sp, &target);
+        assert_eq!(kind_of(sp), "savepoint");
+    }
+    assert!(first != second && second != stopped && first != stopped, "{first:?} {second:?} {stopped:?}");
+    let mut children: Vec<_> = std::fs::read_dir(&target).unwrap().map(|e| e.unwrap().path()).collect();
+    children.sort();
+    assert_eq!(children, vec![first.clone(), second.clone(), stopped.clone()], "nothing else in the target");
+
+    // Each restores: the first from its directory, the second from its
+    // _metadata (into fresh dirs), the stop into the job's own, exactly once.
+    for (i, sp) in [first.clone(), second.join("_metadata")].into_iter().enumerate() {
+        let fresh = job.dir.path().join(format!("fresh-{i}"));
+        let restore = weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress"]);
+        let o = fast(restore).set("state.dir", fresh.join("state")).set("sinks.out.path", fresh.join("out")).run();
+        o.expect_code(0);
+        o.expect_stderr_contains("Restoring from checkpoint.");
+    }
+    let restore = weir(&["run", PIPELINE, "--no-progress", "--restore", &stopped.display().to_string()]);
+    fast(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out)).ok();
+    job.assert_no_in_progress_files();
+    assert_exactly_once("stop-with-savepoint into a used target, then restore", job.lines());
+
+    // The target itself is no savepoint: refused, naming one of its children.
+    let fresh = job.dir.path().join("fresh-parent");
+    let o = weir(&["restore", &target.display().to_string(), PIPELINE, "--no-progress"]).set("state.dir", fresh.join("state")).run();
+    o.expect_code(2);
+    o.expect_stderr_contains(&format!("it holds savepoints: restore one of them, e.g. {}", stopped.display()));
+    assert!(!fresh.exists(), "a refused restore created {}", fresh.display());
+}
+
+/// pipelines/checkpointed.yaml with `savepoint: {dir: DIR}`, in the job's dir.
+fn with_savepoint_dir(job: &Job, dir: &Path) -> String {
+    let text = std::fs::read_to_string(super::util::repo().join(PIPELINE)).unwrap();
+    let path = job.dir.path().join("with-savepoint-dir.yaml");
+    std::fs::write(&path, format!("{text}savepoint: {{dir: '{}'}}\n", dir.display())).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn savepoint_dir_of_the_pipeline_is_the_default_target_and_list_shows_both_places() {
+    let job = Job::new();
+    let sps = job.dir.path().join("sps");
+    let yaml = with_savepoint_dir(&job, &sps);
+    let cmd = weir(&["run", &yaml, "--no-progress"]).set("state.dir", &job.state).set("sinks.out.path", &job.out);
+    let run = cmd.set("checkpoint.interval", "1h").set("sources.events.rate_limit", "300").spawn();
+    job.wait_for_socket();
+    let savepoint = |sub: &str| weir(&["savepoint", sub, &yaml]).set("state.dir", &job.state);
+
+    // No --target: a child of savepoint.dir (created for it).
+    let in_dir = savepoint_path(&savepoint("trigger").run());
+    assert_child_of(&in_dir, &sps);
+    // --target wins over it: here the state directory's savepoints/.
+    let in_state = savepoint_path(&savepoint("trigger").arg("--target").arg(job.state.join("savepoints").display().to_string()).run());
+    assert_child_of(&in_state, &job.state.join("savepoints"));
+    run.terminate();
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+
+    // Another pipeline's savepoint and a stray directory in savepoint.dir are not this pipeline's.
+    std::fs::create_dir_all(sps.join("savepoint-other-0000001")).unwrap();
+    std::fs::create_dir_all(sps.join("notes")).unwrap();
+    let list = savepoint("list").run();
+    list.expect_code(0);
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{}", list.stdout);
+    for (row, sp) in rows.iter().zip([&in_state, &in_dir]) {
+        assert!(row.contains(&sp.display().to_string()) && row.ends_with("yes"), "{}", list.stdout);
+    }
+    // `list --target` adds a place.
+    let extra = job.dir.path().join("extra");
+    super::ckpt::copy_dir(&in_state, &extra.join("savepoint-checkpointed-0000099"));
+    let list = savepoint("list").arg("--target").arg(extra.display().to_string()).run();
+    assert_eq!(list.stdout.lines().count(), 4, "{}", list.stdout);
+
+    // Dispose the child in savepoint.dir: it goes, its parent and neighbours stay.
+    weir(&["savepoint", "dispose", &in_dir.display().to_string()]).ok();
+    assert!(!in_dir.exists() && sps.join("notes").is_dir() && sps.join("savepoint-other-0000001").is_dir());
+    let list = savepoint("list").run();
+    assert_eq!(list.stdout.lines().count(), 2, "{}", list.stdout);
+}
+
+#[test]
+fn a_refused_target_or_savepoint_dir_changes_nothing_on_disk() {
+    let job = Job::new();
+    let run = slow_run(&job, "10ms");
+    let file = job.dir.path().join("a-file");
+    std::fs::write(&file, b"mine").unwrap();
+    let locked = job.dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    // root may write anywhere: the unwritable case is only checked for others.
+    let locked_is_writable = std::fs::create_dir(locked.join("probe")).and_then(|()| std::fs::remove_dir(locked.join("probe"))).is_ok();
+    let mut cases = vec![(file.clone(), "is not a directory"), (file.join("sub"), "a-file is not a directory")];
+    if !locked_is_writable {
+        cases.push((locked.join("sps"), "permission denied"));
+    }
+    let before = entries(job.dir.path());
+    let unchanged = |m: std::collections::BTreeMap<PathBuf, (String, u64)>| {
+        m.into_iter().filter(|(p, _)| !p.starts_with("state/checkpoints") && !p.starts_with("out")).collect::<Vec<_>>()
+    };
+    for (t, why) in &cases {
+        let o = job.savepoint("trigger").arg("--target").arg(t.display().to_string()).run();
+        o.expect_code(2);
+        o.expect_stderr_contains(why);
+        // The process refuses the same over its socket.
+        let answer = ask(&job.state.join("control.sock"), &format!(r#"{{"savepoint": {{"dir": "{}"}}}}"#, t.display()));
+        assert_eq!(answer["ok"], false, "{answer}");
+        assert!(answer["error"].as_str().unwrap().contains(why), "{answer}");
+        // A savepoint.dir there is refused alike.
+        let yaml = with_savepoint_dir(&job, t);
+        let o = weir(&["savepoint", "trigger", &yaml, "--stop"]).set("state.dir", &job.state).run();
+        o.expect_code(2);
+        o.expect_stderr_contains(why);
+        o.expect_stderr_contains("savepoint.dir of ");
+        std::fs::remove_file(&yaml).unwrap();
+        assert_eq!(unchanged(entries(job.dir.path())), unchanged(before.clone()), "refusing {} changed the disk", t.display());
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+    // The refused --stop did not stop it.
+    let status = ask(&job.state.join("control.sock"), r#"{"status": {}}"#);
+    assert_eq!((status["ok"].as_bool(), status["stopping"].as_bool()), (Some(true), Some(false)), "{status}");
+    run.terminate();
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+}
+
+#[test]
+fn savepoint_dir_is_validated_with_the_other_outputs() {
+    let dir = tmp();
+    let base = std::fs::read_to_string(super::util::repo().join(PIPELINE)).unwrap();
+    let check = |name: &str, yaml: String, want: Option<&str>| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        let o = weir(&["validate", &path.display().to_string()]).run();
+        match want {
+            None => o.expect_code(0),
+            Some(why) => {
+                o.expect_code(2);
+                o.expect_stderr_contains(why);
+            }
+        }
+    };
+    let with = |sp: &str| format!("{base}savepoint: {sp}\n");
+    check("outside.yaml", with("{dir: savepoints/checkpointed}"), None);
+    check("holds-state.yaml", with("{dir: state}"), None);
+    check("state-savepoints.yaml", with("{dir: state/checkpointed/savepoints/nightly}"), None);
+    check("in-state.yaml", with("{dir: state/checkpointed/mine}"), Some("is inside the state directory"));
+    check("is-state.yaml", with("{dir: ./state/checkpointed}"), Some("is also the state directory"));
+    check("in-sink.yaml", with("{dir: out/checkpointed/sps}"), Some("contains the savepoint directory `out/checkpointed/sps`"));
+    check("empty.yaml", with("{dir: ''}"), Some("`savepoint.dir` is empty"));
+    check("unknown.yaml", with("{dri: x}"), Some("unknown field `dri`"));
+    let unchecked = base.replace("checkpoint:\n  interval: 150ms\n  mode: exactly_once\n  alignment: aligned\n  retain: 3\n", "");
+    assert_ne!(unchecked, base, "{PIPELINE} changed its checkpoint section");
+    check("no-checkpoint.yaml", format!("{unchecked}savepoint: {{dir: sps}}\n"), Some("`savepoint` needs a `checkpoint:` section"));
 }
