@@ -103,12 +103,21 @@ fn highest_time_through(spec: &DatagenSpec, field: usize, n: u64) -> Millis {
     let GenField::Timestamp { jitter_ms } = spec.fields[field].1 else { return Millis::MIN };
     let ts = |m: u64| timestamp(spec, m, random(spec.seed, m, field as u64), jitter_ms);
     let back = match spec.interval_ms {
-        i if i > 0 && jitter_ms == 0 => 1,
         i if i > 0 => (jitter_ms / i).saturating_add(1).min(MAX_LOOK_BACK),
         _ if jitter_ms == 0 => 1,
         _ => MAX_LOOK_BACK,
     };
-    (n.saturating_sub(back as u64)..=n).map(ts).max().unwrap_or(Millis::MIN)
+    let mut best = ts(n);
+    let base = |m: u64| timestamp(spec, m, 0, 0);
+    for m in (n.saturating_sub(back as u64)..n).rev() {
+        // A row is at most its base time, and bases fall going back: once
+        // the base is no higher than the best, no earlier row can beat it.
+        if base(m) <= best {
+            break;
+        }
+        best = best.max(ts(m));
+    }
+    best
 }
 
 /// How many rows back a row's split watermark looks (see `highest_time_through`).
