@@ -2,7 +2,7 @@
 //! fixed-width integers (big-endian) and records. Decoding never panics: a
 //! damaged file is an error naming what could not be read.
 
-use crate::types::{Millis, Record, Value};
+use crate::types::{Record, Value, MIN_WATERMARK};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("corrupt snapshot: {0}")]
@@ -44,9 +44,11 @@ impl Enc for Vec<u8> {
     fn put_record(&mut self, r: &Record) {
         self.put_str(&r.raw);
         match r.event_time {
+            // Flag 2 adds the split watermark (1, written before it existed, has none).
             Some(t) => {
-                self.put_u8(1);
+                self.put_u8(2);
                 self.put_i64(t);
+                self.put_i64(r.split_watermark);
             }
             None => self.put_u8(0),
         }
@@ -118,9 +120,10 @@ impl<'a> Dec<'a> {
 
     pub fn record(&mut self) -> Result<Record, DecodeError> {
         let raw: Box<str> = self.str("record text")?.into();
-        let event_time: Option<Millis> = match self.u8("event time flag")? {
-            0 => None,
-            _ => Some(self.i64("event time")?),
+        let (event_time, split_watermark) = match self.u8("event time flag")? {
+            0 => (None, MIN_WATERMARK),
+            1 => (Some(self.i64("event time")?), MIN_WATERMARK),
+            _ => (Some(self.i64("event time")?), self.i64("split watermark")?),
         };
         let key_group = self.u16("key group")?;
         let n = self.u32("field count")? as usize;
@@ -130,6 +133,7 @@ impl<'a> Dec<'a> {
         }
         let mut r = Record::new(fields, raw, event_time);
         r.key_group = key_group;
+        r.split_watermark = split_watermark;
         Ok(r)
     }
 
@@ -164,6 +168,8 @@ mod tests {
         ];
         let mut r = Record::new(fields, "{}".into(), Some(-7));
         r.key_group = 99;
+        // In-flight records keep their split's watermark: their lateness after a restore is what it was.
+        r.split_watermark = -20;
         let mut buf = Vec::new();
         buf.put_record(&r);
         buf.put_str("tail");

@@ -125,11 +125,28 @@ pub struct Record {
     pub event_time: Option<Millis>,
     /// Set by hash routing; read by the keyed operator that receives it.
     pub key_group: KeyGroup,
+    /// The watermark of the input split (file, Kafka partition, datagen
+    /// row sequence) this record was read from, as it stood with this
+    /// record: a source sets it, operators pass it on. Lateness is decided
+    /// against it (or the operator's own watermark, if that is higher), so
+    /// which records are late is a function of the input, not of when
+    /// watermarks arrived. `MIN_WATERMARK`: none (results of aggregates).
+    pub split_watermark: Millis,
 }
 
 impl Record {
     pub fn new(fields: Vec<Value>, raw: Box<str>, event_time: Option<Millis>) -> Self {
-        Record { fields, raw, event_time, key_group: 0 }
+        Record { fields, raw, event_time, key_group: 0, split_watermark: MIN_WATERMARK }
+    }
+
+    /// The watermark this record's lateness is judged by at an operator
+    /// whose own watermark is `watermark`. The operator's watermark is at
+    /// most the split's (it is a minimum over splits, and what a split
+    /// promised reaches the operator no earlier than the split's records),
+    /// so normally this is the split's; it is higher only after an input
+    /// was idle, where no determinism is promised.
+    pub fn lateness_watermark(&self, watermark: Millis) -> Millis {
+        self.split_watermark.max(watermark)
     }
 }
 

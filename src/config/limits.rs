@@ -54,6 +54,9 @@ pub(crate) const BLOCK_CACHE: (u64, u64) = (1, TIB);
 /// `state.rocksdb.write_buffer`: RocksDB's own bounds for a memtable.
 pub(crate) const WRITE_BUFFER: (u64, u64) = (64 * KIB, 64 * GIB);
 
+/// `batch_size` of sources: records read per poll (1024 is the runtime's batch).
+pub(crate) const BATCH_SIZE: (u64, u64) = (1, 1024);
+
 /// `checkpoint.retain`.
 pub(crate) const RETAIN: (u64, u64) = (1, 1000);
 /// `checkpoint.tolerable_failures`.

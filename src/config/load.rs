@@ -440,7 +440,7 @@ sinks:
             errs,
             vec![
                 "t.yaml:1:7: the pipeline name `bad name` is invalid: expected only letters, digits, `_`, `.` and `-`",
-                "t.yaml:3:90: unknown field `colour`, expected one of `name`, `seed`, `rows`, `rate_limit`, `start_time`, `interval`, `fields`, `event_time`",
+                "t.yaml:3:90: unknown field `colour`, expected one of `name`, `seed`, `rows`, `rate_limit`, `batch_size`, `start_time`, `interval`, `fields`, `event_time`",
                 "t.yaml:4:59: `min` (5) is greater than `max` (1): expected min <= max",
                 "t.yaml:6:53: `ttl` must be greater than 0, got `0s`",
             ],

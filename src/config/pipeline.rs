@@ -105,6 +105,8 @@ pub struct SourceSpec {
     pub event_time: Option<EventTimeSpec>,
     /// Records per second over the whole source (split across subtasks).
     pub rate_limit: Option<f64>,
+    /// Records a subtask reads per batch (None: 1024, fewer with `rate_limit`).
+    pub batch_size: Option<usize>,
     pub on_error: OnError,
 }
 

@@ -43,6 +43,9 @@ pub enum RawSource {
         event_time: Option<RawEventTime>,
         #[serde(default)]
         rate_limit: Option<f64>,
+        /// Records per poll, at most 1024 (the default).
+        #[serde(default)]
+        batch_size: Option<u64>,
         #[serde(default)]
         on_error: Option<RawOnError>,
         #[serde(default)]
@@ -57,6 +60,9 @@ pub enum RawSource {
         rows: Option<u64>,
         #[serde(default)]
         rate_limit: Option<f64>,
+        /// Records per poll, at most 1024 (the default).
+        #[serde(default)]
+        batch_size: Option<u64>,
         /// Event time of row 0, RFC 3339 or epoch milliseconds.
         #[serde(default)]
         start_time: Option<serde_yaml::Value>,
@@ -103,6 +109,9 @@ pub enum RawSource {
         event_time: Option<RawEventTime>,
         #[serde(default)]
         rate_limit: Option<f64>,
+        /// Records per poll, at most 1024 (the default).
+        #[serde(default)]
+        batch_size: Option<u64>,
         #[serde(default)]
         on_error: Option<RawOnError>,
         #[serde(default)]

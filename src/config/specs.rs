@@ -106,6 +106,11 @@ impl Cx<'_> {
         Some(r)
     }
 
+    fn batch_size(&mut self, base: &[Seg], n: Option<u64>) -> Option<usize> {
+        let n = n?;
+        self.count(&child(base, "batch_size"), "batch_size", n, BATCH_SIZE).then_some(n as usize)
+    }
+
     /// A count at `at` within `min..=max`.
     fn count(&mut self, at: &[Seg], key: &str, n: u64, (min, max): (u64, u64)) -> bool {
         let ok = (min..=max).contains(&n);
@@ -259,12 +264,13 @@ pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u
 
 pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
     match raw {
-        RawSource::File { path, format: _, event_time, rate_limit, on_error, dead_letter, .. } => {
+        RawSource::File { path, format: _, event_time, rate_limit, batch_size, on_error, dead_letter, .. } => {
             no_message_timestamp(cx, at, event_time.as_ref());
             SourceSpec {
                 kind: SourceKind::File { files: input_files(cx, &child(at, "path"), path) },
                 event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
                 rate_limit: cx.rate_limit(at, *rate_limit),
+                batch_size: cx.batch_size(at, *batch_size),
                 on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
             }
         }
@@ -282,6 +288,7 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             broker_timeout,
             event_time,
             rate_limit,
+            batch_size,
             on_error,
             dead_letter,
             properties,
@@ -344,10 +351,11 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
                 }),
                 event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
                 rate_limit: cx.rate_limit(at, *rate_limit),
+                batch_size: cx.batch_size(at, *batch_size),
                 on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
             }
         }
-        RawSource::Datagen { seed, rows, rate_limit, start_time, interval, fields, event_time, .. } => {
+        RawSource::Datagen { seed, rows, rate_limit, batch_size, start_time, interval, fields, event_time, .. } => {
             if let Some(n) = rows {
                 cx.count(&child(at, "rows"), "rows", *n, ROWS);
             }
@@ -366,6 +374,7 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
                 kind: SourceKind::Datagen(gen),
                 event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
                 rate_limit: cx.rate_limit(at, *rate_limit),
+                batch_size: cx.batch_size(at, *batch_size),
                 on_error: OnError::Fail,
             }
         }

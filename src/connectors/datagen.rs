@@ -6,7 +6,10 @@
 //! position is the list of a subtask's lanes (next row, step), so a restore
 //! at another parallelism deals the lanes out anew, halving lanes when there
 //! are fewer than subtasks. A subtask with several lanes merges them by row
-//! number, which keeps event time in order.
+//! number, which keeps event time in order. For lateness the split is the
+//! whole row sequence: a row's split watermark comes from the rows before it
+//! in row order (recomputed, see `highest_time_through`), not from its lane,
+//! so which rows are late does not depend on the parallelism.
 
 use crate::codec::{Dec, Enc};
 use crate::config::{DatagenSpec, GenField};
@@ -68,12 +71,7 @@ impl Datagen {
                     let rounded = (v * 100.0).round() / 100.0;
                     Value::Float(if rounded.is_finite() { rounded } else { v })
                 }
-                GenField::Timestamp { jitter_ms } => {
-                    // Saturates far outside the event-time range, which `poll` refuses.
-                    let base = self.spec.start_time.saturating_add(row_i64(n).saturating_mul(self.spec.interval_ms));
-                    let jitter = if *jitter_ms > 0 { (r % (*jitter_ms as u64).saturating_add(1)) as Millis } else { 0 };
-                    Value::Int(base.saturating_sub(jitter))
-                }
+                GenField::Timestamp { jitter_ms } => Value::Int(timestamp(&self.spec, n, r, *jitter_ms)),
             };
             if i > 0 {
                 self.raw.push(b',');
@@ -86,6 +84,44 @@ impl Datagen {
         self.raw.push(b'}');
     }
 }
+
+/// Row `n`'s timestamp, `r` the row's random value for the field.
+/// Saturates far outside the event-time range, which `poll` refuses.
+fn timestamp(spec: &DatagenSpec, n: u64, r: u64, jitter_ms: Millis) -> Millis {
+    let base = spec.start_time.saturating_add(row_i64(n).saturating_mul(spec.interval_ms));
+    let jitter = if jitter_ms > 0 { (r % (jitter_ms as u64).saturating_add(1)) as Millis } else { 0 };
+    base.saturating_sub(jitter)
+}
+
+/// The highest event time of rows `0..=n`, as far as rows before `n`
+/// within `MAX_LOOK_BACK` can reach it. Rows further back than
+/// `jitter / interval + 1` are below row `n - 1` anyway, so with a non-zero
+/// interval and jitter under `MAX_LOOK_BACK` intervals this is exact. A
+/// pure function of `n`: the datagen's split is its row sequence, whatever
+/// lanes the subtasks read it in.
+fn highest_time_through(spec: &DatagenSpec, field: usize, n: u64) -> Millis {
+    let GenField::Timestamp { jitter_ms } = spec.fields[field].1 else { return Millis::MIN };
+    let ts = |m: u64| timestamp(spec, m, random(spec.seed, m, field as u64), jitter_ms);
+    let back = match spec.interval_ms {
+        i if i > 0 => (jitter_ms / i).saturating_add(1).min(MAX_LOOK_BACK),
+        _ if jitter_ms == 0 => 1,
+        _ => MAX_LOOK_BACK,
+    };
+    let mut best = ts(n);
+    let base = |m: u64| timestamp(spec, m, 0, 0);
+    for m in (n.saturating_sub(back as u64)..n).rev() {
+        // A row is at most its base time, and bases fall going back: once
+        // the base is no higher than the best, no earlier row can beat it.
+        if base(m) <= best {
+            break;
+        }
+        best = best.max(ts(m));
+    }
+    best
+}
+
+/// How many rows back a row's split watermark looks (see `highest_time_through`).
+const MAX_LOOK_BACK: Millis = 1024;
 
 /// Row `n` as a signed value (rows are at most `i64::MAX` when bounded).
 fn row_i64(n: u64) -> i64 {
@@ -120,7 +156,12 @@ impl Source for Datagen {
             };
             let raw = String::from_utf8(std::mem::take(&mut self.raw)).expect("generated JSON is UTF-8");
             OperatorMetrics::add(&metrics.bytes_in, raw.len() as u64);
-            out.push(Record::new(fields, raw.into_boxed_str(), event_time));
+            let mut record = Record::new(fields, raw.into_boxed_str(), event_time);
+            if let (Some(_), Some(i)) = (event_time, self.event_time) {
+                // The source task turns the split's highest time into its watermark.
+                record.split_watermark = highest_time_through(&self.spec, i, n);
+            }
+            out.push(record);
         }
         Ok(SourcePoll::More)
     }
@@ -215,6 +256,33 @@ mod tests {
         let one = rows(1);
         assert_eq!(one.len(), 100);
         assert_eq!(rows(3), one);
+    }
+
+    /// A row's split watermark comes from the rows before it in row order,
+    /// not from the lane that generates it: the same at any parallelism.
+    #[test]
+    fn split_times_follow_row_order_at_any_parallelism() {
+        let mut jittery = spec(300);
+        jittery.fields[3].1 = GenField::Timestamp { jitter_ms: 35 };
+        let marks = |p: u16| {
+            let mut all = Vec::new();
+            for s in 0..p {
+                let mut g = Datagen::new(jittery.clone(), &["id".into()], Some("ts"), s, p).unwrap();
+                let mut out = Vec::new();
+                while g.poll(8, &mut out, &OperatorMetrics::default()).unwrap() != SourcePoll::Finished {}
+                all.extend(out.into_iter().map(|r| (r.fields[0].clone(), r.event_time.unwrap(), r.split_watermark)));
+            }
+            all.sort_by_key(|(id, _, _)| id.as_f64().unwrap() as i64);
+            all
+        };
+        let one = marks(1);
+        let mut max = Millis::MIN;
+        for (_, ts, mark) in &one {
+            max = max.max(*ts);
+            assert_eq!(*mark, max, "row order's running maximum");
+        }
+        assert!(one.iter().any(|(_, ts, mark)| ts < mark), "the input has rows behind earlier ones");
+        assert_eq!(marks(3), one);
     }
 
     #[test]

@@ -16,12 +16,13 @@
 //! event time (once no record with time < expiry can arrive, that is when
 //! the watermark reaches expiry - 1), on the tick in processing time (once
 //! `now` reaches expiry).
-//! A late record (event time <= watermark) whose key is not in state is
-//! dropped (counted in `records_dropped`): the key may have been cleaned up
-//! after an earlier record within the TTL, so passing it could let a
-//! duplicate through, and whether it did would depend on when the watermark
-//! came. A late record whose key is still in state is a duplicate (its
-//! expiry is past the watermark) and suppressed as any other.
+//! A late record (event time <= its split's watermark, see
+//! `Record::lateness_watermark`) never passes: within the TTL of the key's
+//! record in state it is a duplicate and suppressed as any other, otherwise
+//! it is dropped (counted in `records_dropped`): the key may have been
+//! cleaned up after an earlier record within the TTL, so passing it could
+//! let a duplicate through, and whether it did would depend on when the
+//! watermark came.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -124,14 +125,23 @@ impl Operator for Dedup {
             } else {
                 ctx.now
             };
+            // Judged by the record's split watermark: whether it is late does
+            // not depend on when this operator's watermark came.
+            let late = self.event_time && now <= record.lateness_watermark(ctx.watermark);
             if ctx.state.get(SEEN, kg, &self.key, &mut self.value)? {
                 let old = read_i64(&self.value).ok_or_else(|| OpError::Data("dedup: corrupt `seen` entry".into()))?;
                 if now < old {
                     continue;
                 }
+                if late {
+                    // Expired but not cleaned up yet: had the watermark come
+                    // earlier the key would be gone and the record dropped.
+                    OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
+                    continue;
+                }
                 timer_key(old, &self.key, &mut self.timer);
                 ctx.state.delete(TIMERS, kg, &self.timer)?;
-            } else if self.event_time && now <= ctx.watermark {
+            } else if late {
                 // Late, and the key's earlier record may have expired already.
                 OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
                 continue;
@@ -302,6 +312,26 @@ mod tests {
         assert_eq!(h.feed(&[("a", 1_000_000)]), Vec::<i64>::new());
         assert_eq!(h.state.len(SEEN), 4);
         assert_eq!(h.op.tick_interval(), None);
+    }
+
+    /// A record behind its split's watermark never passes, even when the
+    /// operator's watermark has not come that far: had it come, the key
+    /// might be cleaned up, and whether the record passed would depend on
+    /// the schedule.
+    #[test]
+    fn late_by_its_split_watermark_never_passes() {
+        let mut h = Harness::with_ttl(Some(Duration::from_millis(10)), true);
+        assert_eq!(h.feed(&[("a", 100)]), vec![0]);
+        let mut late = rec(1, "a", 112);
+        late.split_watermark = 150;
+        let mut new_key = rec(2, "b", 140);
+        new_key.split_watermark = 150;
+        let mut on_time = rec(3, "c", 151);
+        on_time.split_watermark = 150;
+        let out = h.run(|op, ctx, out| op.process(vec![late, new_key, on_time], ctx, out));
+        let passed: Vec<_> = out.iter().map(|r| r.fields[0].clone()).collect();
+        assert_eq!(passed, [Value::Int(3)], "a expired but is not cleaned up (watermark MIN); b is new but late");
+        assert_eq!(h.metrics.records_dropped.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[test]

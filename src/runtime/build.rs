@@ -196,6 +196,7 @@ pub fn build(
                         metrics: metrics[head].subtasks[i as usize].clone(),
                         timing: SourceTiming {
                             rate_limit: spec.rate_limit.map(|r| r / p as f64),
+                            batch_size: spec.batch_size,
                             max_out_of_orderness: spec
                                 .event_time
                                 .as_ref()

@@ -23,7 +23,7 @@ use crate::connectors::source::{RestoredPositions, Source, SourcePoll};
 use crate::faults;
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::pacing::Pacer;
-use crate::types::{Millis, MAX_WATERMARK, MIN_WATERMARK};
+use crate::types::{Millis, Record, MAX_WATERMARK, MIN_WATERMARK};
 
 /// How a task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,8 @@ pub type TaskResult = Result<TaskEnd, TaskError>;
 pub struct SourceTiming {
     /// Records per second for this subtask.
     pub rate_limit: Option<f64>,
+    /// Records per poll (the source's `batch_size`); None: the default.
+    pub batch_size: Option<usize>,
     /// Watermark = max event time - this - 1 (None: no event time).
     pub max_out_of_orderness: Option<Millis>,
     pub idle_timeout: Option<Duration>,
@@ -75,6 +77,20 @@ pub struct SourceTask {
     pub restored: Option<Restored>,
 }
 
+/// A source sets each record's `split_watermark` to the highest event time
+/// its split has had, up to and including it; make that the split's
+/// watermark, by the same rule as the watermark the task emits. Lateness
+/// downstream is judged by it, so it does not depend on where a batch ended
+/// or which splits share a subtask.
+fn split_watermarks(batch: &mut [Record], max_out_of_orderness: Option<Millis>) {
+    for r in batch {
+        r.split_watermark = match (max_out_of_orderness, r.event_time) {
+            (Some(ooo), Some(_)) if r.split_watermark > MIN_WATERMARK => r.split_watermark.saturating_sub(ooo).saturating_sub(1),
+            _ => MIN_WATERMARK,
+        };
+    }
+}
+
 /// What woke an idle or throttled source.
 enum Wake {
     Time,
@@ -91,6 +107,7 @@ impl SourceTask {
             Some(rate) => ((rate / 20.0) as usize).clamp(1, BATCH_SIZE),
             None => BATCH_SIZE,
         };
+        let batch_size = self.timing.batch_size.map_or(batch_size, |b| b.clamp(1, batch_size));
         let mut emitted_wm = MIN_WATERMARK;
         if let Some(r) = self.restored.take() {
             emitted_wm = self.restore(r).await?;
@@ -135,6 +152,7 @@ impl SourceTask {
                 }
                 OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
                 max_ts = batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max);
+                split_watermarks(&mut batch, self.timing.max_out_of_orderness);
                 let out = self.chain.process(0, batch)?;
                 self.output.push(out);
                 if let Some(ooo) = self.timing.max_out_of_orderness {

@@ -11,6 +11,7 @@ mod cli;
 mod crash;
 mod damage;
 mod dead_letter;
+mod determinism;
 mod event_time;
 mod examples;
 mod file_sink;

@@ -110,16 +110,72 @@ pub type Agg = (Func, Option<&'static str>, &'static str);
 /// (key as text, window start, window end) -> (key values, the window's records).
 type Groups = BTreeMap<(Vec<String>, i64, i64), (Vec<Value>, Vec<Obj>)>;
 
+/// Each line of each input split (a file) with its split's watermark as of
+/// that line: the highest event time of the split so far (the line's
+/// included) minus `max_out_of_orderness` minus 1 ms, as
+/// docs/pipeline-reference.md defines it. A line is late at an operator
+/// when it is at or before that watermark by the operator's rule.
+pub fn split_watermarks(splits: &[Vec<String>], ts_field: &str, max_out_of_orderness: i64) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for split in splits {
+        let mut max = i64::MIN;
+        for line in split {
+            max = max.max(event_time(&parse(line), ts_field).expect("reference input has event times"));
+            out.push((line.clone(), max - max_out_of_orderness - 1));
+        }
+    }
+    out
+}
+
+/// Lines that are not late for a dedup (event time after their split's
+/// watermark), in input order. A late line never passes.
+pub fn on_time_for_dedup(lines: &[(String, i64)], ts_field: &str) -> Vec<String> {
+    lines.iter().filter(|(l, wm)| event_time(&parse(l), ts_field).unwrap() > *wm).map(|(l, _)| l.clone()).collect()
+}
+
 /// Windowed (or, with `window: None`, running and final) aggregate of `lines`.
 pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<Window>, aggs: &[Agg]) -> Vec<Obj> {
+    let lines: Vec<(String, i64)> = lines.iter().map(|l| (l.clone(), i64::MIN)).collect();
+    aggregate_late(&lines, key, ts_field, window, 0, aggs).0
+}
+
+/// A windowed aggregate with `allowed_lateness` over lines with their
+/// split watermarks: a window `[s, e)` takes a line if `e - 1 + lateness`
+/// is after the line's watermark (the window cannot have fired yet); a
+/// session takes a line if `ts + lateness` is (no session holding it can
+/// have fired). Returns the results and the late lines (those no window
+/// took), in input order.
+pub fn aggregate_late(
+    lines: &[(String, i64)],
+    key: &[&str],
+    ts_field: &str,
+    window: Option<Window>,
+    lateness: i64,
+    aggs: &[Agg],
+) -> (Vec<Obj>, Vec<String>) {
     // (key values, window) -> records, keys kept as parsed values for output.
     let mut groups: Groups = BTreeMap::new();
-    let records: Vec<Obj> = lines.iter().map(|l| parse(l)).collect();
-    let mut by_key: BTreeMap<Vec<String>, Vec<Obj>> = BTreeMap::new();
-    for r in records {
-        by_key.entry(key_of(&r, key)).or_default().push(r);
+    let mut late = Vec::new();
+    let open = |end: i64, wm: i64| end - 1 + lateness > wm;
+    let mut by_key: BTreeMap<Vec<String>, Vec<(Obj, i64)>> = BTreeMap::new();
+    for (line, wm) in lines {
+        let r = parse(line);
+        let t = event_time(&r, ts_field).expect("reference input has event times");
+        let taken = match window {
+            None => true,
+            Some(Window::Tumbling { size }) => open(t.div_euclid(size) * size + size, *wm),
+            // The last window holding `t` ends last.
+            Some(Window::Sliding { size, slide }) => open(t.div_euclid(slide) * slide + size, *wm),
+            Some(Window::Session { .. }) => t + lateness > *wm,
+        };
+        if !taken {
+            late.push(line.clone());
+            continue;
+        }
+        by_key.entry(key_of(&r, key)).or_default().push((r, *wm));
     }
-    for (k, mut rs) in by_key {
+    for (k, rs) in by_key {
+        let (mut rs, wms): (Vec<Obj>, Vec<i64>) = rs.into_iter().unzip();
         let key_values: Vec<Value> = key.iter().map(|f| rs[0].get(*f).cloned().unwrap_or(Value::Null)).collect();
         let ts = |o: &Obj| event_time(o, ts_field).expect("reference input has event times");
         let mut put = |s: i64, e: i64, r: &Obj| {
@@ -131,11 +187,13 @@ pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<
                 let s = ts(r).div_euclid(size) * size;
                 put(s, s + size, r)
             }),
-            Some(Window::Sliding { size, slide }) => rs.iter().for_each(|r| {
+            Some(Window::Sliding { size, slide }) => rs.iter().zip(&wms).for_each(|(r, &wm)| {
                 let t = ts(r);
                 let mut s = t.div_euclid(slide) * slide;
                 while s > t - size {
-                    put(s, s + size, r);
+                    if open(s + size, wm) {
+                        put(s, s + size, r);
+                    }
                     s -= slide;
                 }
             }),
@@ -161,7 +219,7 @@ pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<
             }
         }
     }
-    groups
+    let results = groups
         .into_iter()
         .map(|((_, s, e), (key_values, rs))| {
             let mut out = Obj::new();
@@ -177,7 +235,8 @@ pub fn aggregate(lines: &[String], key: &[&str], ts_field: &str, window: Option<
             }
             out
         })
-        .collect()
+        .collect();
+    (results, late)
 }
 
 /// One aggregate function over a group; nulls and missing fields are skipped.

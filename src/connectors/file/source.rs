@@ -117,14 +117,16 @@ impl FileSource {
         }
     }
 
-    /// The ranges not read yet, in reading order.
-    fn remaining(&self) -> Vec<Split> {
+    /// The ranges not read yet, in reading order, each with the highest
+    /// event time read from its split so far.
+    fn remaining(&self) -> Vec<(Split, Millis)> {
         let mut rest = Vec::new();
         if let Some(cur) = self.current.as_ref().filter(|c| c.offset < c.end) {
             let s = &self.splits[self.next_split - 1];
-            rest.push(Split { path: s.path.clone(), start: cur.offset, end: s.end, at_line_start: true });
+            let split = Split { path: s.path.clone(), start: cur.offset, end: s.end, at_line_start: true };
+            rest.push((split, self.split_max_ts[self.next_split - 1]));
         }
-        rest.extend(self.splits[self.next_split..].iter().cloned());
+        rest.extend(self.splits[self.next_split..].iter().cloned().zip(self.split_max_ts[self.next_split..].iter().copied()));
         rest
     }
 
@@ -233,10 +235,12 @@ impl Source for FileSource {
                 }
             };
             self.line = line;
-            if let Some(r) = result? {
+            if let Some(mut r) = result? {
                 if let Some(t) = r.event_time {
                     let max = &mut self.split_max_ts[split];
                     *max = (*max).max(t);
+                    // The source task turns the split's highest time into its watermark.
+                    r.split_watermark = *max;
                 }
                 out.push(r);
                 produced += 1;
@@ -263,16 +267,22 @@ impl Source for FileSource {
         self.split_max_ts[first_unfinished..].iter().copied().min()
     }
 
-    /// The ranges still to read: (path, start, end, starts a line) each.
+    /// The ranges still to read: (path, start, end, starts a line) each,
+    /// then each one's highest event time so far (so a split's lateness
+    /// goes on after a restore, wherever the split is dealt, as if no
+    /// restore had happened).
     fn position(&self) -> Vec<u8> {
         let rest = self.remaining();
         let mut p = Vec::new();
         p.put_u32(rest.len() as u32);
-        for s in &rest {
+        for (s, _) in &rest {
             p.put_str(&s.path.to_string_lossy());
             p.put_u64(s.start);
             p.put_u64(s.end);
             p.put_u8(s.at_line_start as u8);
+        }
+        for (_, max) in &rest {
+            p.put_i64(*max);
         }
         p
     }
@@ -289,15 +299,16 @@ impl Source for FileSource {
                 deal(all, self.parallelism, self.subtask)
             }
         };
-        self.split_max_ts = vec![Millis::MIN; ranges.len()];
-        self.splits = ranges;
+        (self.splits, self.split_max_ts) = ranges.into_iter().unzip();
         self.current = None;
         self.next_split = 0;
         Ok(())
     }
 }
 
-fn decode_ranges(position: &[u8]) -> Result<Vec<Split>, String> {
+/// The ranges of a position, each with its split's highest event time so
+/// far (`Millis::MIN` in positions written before it was recorded).
+fn decode_ranges(position: &[u8]) -> Result<Vec<(Split, Millis)>, String> {
     let mut d = Dec::new(position);
     let err = |e: crate::codec::DecodeError| format!("file source position: {e}");
     let n = d.u32("range count").map_err(err)?;
@@ -309,7 +320,12 @@ fn decode_ranges(position: &[u8]) -> Result<Vec<Split>, String> {
         if start > end {
             return Err(format!("file source position: range {start}..{end} of {} is backwards", path.display()));
         }
-        out.push(Split { path, start, end, at_line_start });
+        out.push((Split { path, start, end, at_line_start }, Millis::MIN));
+    }
+    if !d.is_empty() {
+        for (_, max) in &mut out {
+            *max = d.i64("highest event time").map_err(err)?;
+        }
     }
     if !d.is_empty() {
         return Err("file source position: trailing bytes".into());
@@ -419,6 +435,36 @@ mod tests {
         want.sort();
         for p in [1, 2, 3, 5] {
             assert_eq!(read_all(&path, p), want, "parallelism {p}");
+        }
+    }
+
+    /// Each record carries its own file's highest event time so far, also
+    /// after a restore at another parallelism: a file's lateness must not
+    /// depend on the files read before it or on the restore.
+    #[test]
+    fn split_times_are_per_file_and_survive_a_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+        std::fs::write(&a, "{\"ts\":500}\n{\"ts\":100}\n").unwrap();
+        std::fs::write(&b, "{\"ts\":10}\n{\"ts\":30}\n{\"ts\":20}\n").unwrap();
+        let files = [(a.clone(), 24), (b.clone(), 33)];
+        let parser = || JsonParser::new(Vec::new(), Some("ts".into()));
+        let m = OperatorMetrics::default();
+        let mut src = FileSource::new("t", (0, 1), splits_for(&files, 1, 0, true), parser(), OnError::Fail, None);
+        let mut out = Vec::new();
+        src.poll(4, &mut out, &m).unwrap();
+        let marks: Vec<Millis> = out.iter().map(|r| r.split_watermark).collect();
+        assert_eq!(marks, [500, 500, 10, 30], "b's records do not see a's 500");
+        for p in [1, 2] {
+            let restored = RestoredPositions::single(src.position());
+            let mut rest = Vec::new();
+            for s in 0..p {
+                let mut r = FileSource::new("t", (s, p), Vec::new(), parser(), OnError::Fail, None);
+                r.restore(&restored).unwrap();
+                while r.poll(10, &mut rest, &m).unwrap() != SourcePoll::Finished {}
+            }
+            let rest: Vec<(Option<Millis>, Millis)> = rest.iter().map(|r| (r.event_time, r.split_watermark)).collect();
+            assert_eq!(rest, [(Some(20), 30)], "restored at -p {p}: b's highest time so far came along");
         }
     }
 

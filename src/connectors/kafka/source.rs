@@ -62,8 +62,9 @@ struct Part {
     stop: Option<i64>,
 }
 
-/// Event-time progress of one partition (not part of the position: after a
-/// restore the watermark restarts from the checkpoint's).
+/// Event-time progress of one partition. `max_ts` is part of the position,
+/// so a partition's lateness goes on after a restore as if there had been
+/// none; `last_data` is not.
 #[derive(Debug, Clone, Copy)]
 struct PartTime {
     max_ts: Millis,
@@ -393,6 +394,8 @@ impl Decoder {
                 }
                 if let (Some(ts), Some(t)) = (r.event_time, self.times.get_mut(tp)) {
                     t.max_ts = t.max_ts.max(ts);
+                    // The source task turns the partition's highest time into its watermark.
+                    r.split_watermark = t.max_ts;
                 }
                 out.push(r);
                 Ok(true)
@@ -555,7 +558,8 @@ impl Source for KafkaSource {
     }
 
     fn position(&self) -> Vec<u8> {
-        encode_position(self.parts.iter())
+        let max_ts = |tp: &Tp| self.dec.times.get(tp).map_or(MIN_WATERMARK, |t| t.max_ts);
+        encode_position(self.parts.iter().map(|(tp, part)| (tp, part, max_ts(tp))))
     }
 
     /// The union of every old subtask's partitions: works at any old parallelism.
@@ -594,13 +598,16 @@ impl KafkaSource {
     /// partition this subtask owns takes the recorded offsets; a partition
     /// no position names (new since) keeps its start offset.
     pub fn restore_union(&mut self, positions: &[&[u8]]) -> Result<(), String> {
-        let mut recorded: BTreeMap<Tp, Part> = BTreeMap::new();
+        let mut recorded: BTreeMap<Tp, (Part, Millis)> = BTreeMap::new();
         for p in positions {
-            recorded.extend(decode_position(p)?);
+            recorded.extend(decode_position(p)?.into_iter().map(|(tp, part, max_ts)| (tp, (part, max_ts))));
         }
         for (tp, part) in self.parts.iter_mut() {
-            if let Some(r) = recorded.get(tp) {
+            if let Some((r, max_ts)) = recorded.get(tp) {
                 *part = *r;
+                if let Some(t) = self.dec.times.get_mut(tp) {
+                    t.max_ts = t.max_ts.max(*max_ts);
+                }
             }
         }
         self.check_ranges("restored offset")?;
@@ -608,26 +615,33 @@ impl KafkaSource {
     }
 }
 
-fn encode_position<'a>(parts: impl Iterator<Item = (&'a Tp, &'a Part)>) -> Vec<u8> {
+/// Each partition's offsets, then (added later, optional when read) each
+/// one's highest event time so far.
+fn encode_position<'a>(parts: impl Iterator<Item = (&'a Tp, &'a Part, Millis)>) -> Vec<u8> {
     let parts: Vec<_> = parts.collect();
     let mut out = POSITION_MAGIC.to_vec();
     out.extend_from_slice(&(parts.len() as u32).to_be_bytes());
-    for ((topic, p), part) in parts {
+    for ((topic, p), part, _) in &parts {
         out.extend_from_slice(&(topic.len() as u16).to_be_bytes());
         out.extend_from_slice(topic.as_bytes());
         out.extend_from_slice(&p.to_be_bytes());
         out.extend_from_slice(&part.next.to_be_bytes());
         out.extend_from_slice(&part.stop.unwrap_or(-1).to_be_bytes());
     }
+    for (_, _, max_ts) in &parts {
+        out.extend_from_slice(&max_ts.to_be_bytes());
+    }
     out
 }
 
-fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part)>, String> {
+fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part, Millis)>, String> {
     let bad = || format!("Kafka source position of {} bytes is malformed", b.len());
     let mut r = b.strip_prefix(POSITION_MAGIC.as_slice()).ok_or_else(|| "not a Kafka source position".to_string())?;
+    let left = std::cell::Cell::new(r.len());
     let mut take = |n: usize| -> Result<&[u8], String> {
         let (head, tail) = r.split_at_checked(n).ok_or_else(bad)?;
         r = tail;
+        left.set(tail.len());
         Ok(head)
     };
     let count = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
@@ -638,12 +652,18 @@ fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part)>, String> {
         let p = i32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
         let next = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
         let stop = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
-        out.push(((topic, p), Part { next, stop: (stop >= 0).then_some(stop) }));
+        out.push(((topic, p), Part { next, stop: (stop >= 0).then_some(stop) }, MIN_WATERMARK));
     }
-    if !r.is_empty() {
-        return Err(bad());
+    if left.get() > 0 {
+        for (_, _, max_ts) in &mut out {
+            *max_ts = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+        }
     }
-    Ok(out)
+    if left.get() == 0 {
+        Ok(out)
+    } else {
+        Err(bad())
+    }
 }
 
 #[cfg(test)]
@@ -656,11 +676,13 @@ mod tests {
         let b: Tp = ("in".into(), 1);
         let pa = Part { next: 17, stop: None };
         let pb = Part { next: 3, stop: Some(9) };
-        let one = encode_position([(&a, &pa)].into_iter());
-        let two = encode_position([(&b, &pb)].into_iter());
-        assert_eq!(decode_position(&one).unwrap(), vec![(a.clone(), pa)]);
-        assert_eq!(decode_position(&two).unwrap(), vec![(b.clone(), pb)]);
+        let one = encode_position([(&a, &pa, 40)].into_iter());
+        let two = encode_position([(&b, &pb, MIN_WATERMARK)].into_iter());
+        assert_eq!(decode_position(&one).unwrap(), vec![(a.clone(), pa, 40)]);
+        assert_eq!(decode_position(&two).unwrap(), vec![(b.clone(), pb, MIN_WATERMARK)]);
         assert!(decode_position(&one[..one.len() - 1]).is_err());
+        // Positions written before the highest event times were recorded.
+        assert_eq!(decode_position(&one[..one.len() - 8]).unwrap(), vec![(a.clone(), pa, MIN_WATERMARK)]);
         assert!(decode_position(b"xx").is_err());
     }
 

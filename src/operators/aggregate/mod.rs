@@ -9,14 +9,19 @@
 //! once, when the watermark reaches `e - 1 + allowed_lateness`: it is emitted
 //! (event time `e - 1`) and its state deleted. The watermark passed on is
 //! the input watermark minus `allowed_lateness`, so a result is never late
-//! for a windowed operator after this one. A record whose windows have
-//! all fired is late: it is counted in `records_dropped` and written to the
-//! dead letter, if any. Sliding windows take a record in every window that
-//! has not fired yet. Session windows: a record opens `[ts, ts + gap)`;
+//! for a windowed operator after this one. Lateness is judged by the
+//! record's split watermark (`Record::lateness_watermark`), never by when
+//! this operator's watermark came: a record whose windows would all have
+//! fired at it is late: it is counted in `records_dropped` and written to
+//! the dead letter, if any. Sliding windows take a record in every window
+//! still open at it. Session windows: a record opens `[ts, ts + gap)`;
 //! sessions of a key that overlap merge (with their accumulators); sessions
 //! that only touch (records exactly `gap` apart) stay apart, since the first
-//! may have fired at `e - 1` before a record at `e` arrives. A record is late
-//! only if its own session has fired and it overlaps no open session. Windows fire in order of (window end, key group, key bytes).
+//! may have fired at `e - 1` before a record at `e` arrives. A record is
+//! late if `ts + allowed_lateness` is at or before its split watermark
+//! (`window::session_is_late`), so it never meets a fired session and its
+//! fate does not depend on which sessions other splits opened first.
+//! Windows fire in order of (window end, key group, key bytes).
 //!
 //! **Running (no window).** One accumulator per key, never expired. Every
 //! change marks the key dirty; every `emit_interval` (`on_tick`) and at the
@@ -110,7 +115,10 @@ impl Output {
         }
         json.push(b'}');
         let raw = String::from_utf8_lossy(json).into_owned().into_boxed_str();
-        out.push(Record { fields, raw, event_time: window.map(|w| w.end.saturating_sub(1)), key_group: kg });
+        // A result is never late downstream (see `output_watermark`): no split watermark.
+        let mut r = Record::new(fields, raw, window.map(|w| w.end.saturating_sub(1)));
+        r.key_group = kg;
+        out.push(r);
         Ok(())
     }
 }
@@ -282,11 +290,13 @@ impl Aggregate {
         window::has_fired(w.end, self.lateness, watermark)
     }
 
-    /// Count a late record and write it to the dead letter.
-    fn late(&self, record: &Record, w: Window, ctx: &mut Context<'_>) -> OpResult {
+    /// Count a late record and write it to the dead letter. `watermark` is
+    /// the one its lateness was judged by (its split's, normally: the
+    /// entry is then the same whenever the watermark came).
+    fn late(&self, record: &Record, w: Window, watermark: Millis, ctx: &mut Context<'_>) -> OpResult {
         OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
         if let Some(dl) = &self.dead_letter {
-            let reason = format!("late record: window [{}, {}) already fired at watermark {}", w.start, w.end, ctx.watermark);
+            let reason = format!("late record: window [{}, {}) closed at watermark {watermark}", w.start, w.end);
             dl.write(&ctx.info.operator, &reason, &record.raw)
                 .map_err(|e| OpError::io(format!("{}: writing dead letter {}", ctx.info.operator, dl.path().display()), e))?;
         }
@@ -361,6 +371,10 @@ impl Aggregate {
     fn add_to_session(&mut self, record: &Record, ts: Millis, gap: Millis, ctx: &mut Context<'_>) -> OpResult {
         let kg = record.key_group;
         let new = window::session(ts, gap).ok_or_else(|| out_of_range(ts))?;
+        let wm = record.lateness_watermark(ctx.watermark);
+        if window::session_is_late(ts, self.lateness, wm) {
+            return self.late(record, new, wm, ctx);
+        }
         self.load_sessions(kg, ctx)?;
         let (range, merged) = window::merge_session(&self.sessions, new);
         let stride = self.session_stride();
@@ -369,10 +383,6 @@ impl Aggregate {
             let at = range.start * stride + 16;
             self.output.accs.add(&mut self.other[at..at + stride - 16], &record.fields);
             return self.save_sessions(kg, ctx);
-        }
-        if range.is_empty() && self.fired(new, ctx.watermark) {
-            // Open sessions have not fired, so only a record overlapping none can be late.
-            return self.late(record, new, ctx);
         }
         // Replace the overlapped sessions (maybe none) by one holding them and the record.
         self.acc.clear();
@@ -399,8 +409,9 @@ impl Aggregate {
         match assigner {
             Assigner::Tumbling { size } => {
                 let w = window::tumbling(ts, size).ok_or_else(|| out_of_range(ts))?;
-                if self.fired(w, ctx.watermark) {
-                    return self.late(record, w, ctx);
+                let wm = record.lateness_watermark(ctx.watermark);
+                if self.fired(w, wm) {
+                    return self.late(record, w, wm, ctx);
                 }
                 self.add_to_window(kg, w, &record.fields, ctx)
             }
@@ -411,14 +422,16 @@ impl Aggregate {
                     return Err(out_of_range(ts));
                 }
                 let mut added = false;
+                let wm = record.lateness_watermark(ctx.watermark);
                 for &w in &windows {
-                    if !self.fired(w, ctx.watermark) {
+                    // Judged per window by the split's watermark: the windows a record joins do not depend on when watermarks came.
+                    if !self.fired(w, wm) {
                         self.add_to_window(kg, w, &record.fields, ctx)?;
                         added = true;
                     }
                 }
                 let result = match windows.last() {
-                    Some(&last) if !added => self.late(record, last, ctx),
+                    Some(&last) if !added => self.late(record, last, wm, ctx),
                     _ => Ok(()),
                 };
                 self.windows = windows;

@@ -181,7 +181,7 @@ fn late_records_are_counted_and_dead_lettered() {
     let text = std::fs::read_to_string(&path).unwrap();
     let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     assert_eq!(line["origin"], "agg");
-    assert_eq!(line["reason"], "late record: window [0, 10) already fired at watermark 9");
+    assert_eq!(line["reason"], "late record: window [0, 10) closed at watermark 9");
     assert_eq!(line["record"], r#"{"user":"a","amount":1,"ts":4}"#);
     // Without a dead letter, late records are still counted.
     let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Tumbling { size: ms(10) }), 0), None);
@@ -247,16 +247,18 @@ fn sessions_merge_out_of_order_records() {
 }
 
 #[test]
-fn session_late_only_when_overlapping_no_open_session() {
+fn session_late_at_or_before_the_watermark_even_next_to_an_open_session() {
     let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Session { gap: ms(10) }), 0), None);
     h.feed(vec![int("a", 1, 100)]);
     h.watermark(105);
-    // [95,105) fired by itself, but it overlaps the open [100,110): merged, not late.
+    // 95 overlaps the open [100,110), but is behind the watermark: late, as
+    // it would be in a schedule where [100,110) had fired already.
     h.feed(vec![int("a", 1, 95)]);
-    // [50,60) overlaps nothing and has fired: late.
     h.feed(vec![int("a", 1, 50)]);
-    assert_eq!(h.dropped(), 1);
-    assert_eq!(rows(&h.end()), [("a".into(), 95, 110, 2)]);
+    // 106 is after the watermark: it joins [100,110).
+    h.feed(vec![int("a", 1, 106)]);
+    assert_eq!(h.dropped(), 2);
+    assert_eq!(rows(&h.end()), [("a".into(), 100, 116, 2)]);
     assert_eq!(h.state_len(), 0);
 }
 
@@ -405,4 +407,38 @@ fn state_written_before_exact_sums_is_upgraded_when_read() {
     h.feed(vec![r]);
     assert_eq!(raws(&h.end()), [r#"{"user":"a","window_start":0,"window_end":15,"n":3,"total":3.5}"#]);
     assert_eq!(h.state_len(), 0);
+}
+
+/// A record at `ts` with its split's watermark `w`.
+fn behind(user: &str, ts: Millis, w: Millis) -> Record {
+    let mut r = int(user, 1, ts);
+    r.split_watermark = w;
+    r
+}
+
+/// Lateness is judged by the record's split watermark, not by how far this
+/// operator's watermark has come (issue 18 item 1): the same records are
+/// late whatever the schedule delivered first.
+#[test]
+fn lateness_follows_the_records_split_watermark() {
+    // Tumbling: [50, 60) would have fired at 99; [100, 110) at 104 would not.
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Tumbling { size: ms(10) }), 0), None);
+    h.feed(vec![behind("a", 100, 99), behind("a", 50, 99), behind("a", 101, 104)]);
+    assert_eq!(h.dropped(), 1, "50 is behind its split's watermark 99, the window of 101 is open at 104");
+    assert_eq!(rows(&h.end()), [("a".to_string(), 100, 110, 2)]);
+    // Sliding: only the windows still open at the split's watermark take it.
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Sliding { size: ms(20), slide: ms(10) }), 0), None);
+    h.feed(vec![behind("a", 55, 64)]);
+    assert_eq!(h.dropped(), 0);
+    assert_eq!(rows(&h.end()), [("a".to_string(), 50, 70, 1)], "[40, 60) would have fired at 59");
+    // Sessions: behind the watermark is late even with an open session to join.
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Session { gap: ms(30) }), 0), None);
+    h.feed(vec![behind("a", 120, 119), behind("a", 100, 119), behind("a", 125, 124)]);
+    assert_eq!(h.dropped(), 1);
+    assert_eq!(rows(&h.end()), [("a".to_string(), 120, 155, 2)]);
+    // Allowed lateness extends it: 100 + 20 is after 119.
+    let mut h = Harness::for_spec(&count_only(Some(WindowSpec::Session { gap: ms(30) }), 20), None);
+    h.feed(vec![behind("a", 120, 119), behind("a", 100, 119)]);
+    assert_eq!(h.dropped(), 0);
+    assert_eq!(rows(&h.end()), [("a".to_string(), 100, 150, 2)]);
 }

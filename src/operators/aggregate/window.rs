@@ -71,6 +71,16 @@ pub fn has_fired(end: Millis, allowed_lateness: Millis, watermark: Millis) -> bo
     fire_time(end, allowed_lateness) <= watermark
 }
 
+/// True if a record at `ts` is late for session windows at `watermark`:
+/// the earliest session that can hold it (one ending at `ts + 1`) has
+/// fired, i.e. `ts + allowed_lateness <= watermark`. Judged by the record's
+/// split watermark, this never lets a record join a session that has fired
+/// (every session it overlaps ends after `ts`), and never depends on which
+/// sessions of other splits happened to be open.
+pub fn session_is_late(ts: Millis, allowed_lateness: Millis, watermark: Millis) -> bool {
+    ts.saturating_add(allowed_lateness) <= watermark
+}
+
 /// Merge `new` into a key's sessions (sorted by start, pairwise disjoint,
 /// maybe touching). Returns the index range of the sessions that overlap
 /// `new` (empty: none) and the union of them with `new`.
@@ -96,6 +106,15 @@ mod tests {
 
     fn w(start: Millis, end: Millis) -> Window {
         Window::new(start, end)
+    }
+
+    #[test]
+    fn a_session_record_is_late_at_or_before_the_watermark_minus_lateness() {
+        assert!(session_is_late(100, 0, 100));
+        assert!(!session_is_late(100, 0, 99));
+        assert!(!session_is_late(100, 5, 104));
+        assert!(session_is_late(100, 5, 105));
+        assert!(!session_is_late(Millis::MAX, 0, Millis::MAX - 1), "no overflow at the end of time");
     }
 
     #[test]
