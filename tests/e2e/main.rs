@@ -18,6 +18,7 @@ mod golden;
 mod inspect;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod metrics;
 mod records;
 mod reference;
 mod savepoint;
