@@ -309,3 +309,126 @@ fn slow_and_oversized_requests_do_not_stop_the_endpoint() {
     run.terminate();
     run.wait_for(Duration::from_secs(20)).expect_code(0);
 }
+
+/// Stops the Prometheus of `scripts/prometheus.sh start` when the test ends.
+struct Prometheus {
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl Prometheus {
+    /// None when Debian's `prometheus` package is not installed.
+    fn start(dir: &Path, targets: &[u16]) -> Option<Prometheus> {
+        if std::process::Command::new("prometheus").arg("--version").output().is_err() {
+            return None;
+        }
+        let targets: Vec<String> = targets.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
+            .args(["start", "--data-dir", dir.to_str().unwrap(), "--interval", "250ms", "--target", &targets.join(",")])
+            .output()
+            .expect("running scripts/prometheus.sh");
+        assert!(out.status.success(), "prometheus.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
+        let addr = String::from_utf8(out.stdout).unwrap();
+        let port = addr.trim().rsplit(':').next().unwrap().parse().expect("prometheus.sh prints its address");
+        Some(Prometheus { dir: dir.to_path_buf(), port })
+    }
+
+    /// An instant query through the HTTP API: (labels, value) per series.
+    fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        let Some((200, body)) = get(self.port, &format!("/api/v1/query?query={encoded}")) else { return Vec::new() };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!(v["status"], "success", "{body}");
+        let series = v["data"]["result"].as_array().cloned().unwrap_or_default();
+        series.into_iter().map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap())).collect()
+    }
+
+    /// The one value of `promql`, if it has one series.
+    fn scalar(&self, promql: &str) -> Option<f64> {
+        match self.query(promql).as_slice() {
+            [(_, v)] => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
+            .args(["stop", "--data-dir", self.dir.to_str().unwrap()])
+            .status();
+    }
+}
+
+#[test]
+fn prometheus_scrapes_weir_checkpoints_rise_and_records_equal_the_summary() {
+    const ROWS: u64 = 3000;
+    let dir = tmp();
+    let (live, bounded) = (free_port(), free_port());
+    let Some(prom) = Prometheus::start(&dir.path().join("prometheus"), &[live, bounded]) else {
+        eprintln!("skipped: `prometheus` is not installed (scripts/install-deps.sh installs it)");
+        return;
+    };
+    let wait = |what: &str, mut cond: Box<dyn FnMut() -> bool + '_>| {
+        assert!(wait_until(Duration::from_secs(30), &mut *cond), "{what} not seen in Prometheus within 30 s");
+    };
+
+    // An unbounded run: Prometheus sees the completed checkpoints rise.
+    let run_dir = dir.path().join("live");
+    std::fs::create_dir(&run_dir).unwrap();
+    let pipeline = write_pipeline(&run_dir, &datagen_pipeline("checkpoint: {interval: 200ms}\n", None));
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{live}")).spawn();
+    let completed = format!(r#"weir_checkpoints_completed_total{{instance="127.0.0.1:{live}",pipeline="metered"}}"#);
+    let mut first = 0.0;
+    wait(
+        "a completed checkpoint",
+        Box::new(|| {
+            first = prom.scalar(&completed).unwrap_or(0.0);
+            first >= 1.0
+        }),
+    );
+    wait("more completed checkpoints", Box::new(|| prom.scalar(&completed).is_some_and(|v| v > first)));
+    // The text it scraped passes Prometheus' own linter.
+    let text = scrape(live).expect("a scrape");
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool comes with prometheus");
+    lint.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    run.terminate();
+    run.wait_for(Duration::from_secs(20)).expect_code(0);
+
+    // A bounded run held at its final checkpoint (the sink stalls at its
+    // first barrier): Prometheus' per-operator sums equal the summary.
+    let run_dir = dir.path().join("bounded");
+    std::fs::create_dir(&run_dir).unwrap();
+    let pipeline = write_pipeline(&run_dir, &datagen_pipeline("checkpoint: {interval: 1h}\n", Some(ROWS)));
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{bounded}")).env("WEIR_FAULTS", "stall=out:0:5s").spawn();
+    let sum = |name: &str, op: &str| prom.scalar(&format!(r#"sum(weir_{name}_total{{instance="127.0.0.1:{bounded}",operator="{op}"}})"#));
+    wait("all records at the sink", Box::new(|| sum("records_in", "out") == Some(ROWS as f64)));
+    let seen = [
+        ("events", "out", sum("records_out", "events")),
+        ("unique", "in", sum("records_in", "unique")),
+        ("unique", "out", sum("records_out", "unique")),
+        ("out", "in", sum("records_in", "out")),
+    ];
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    for (node, dir, v) in seen {
+        assert_eq!(v, Some(summary_count(&o.stderr, node, dir) as f64), "{node} {dir}:\n{}", o.stderr);
+        assert_eq!(v, Some(ROWS as f64));
+    }
+}
