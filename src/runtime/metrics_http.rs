@@ -331,3 +331,85 @@ where
     let mut m = enc.encode_descriptor(name, help, None, g.metric_type())?;
     g.encode(m.encode_family(labels)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::metrics::{CheckpointMetrics, Completed, NodeMetrics};
+
+    fn exported(checkpoints: bool) -> Exported {
+        let nodes = vec![NodeMetrics::new("src", "source", 2), NodeMetrics::new("agg", "aggregate", 2), NodeMetrics::new("out", "sink", 2)];
+        nodes[1].subtasks[1].records_in.store(7, Ordering::Relaxed);
+        Exported {
+            pipeline: "p".into(),
+            nodes,
+            checkpoints: checkpoints.then(Arc::<CheckpointMetrics>::default),
+            checkpoint_interval: Duration::from_secs(60),
+            running: Default::default(),
+        }
+    }
+
+    fn site(e: Exported) -> Site {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(WeirCollector(e.clone())));
+        Site { registry, exported: e }
+    }
+
+    fn text(reply: &[u8]) -> String {
+        String::from_utf8(reply.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn ready_needs_a_running_pipeline_and_a_recent_checkpoint() {
+        let e = exported(true);
+        assert_eq!(not_ready(&e).as_deref(), Some("the pipeline is not running"));
+        e.running.store(true, Ordering::Relaxed);
+        assert_eq!(not_ready(&e).as_deref(), Some("no checkpoint completed yet"));
+        e.checkpoints.as_ref().unwrap().on_completed(&Completed { id: 1, ..Completed::default() });
+        assert_eq!(not_ready(&e), None);
+        let mut stale = e.clone();
+        stale.checkpoint_interval = Duration::ZERO;
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(not_ready(&stale).is_some_and(|w| w.contains("more than 3 intervals")), "{:?}", not_ready(&stale));
+        let off = exported(false);
+        off.running.store(true, Ordering::Relaxed);
+        assert_eq!(not_ready(&off), None, "without checkpoints, running is ready");
+    }
+
+    #[test]
+    fn routes_methods_and_head_without_body() {
+        let s = site(exported(false));
+        assert!(text(&answer(&s, b"GET /healthz HTTP/1.1\r\n\r\n")).ends_with("\r\n\r\nok\n"));
+        assert!(text(&answer(&s, b"GET /nope HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404 "));
+        assert!(text(&answer(&s, b"POST /metrics HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 405 "));
+        assert!(text(&answer(&s, b"\r\n\r\n")).starts_with("HTTP/1.1 400 "));
+        let head = text(&answer(&s, b"HEAD /metrics HTTP/1.1\r\n\r\n"));
+        assert!(head.starts_with("HTTP/1.1 200 ") && head.ends_with("\r\n\r\n"), "{head}");
+        assert!(text(&answer(&s, b"GET /ready HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 503 "));
+    }
+
+    #[test]
+    fn metrics_text_has_one_series_per_subtask_and_checkpoints_only_when_on() {
+        let body = text(&answer(&site(exported(false)), b"GET /metrics?x=1 HTTP/1.1\r\n\r\n"));
+        assert!(body.contains(r#"weir_records_in_total{pipeline="p",operator="agg",subtask="1"} 7"#), "{body}");
+        assert!(body.contains(r#"weir_records_in_total{pipeline="p",operator="agg",subtask="0"} 0"#), "{body}");
+        assert!(!body.contains(r#"weir_records_in_total{pipeline="p",operator="src""#), "sources have no records in");
+        assert!(!body.contains(r#"weir_records_out_total{pipeline="p",operator="out""#), "sinks have no records out");
+        assert!(!body.contains("weir_checkpoint"), "{body}");
+        let e = exported(true);
+        let c = e.checkpoints.clone().unwrap();
+        c.on_completed(&Completed { id: 4, bytes: 1234, duration: Duration::from_millis(1500), created_ms: 2500, ..Completed::default() });
+        c.on_failed();
+        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        for line in [
+            r#"weir_checkpoints_completed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoints_failed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoint_last_completed_id{pipeline="p"} 4"#,
+            r#"weir_checkpoint_last_size_bytes{pipeline="p"} 1234"#,
+            r#"weir_checkpoint_last_duration_seconds{pipeline="p"} 1.5"#,
+            r#"weir_checkpoint_last_completed_timestamp_seconds{pipeline="p"} 2.5"#,
+        ] {
+            assert!(body.lines().any(|l| l == line), "no {line} in\n{body}");
+        }
+    }
+}
