@@ -106,15 +106,17 @@ fn record_counters_per_subtask_equal_the_input_and_the_summary_at_the_end() {
     let dir = tmp();
     let pipeline = write_pipeline(dir.path(), &datagen_pipeline("checkpoint: {interval: 1h}\n", Some(ROWS)));
     let port = free_port();
-    // The sink stalls at its first barrier, the final checkpoint's, taken
-    // once every task processed all its input: the counters are final and
-    // the process still serves them.
-    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=out:0:3s").spawn();
+    // The dedup (the sink is chained into its task) stalls at its first
+    // barrier, the final checkpoint's, taken once every task processed all
+    // its input: the counters are final and the process still serves them.
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=unique:0:3s").spawn();
     let text = wait_scrape(&run, port, "all records at the sink", |t| {
         value(t, "weir_records_in_total", &[r#"operator="out""#]) == Some(ROWS as f64)
     });
     let o = run.wait_for(Duration::from_secs(30));
     o.expect_code(0);
+    // (Without the stall the scrape would only catch the end by luck.)
+    o.expect_stderr_contains("Injected stall.");
     for (node, name, dir) in [
         ("events", "weir_records_out_total", "out"),
         ("unique", "weir_records_in_total", "in"),
@@ -228,7 +230,7 @@ fn restored_run_reports_its_checkpoint_and_counts_from_zero() {
         .arg("latest")
         .arg("--metrics-addr")
         .arg(format!("127.0.0.1:{port}"))
-        .env("WEIR_FAULTS", "stall=out:0:3s")
+        .env("WEIR_FAULTS", "stall=unique:0:3s")
         .spawn();
     let text = wait_scrape(&run, port, "the restored id", |t| value(t, "weir_checkpoint_restored_id", &[]).is_some());
     run.wait_for(Duration::from_secs(30)).expect_code(0);
@@ -324,7 +326,7 @@ impl Prometheus {
         }
         let targets: Vec<String> = targets.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
-            .args(["start", "--data-dir", dir.to_str().unwrap(), "--interval", "250ms", "--target", &targets.join(",")])
+            .args(["start", "--data-dir", dir.to_str().unwrap(), "--interval", "500ms", "--target", &targets.join(",")])
             .output()
             .expect("running scripts/prometheus.sh");
         assert!(out.status.success(), "prometheus.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -411,14 +413,24 @@ fn prometheus_scrapes_weir_checkpoints_rise_and_records_equal_the_summary() {
     run.terminate();
     run.wait_for(Duration::from_secs(20)).expect_code(0);
 
-    // A bounded run held at its final checkpoint (the sink stalls at its
-    // first barrier): Prometheus' per-operator sums equal the summary.
+    // A bounded run held at its final checkpoint (the dedup, with the sink
+    // chained into its task, stalls at its first barrier): Prometheus'
+    // per-operator sums equal the summary.
     let run_dir = dir.path().join("bounded");
     std::fs::create_dir(&run_dir).unwrap();
     let pipeline = write_pipeline(&run_dir, &datagen_pipeline("checkpoint: {interval: 1h}\n", Some(ROWS)));
-    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{bounded}")).env("WEIR_FAULTS", "stall=out:0:5s").spawn();
+    let run =
+        weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{bounded}")).env("WEIR_FAULTS", "stall=unique:0:8s").spawn();
     let sum = |name: &str, op: &str| prom.scalar(&format!(r#"sum(weir_{name}_total{{instance="127.0.0.1:{bounded}",operator="{op}"}})"#));
-    wait("all records at the sink", Box::new(|| sum("records_in", "out") == Some(ROWS as f64)));
+    // Scraped every 500 ms (a scrape times out after one interval) while
+    // the dedup stalls 8 s, so a loaded machine still gets several in.
+    let at_sink = wait_until(Duration::from_secs(30), || sum("records_in", "out") == Some(ROWS as f64));
+    if !at_sink {
+        let up = prom.query(&format!(r#"up{{instance="127.0.0.1:{bounded}"}}"#));
+        let last = sum("records_in", "out");
+        let o = run.wait_for(Duration::from_secs(30));
+        panic!("all records at the sink not seen in Prometheus within 30 s (last {last:?}, up {up:?}); weir:\n{}", o.stderr);
+    }
     let seen = [
         ("events", "out", sum("records_out", "events")),
         ("unique", "in", sum("records_in", "unique")),
@@ -427,6 +439,7 @@ fn prometheus_scrapes_weir_checkpoints_rise_and_records_equal_the_summary() {
     ];
     let o = run.wait_for(Duration::from_secs(30));
     o.expect_code(0);
+    o.expect_stderr_contains("Injected stall.");
     for (node, dir, v) in seen {
         assert_eq!(v, Some(summary_count(&o.stderr, node, dir) as f64), "{node} {dir}:\n{}", o.stderr);
         assert_eq!(v, Some(ROWS as f64));
