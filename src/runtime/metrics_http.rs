@@ -123,7 +123,24 @@ async fn connection(mut stream: TcpStream, site: Arc<Site>, limits: Limits) {
         let _ = stream.shutdown().await;
     })
     .await;
+    // Closing with unread input would reset the connection and could
+    // destroy the reply before the client read it (a refused oversized
+    // head): read a bounded rest first.
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut buf = [0u8; 4096];
+        let mut left = limits.max_request;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
+
+/// How long a connection is drained after its reply.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// Read up to the blank line ending the request head; None past `max` bytes.
 async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Option<Vec<u8>>> {
