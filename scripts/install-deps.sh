@@ -6,8 +6,10 @@ set -euo pipefail
 # A C and C++ toolchain for crates that build C code (librdkafka, RocksDB);
 # libclang for the bindgen step of RocksDB's bindings; procps for `kill`,
 # which the end-to-end tests use to send SIGTERM; python3 and its venv module
-# for the test broker (scripts/kafka-broker.sh installs it into a venv).
-packages=(build-essential pkg-config libclang-dev procps python3 python3-venv)
+# for the test broker (scripts/kafka-broker.sh installs it into a venv);
+# prometheus (and its promtool) for the test that lets a real Prometheus
+# scrape weir's metrics endpoint (scripts/prometheus.sh).
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv prometheus)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -19,6 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "Installing: ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  # The package enables a system Prometheus on :9090; the tests start their
+  # own (scripts/prometheus.sh), so one we just installed is switched off.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

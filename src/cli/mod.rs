@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, ConfigErrors};
 use crate::plan::Plan;
+use crate::runtime::metrics_http;
 use crate::runtime::restore::{self, RestoreFrom};
 use crate::runtime::{Engine, Outcome};
 
@@ -146,6 +147,11 @@ pub struct RunOptions {
     /// the pipeline no longer has; that state is dropped (and listed).
     #[arg(long)]
     pub allow_non_restored_state: bool,
+
+    /// Serve `/metrics`, `/healthz` and `/ready` over HTTP on IP:PORT
+    /// (instead of the pipeline's `metrics.address`, if any).
+    #[arg(long, value_name = "IP:PORT", value_parser = config::parse_metrics_address)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// An error the user must fix in their input (exit 2), as opposed to a
@@ -250,8 +256,19 @@ fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
 
 fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let extra: Vec<String> = args.options.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
-    let pipeline = load(&args.options.pipeline, &extra)?;
+    let mut pipeline = load(&args.options.pipeline, &extra)?;
     crate::faults::init_from_env().map_err(UsageError)?;
+    if let Some(address) = args.options.metrics_addr {
+        pipeline.metrics = Some(config::MetricsSpec { address });
+    }
+    // Bound before the state directory is locked or written: a taken port
+    // refuses the run with nothing changed on disk.
+    let metrics_listener = match pipeline.metrics {
+        Some(m) => Some(metrics_http::bind(m.address).map_err(|e| {
+            UsageError(format!("{e} (another process listens there? choose another with --metrics-addr or `metrics.address`)"))
+        })?),
+        None => None,
+    };
     let restore = args.restore.as_deref().map(|r| match r {
         "latest" => RestoreFrom::Latest,
         path => RestoreFrom::Path(path.into()),
@@ -278,6 +295,10 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         // First, so a signal while the pipeline is being built is not fatal.
         let mut signals = Signals::install().context("installing the SIGINT and SIGTERM handlers")?;
         let engine = Engine::build(&plan, start).context("building the pipeline")?;
+        let server = match metrics_listener {
+            Some(l) => Some(metrics_http::MetricsServer::start(l, engine.exported()).context("starting the metrics endpoint")?),
+            None => None,
+        };
         let metrics = engine.metrics();
         let show = !args.options.no_progress && std::io::stderr().is_terminal();
         let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
@@ -298,6 +319,9 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         let started = Instant::now();
         let result = engine.run().await;
         progress.finish();
+        if let Some(server) = server {
+            server.shutdown().await;
+        }
         let outcome = result.with_context(|| format!("pipeline `{name}` failed"))?;
         eprintln!("{}", progress::summary(&metrics, started.elapsed(), outcome));
         anyhow::Ok(outcome)

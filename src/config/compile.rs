@@ -49,6 +49,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let checkpoint = raw.checkpoint.as_ref().and_then(|c| specs::checkpoint(&mut cx, c));
     let savepoint_dir = specs::savepoint_dir(&mut cx, raw);
     let bundle_size = specs::bundle_size(&mut cx, raw, parallelism);
+    let metrics = raw.metrics.as_ref().and_then(|m| specs::metrics(&mut cx, m));
     let items = items(parsed);
     check_names(&mut cx, &items);
     let inputs = resolve_inputs(&mut cx, &items);
@@ -77,7 +78,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
             Some(Node { name: items[i].name.unwrap_or_default().to_string(), input: inputs[i].map(|j| id[j]), kind: kinds[i].clone()? })
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Pipeline { name: raw.name.clone(), parallelism, max_parallelism, nodes, state, checkpoint, savepoint_dir, bundle_size })
+    Some(Pipeline { name: raw.name.clone(), parallelism, max_parallelism, nodes, state, checkpoint, savepoint_dir, bundle_size, metrics })
 }
 
 fn items(parsed: &Parsed) -> Vec<Item<'_>> {

@@ -24,6 +24,7 @@ pub use duration::parse_duration;
 pub use limits::{MAX_PIPELINE_BYTES, MAX_WINDOWS_PER_RECORD};
 pub use load::{load_file, load_str};
 pub use pipeline::*;
+pub use specs::parse_metrics_address;
 
 use std::fmt;
 

@@ -26,6 +26,14 @@ pub struct Pipeline {
     pub savepoint_dir: Option<PathBuf>,
     /// Subtasks per bundle: subtask i belongs to bundle i / bundle_size.
     pub bundle_size: u16,
+    /// None: no metrics endpoint.
+    pub metrics: Option<MetricsSpec>,
+}
+
+/// The HTTP endpoint serving `/metrics`, `/healthz` and `/ready`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsSpec {
+    pub address: std::net::SocketAddr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,6 +22,9 @@ pub struct RawPipeline {
     pub savepoint: Option<RawSavepoint>,
     #[serde(default)]
     pub bundles: Option<RawBundles>,
+    /// Present = the HTTP metrics endpoint is served.
+    #[serde(default)]
+    pub metrics: Option<RawMetrics>,
     #[serde(default)]
     pub sources: Vec<RawSource>,
     #[serde(default)]
@@ -451,4 +454,12 @@ pub enum RawAlignment {
 pub struct RawBundles {
     /// Subtasks per bundle (default 1).
     pub size: u32,
+}
+
+/// Present = `/metrics`, `/healthz` and `/ready` are served over HTTP.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    /// `IP:PORT` to listen on, e.g. `127.0.0.1:9249`.
+    pub address: String,
 }

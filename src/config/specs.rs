@@ -248,6 +248,24 @@ pub(crate) fn savepoint_dir(cx: &mut Cx, raw: &RawPipeline) -> Option<PathBuf> {
     }
 }
 
+/// `metrics.address`: an IP address and port (a host name would need a
+/// lookup at start; port 0 picks a free port).
+pub(crate) fn metrics(cx: &mut Cx, raw: &RawMetrics) -> Option<MetricsSpec> {
+    let at = [Seg::Key("metrics".into()), Seg::Key("address".into())];
+    match parse_metrics_address(&raw.address) {
+        Ok(address) => Some(MetricsSpec { address }),
+        Err(e) => {
+            cx.err(&at, e);
+            None
+        }
+    }
+}
+
+/// `IP:PORT` (`[::1]:9249` for IPv6), with the message a user sees otherwise.
+pub fn parse_metrics_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.trim().parse().map_err(|_| format!("`address` must be IP:PORT, e.g. `127.0.0.1:9249` or `[::1]:9249`, got `{text}`"))
+}
+
 pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u16 {
     let Some(b) = &raw.bundles else { return 1 };
     let at = [Seg::Key("bundles".into()), Seg::Key("size".into())];

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use super::arbiter::{ArbiterDecision, BundleArbiter};
 use super::control::{Command, SavepointRequest, Status};
 use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
+use super::metrics::{CheckpointMetrics, Completed};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
@@ -61,6 +62,8 @@ pub struct DriverSetup {
     pub retained: Vec<CheckpointId>,
     /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
     pub rendezvous: Vec<Arc<Rendezvous>>,
+    /// Where completions and failures are counted (the metrics endpoint).
+    pub metrics: Arc<CheckpointMetrics>,
 }
 
 pub struct Driver {
@@ -325,6 +328,7 @@ impl Driver {
             keys: self.setup.keys.clone(),
             crc32c: 0,
         };
+        let created_ms = md.created_ms;
         let written = match kind {
             Kind::Checkpoint => {
                 let dir = self.setup.layout.checkpoint_dir(id);
@@ -344,6 +348,21 @@ impl Driver {
         faults::get().crash_point("after_metadata");
         let Some(done) = self.coordinator.on_metadata_written(id, Instant::now()) else { return Ok(None) };
         let s = &self.stats;
+        if kind == Kind::Checkpoint {
+            self.setup.metrics.on_completed(&Completed {
+                id,
+                created_ms: u64::try_from(created_ms).unwrap_or(0),
+                duration: done.duration,
+                sync: s.sync,
+                write: s.write,
+                alignment: s.alignment,
+                pause: s.pause,
+                bytes: s.bytes,
+                reused_bytes: s.reused_bytes,
+            });
+        } else {
+            self.setup.metrics.savepoints_completed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         tracing::info!(
             checkpoint = id,
             duration_ms = done.duration.as_millis() as u64,
@@ -481,6 +500,7 @@ impl Driver {
             AbortOutcome::Aborted { id, reason, .. } | AbortOutcome::Fail { id, reason, .. } => (*id, reason.clone()),
         };
         tracing::warn!(checkpoint = id, %reason, "Checkpoint aborted.");
+        self.setup.metrics.on_failed();
         // A final checkpoint that failed is asked for again.
         self.final_queued = false;
         for a in &mut self.arbiters {

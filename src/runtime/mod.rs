@@ -15,6 +15,7 @@ pub mod coordinator;
 pub mod input;
 pub mod message;
 pub mod metrics;
+pub mod metrics_http;
 pub mod output;
 pub mod rendezvous;
 pub mod restore;
@@ -68,6 +69,8 @@ pub struct Engine {
     stop_tx: watch::Sender<bool>,
     /// The control socket and the channel its requests go on to the driver.
     control: Option<(std::path::PathBuf, mpsc::UnboundedSender<control::Command>)>,
+    /// What the metrics endpoint reads.
+    exported: metrics::Exported,
 }
 
 /// Asks a running engine to stop (sources stop, the rest drains).
@@ -85,9 +88,25 @@ impl Engine {
     /// state comes from and where checkpoint ids continue.
     pub fn build(plan: &Plan, start: Option<restore::StartPoint>) -> Result<Engine, BuildError> {
         let (stop_tx, stop_rx) = watch::channel(false);
+        let exported = |nodes: &[NodeMetrics], checkpoints: Option<std::sync::Arc<metrics::CheckpointMetrics>>| metrics::Exported {
+            pipeline: plan.pipeline.name.clone(),
+            nodes: nodes.to_vec(),
+            checkpoint_interval: plan.pipeline.checkpoint.as_ref().map_or(Duration::ZERO, |c| c.interval),
+            checkpoints,
+            running: Default::default(),
+        };
         let Some(spec) = plan.pipeline.checkpoint.clone() else {
             let built = build::build(plan, &stop_rx, None, None)?;
-            return Ok(Engine { tasks: built.tasks, driver: None, metrics: built.metrics, extent: built.extent, stop_tx, control: None });
+            let exported = exported(&built.metrics, None);
+            return Ok(Engine {
+                tasks: built.tasks,
+                driver: None,
+                metrics: built.metrics,
+                extent: built.extent,
+                stop_tx,
+                control: None,
+                exported,
+            });
         };
         let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new() });
         let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
@@ -95,7 +114,10 @@ impl Engine {
         let (completed_tx, completed_rx) = watch::channel(start.restored.as_ref().map_or(0, |r| r.id));
         let (done_tx, done_rx) = watch::channel(false);
         let wiring = build::CheckpointWiring { layout: layout.clone(), events: events_tx, completed: completed_rx, done: done_rx };
+        let restored_id = start.restored.as_ref().map_or(0, |r| r.id);
         let built = build::build(plan, &stop_rx, Some(&wiring), start.restored.as_mut())?;
+        let checkpoint_metrics = std::sync::Arc::new(metrics::CheckpointMetrics::default());
+        checkpoint_metrics.restored_id.store(restored_id, std::sync::atomic::Ordering::Relaxed);
         let setup = checkpointing::DriverSetup {
             spec,
             layout,
@@ -108,11 +130,18 @@ impl Engine {
             first_id: start.first_id,
             retained: start.retained,
             rendezvous: built.rendezvous,
+            metrics: checkpoint_metrics.clone(),
         };
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();
         let control = Some((setup.layout.control_socket(), commands_tx));
         let driver = checkpointing::Driver::new(setup, events_rx, built.controls, completed_tx, done_tx, stop_rx, Some(commands_rx));
-        Ok(Engine { tasks: built.tasks, driver: Some(driver), metrics: built.metrics, extent: built.extent, stop_tx, control })
+        let exported = exported(&built.metrics, Some(checkpoint_metrics));
+        Ok(Engine { tasks: built.tasks, driver: Some(driver), metrics: built.metrics, extent: built.extent, stop_tx, control, exported })
+    }
+
+    /// What the metrics endpoint serves, live while running.
+    pub fn exported(&self) -> metrics::Exported {
+        self.exported.clone()
     }
 
     /// Per-node counters, live while running.
@@ -137,7 +166,10 @@ impl Engine {
             Some((path, commands)) => Some(control::ControlServer::start(path, commands.clone()).await?),
             None => None,
         };
+        let running = self.exported.running.clone();
+        running.store(true, std::sync::atomic::Ordering::Relaxed);
         let result = self.run_tasks().await;
+        running.store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(server) = server {
             server.shutdown().await;
         }

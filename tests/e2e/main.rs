@@ -19,6 +19,7 @@ mod golden;
 mod inspect;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod metrics;
 mod records;
 mod reference;
 #[path = "../common/rng.rs"]

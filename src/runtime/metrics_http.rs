@@ -1,0 +1,432 @@
+//! The metrics endpoint: a small HTTP/1.1 server on tokio's listener that
+//! serves `/metrics` (Prometheus text format, encoded by `prometheus-client`
+//! from the counters the tasks and the checkpoint driver already keep),
+//! `/healthz` (the process is up) and `/ready` (the pipeline runs and, with
+//! checkpoints, one completed within the last three intervals).
+//!
+//! Nothing is counted here: a scrape reads the live atomics, so metrics cost
+//! the pipeline nothing between scrapes. Every client is bounded like the
+//! control socket's: the request head is read up to a cap, only so many
+//! connections are served at once, and a slow client is cut off.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::control::Limits;
+use super::metrics::Exported;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("metrics address {address}: {source}")]
+    Bind { address: SocketAddr, source: std::io::Error },
+}
+
+/// `/ready` wants a checkpoint completed within this many intervals.
+pub const READY_INTERVALS: u32 = 3;
+
+/// Bind `address` now (before anything is written), so a taken port is an
+/// error at start; `MetricsServer::start` serves it once the runtime runs.
+pub fn bind(address: SocketAddr) -> Result<std::net::TcpListener, MetricsError> {
+    let err = |source| MetricsError::Bind { address, source };
+    let listener = std::net::TcpListener::bind(address).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    Ok(listener)
+}
+
+/// The serving task; `shutdown` stops it.
+pub struct MetricsServer {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsServer {
+    /// Serve on `listener` (from [`bind`]); must be called within a tokio runtime.
+    pub fn start(listener: std::net::TcpListener, exported: Exported) -> Result<MetricsServer, MetricsError> {
+        let address = listener.local_addr().map_err(|source| MetricsError::Bind { address: ([0, 0, 0, 0], 0).into(), source })?;
+        let listener = TcpListener::from_std(listener).map_err(|source| MetricsError::Bind { address, source })?;
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(WeirCollector(exported.clone())));
+        let site = Arc::new(Site { registry, exported });
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, site, stop_rx, Limits::default()));
+        tracing::info!(%address, "Metrics endpoint listening.");
+        Ok(MetricsServer { stop, task })
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.task).await;
+    }
+}
+
+struct Site {
+    registry: Registry,
+    exported: Exported,
+}
+
+async fn serve(listener: TcpListener, site: Arc<Site>, mut stop: watch::Receiver<bool>, limits: Limits) {
+    let mut conns = JoinSet::new();
+    loop {
+        let pause = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    while conns.try_join_next().is_some() {}
+                    if conns.len() >= limits.max_clients {
+                        // Answered without waiting for the request: the
+                        // client learns why instead of hanging.
+                        let _ = stream.try_write(&response(503, "text/plain", "too many metrics clients\n", true));
+                    } else {
+                        conns.spawn(connection(stream, site.clone(), limits));
+                    }
+                    false
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "Metrics endpoint accept failed.");
+                    true
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => false,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        if pause {
+            // EMFILE and the like stay a while: pause instead of spinning.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    conns.abort_all();
+}
+
+/// One request per connection (`Connection: close`), read within `limits.idle`.
+async fn connection(mut stream: TcpStream, site: Arc<Site>, limits: Limits) {
+    let head = tokio::time::timeout(limits.idle, read_head(&mut stream, limits.max_request)).await;
+    let reply = match head {
+        Err(_) => response(408, "text/plain", "request timeout\n", true),
+        Ok(Err(_)) => return,
+        Ok(Ok(None)) => response(431, "text/plain", "request head too large\n", true),
+        Ok(Ok(Some(head))) => answer(&site, &head),
+    };
+    let _ = tokio::time::timeout(limits.idle, async {
+        let _ = stream.write_all(&reply).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+    // Closing with unread input would reset the connection and could
+    // destroy the reply before the client read it (a refused oversized
+    // head): read a bounded rest first.
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut buf = [0u8; 4096];
+        let mut left = limits.max_request;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+/// How long a connection is drained after its reply.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Read up to the blank line ending the request head; None past `max` bytes.
+async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(Some(head));
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(head));
+        }
+        if head.len() > max {
+            return Ok(None);
+        }
+    }
+}
+
+/// Route the request line `METHOD PATH HTTP/x`.
+fn answer(site: &Site, head: &[u8]) -> Vec<u8> {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return response(400, "text/plain", "bad request\n", true);
+    };
+    let with_body = match method {
+        "GET" => true,
+        "HEAD" => false,
+        _ => return response(405, "text/plain", "only GET and HEAD\n", true),
+    };
+    let path = target.split('?').next().unwrap_or_default();
+    match path {
+        "/metrics" => {
+            let mut text = String::new();
+            match prometheus_client::encoding::prometheus_text::encode(&mut text, &site.registry) {
+                Ok(()) => response(200, prometheus_client::encoding::prometheus_text::CONTENT_TYPE, &text, with_body),
+                Err(_) => response(500, "text/plain", "encoding failed\n", with_body),
+            }
+        }
+        "/healthz" => response(200, "text/plain", "ok\n", with_body),
+        "/ready" => match not_ready(&site.exported) {
+            None => response(200, "text/plain", "ready\n", with_body),
+            Some(why) => response(503, "text/plain", &format!("not ready: {why}\n"), with_body),
+        },
+        _ => response(404, "text/plain", "not found: try /metrics, /healthz or /ready\n", with_body),
+    }
+}
+
+/// Why `/ready` says 503, if it does.
+pub fn not_ready(e: &Exported) -> Option<String> {
+    if !e.running.load(Ordering::Relaxed) {
+        return Some("the pipeline is not running".into());
+    }
+    let c = e.checkpoints.as_ref()?;
+    let window = e.checkpoint_interval.saturating_mul(READY_INTERVALS);
+    match c.since_last() {
+        None => Some("no checkpoint completed yet".into()),
+        Some(age) if age > window => Some(format!(
+            "the last checkpoint completed {:.1}s ago, more than {READY_INTERVALS} intervals ({:.1}s)",
+            age.as_secs_f64(),
+            window.as_secs_f64()
+        )),
+        Some(_) => None,
+    }
+}
+
+fn response(status: u16, content_type: &str, body: &str, with_body: bool) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        _ => "Service Unavailable",
+    };
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if with_body {
+        out.push_str(body);
+    }
+    out.into_bytes()
+}
+
+/// Encodes the live counters at each scrape.
+#[derive(Debug)]
+struct WeirCollector(Exported);
+
+impl Collector for WeirCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let e = &self.0;
+        let pipeline = [("pipeline", e.pipeline.as_str())];
+        let version = [("version", env!("CARGO_PKG_VERSION"))];
+        gauge(&mut enc, "weir_build_info", "Always 1; the label is weir's version.", &version, 1i64)?;
+        let running = i64::from(e.running.load(Ordering::Relaxed));
+        gauge(
+            &mut enc,
+            "weir_pipeline_running",
+            "1 while the pipeline's tasks run (after restore), 0 before and after.",
+            &pipeline,
+            running,
+        )?;
+
+        // Per operator subtask, as the end-of-run summary counts them.
+        type Pick = fn(&super::Totals) -> u64;
+        let per_subtask: [(&str, &str, Pick, fn(&str) -> bool); 4] = [
+            ("weir_records_in", "Records an operator or sink subtask received.", |t| t.records_in, |k| k != "source"),
+            ("weir_records_out", "Records a source or operator subtask emitted.", |t| t.records_out, |k| k != "sink"),
+            ("weir_records_dropped", "Records a subtask dropped for a reason (late, bad input).", |t| t.records_dropped, |_| true),
+            ("weir_source_bytes_in", "Bytes a source subtask consumed.", |t| t.bytes_in, |k| k == "source"),
+        ];
+        for (name, help, pick, applies) in per_subtask {
+            let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+            for node in e.nodes.iter().filter(|n| applies(n.kind)) {
+                for (i, sub) in node.subtasks.iter().enumerate() {
+                    let t = super::Totals {
+                        records_in: sub.records_in.load(Ordering::Relaxed),
+                        records_out: sub.records_out.load(Ordering::Relaxed),
+                        records_dropped: sub.records_dropped.load(Ordering::Relaxed),
+                        bytes_in: sub.bytes_in.load(Ordering::Relaxed),
+                    };
+                    let subtask = i.to_string();
+                    let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+                    ConstCounter::new(pick(&t)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+
+        let Some(c) = &e.checkpoints else { return Ok(()) };
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
+        counter(&mut enc, "weir_checkpoints_completed", "Checkpoints completed by this process.", &pipeline, load(&c.completed))?;
+        counter(
+            &mut enc,
+            "weir_checkpoints_failed",
+            "Checkpoints aborted (declined, timed out, failed writes).",
+            &pipeline,
+            load(&c.failed),
+        )?;
+        counter(&mut enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
+        let seconds: [(&str, &str, f64); 7] = [
+            (
+                "weir_checkpoint_last_duration_seconds",
+                "Trigger to `_metadata` written, of the newest completed checkpoint.",
+                secs(&c.last_duration_ms),
+            ),
+            ("weir_checkpoint_last_sync_duration_seconds", "The longest synchronous snapshot part over the tasks.", secs(&c.last_sync_ms)),
+            ("weir_checkpoint_last_async_duration_seconds", "The longest asynchronous write over the tasks.", secs(&c.last_async_ms)),
+            (
+                "weir_checkpoint_last_alignment_duration_seconds",
+                "The longest barrier alignment over the tasks.",
+                secs(&c.last_alignment_ms),
+            ),
+            (
+                "weir_checkpoint_last_rendezvous_pause_seconds",
+                "The longest pause of a bundle's RocksDB rendezvous.",
+                secs(&c.last_pause_ms),
+            ),
+            (
+                "weir_checkpoint_last_completed_timestamp_seconds",
+                "Its `_metadata` time, Unix seconds (0: none).",
+                secs(&c.last_completed_ms),
+            ),
+            ("weir_checkpoint_interval_seconds", "The configured checkpoint interval.", e.checkpoint_interval.as_secs_f64()),
+        ];
+        for (name, help, v) in seconds {
+            gauge(&mut enc, name, help, &pipeline, v)?;
+        }
+        let whole: [(&str, &str, u64); 4] = [
+            ("weir_checkpoint_last_size_bytes", "Bytes the newest completed checkpoint wrote.", load(&c.last_bytes)),
+            (
+                "weir_checkpoint_last_reused_size_bytes",
+                "Bytes of shared files it referenced from earlier checkpoints.",
+                load(&c.last_reused_bytes),
+            ),
+            ("weir_checkpoint_last_completed_id", "Id of the newest checkpoint this process completed (0: none).", load(&c.last_id)),
+            ("weir_checkpoint_restored_id", "The checkpoint or savepoint this run restored from (0: none).", load(&c.restored_id)),
+        ];
+        for (name, help, v) in whole {
+            gauge(&mut enc, name, help, &pipeline, v)?;
+        }
+        Ok(())
+    }
+}
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, &str); 1], v: u64) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(v);
+    let mut m = enc.encode_descriptor(name, help, None, c.metric_type())?;
+    c.encode(m.encode_family(labels)?)
+}
+
+fn gauge<V>(enc: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, &str); 1], v: V) -> Result<(), std::fmt::Error>
+where
+    V: prometheus_client::encoding::EncodeGaugeValue,
+{
+    let g = ConstGauge::new(v);
+    let mut m = enc.encode_descriptor(name, help, None, g.metric_type())?;
+    g.encode(m.encode_family(labels)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::metrics::{CheckpointMetrics, Completed, NodeMetrics};
+
+    fn exported(checkpoints: bool) -> Exported {
+        let nodes = vec![NodeMetrics::new("src", "source", 2), NodeMetrics::new("agg", "aggregate", 2), NodeMetrics::new("out", "sink", 2)];
+        nodes[1].subtasks[1].records_in.store(7, Ordering::Relaxed);
+        Exported {
+            pipeline: "p".into(),
+            nodes,
+            checkpoints: checkpoints.then(Arc::<CheckpointMetrics>::default),
+            checkpoint_interval: Duration::from_secs(60),
+            running: Default::default(),
+        }
+    }
+
+    fn site(e: Exported) -> Site {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(WeirCollector(e.clone())));
+        Site { registry, exported: e }
+    }
+
+    fn text(reply: &[u8]) -> String {
+        String::from_utf8(reply.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn ready_needs_a_running_pipeline_and_a_recent_checkpoint() {
+        let e = exported(true);
+        assert_eq!(not_ready(&e).as_deref(), Some("the pipeline is not running"));
+        e.running.store(true, Ordering::Relaxed);
+        assert_eq!(not_ready(&e).as_deref(), Some("no checkpoint completed yet"));
+        e.checkpoints.as_ref().unwrap().on_completed(&Completed { id: 1, ..Completed::default() });
+        assert_eq!(not_ready(&e), None);
+        let mut stale = e.clone();
+        stale.checkpoint_interval = Duration::ZERO;
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(not_ready(&stale).is_some_and(|w| w.contains("more than 3 intervals")), "{:?}", not_ready(&stale));
+        let off = exported(false);
+        off.running.store(true, Ordering::Relaxed);
+        assert_eq!(not_ready(&off), None, "without checkpoints, running is ready");
+    }
+
+    #[test]
+    fn routes_methods_and_head_without_body() {
+        let s = site(exported(false));
+        assert!(text(&answer(&s, b"GET /healthz HTTP/1.1\r\n\r\n")).ends_with("\r\n\r\nok\n"));
+        assert!(text(&answer(&s, b"GET /nope HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404 "));
+        assert!(text(&answer(&s, b"POST /metrics HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 405 "));
+        assert!(text(&answer(&s, b"\r\n\r\n")).starts_with("HTTP/1.1 400 "));
+        let head = text(&answer(&s, b"HEAD /metrics HTTP/1.1\r\n\r\n"));
+        assert!(head.starts_with("HTTP/1.1 200 ") && head.ends_with("\r\n\r\n"), "{head}");
+        assert!(text(&answer(&s, b"GET /ready HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 503 "));
+    }
+
+    #[test]
+    fn metrics_text_has_one_series_per_subtask_and_checkpoints_only_when_on() {
+        let body = text(&answer(&site(exported(false)), b"GET /metrics?x=1 HTTP/1.1\r\n\r\n"));
+        assert!(body.contains(r#"weir_records_in_total{pipeline="p",operator="agg",subtask="1"} 7"#), "{body}");
+        assert!(body.contains(r#"weir_records_in_total{pipeline="p",operator="agg",subtask="0"} 0"#), "{body}");
+        assert!(!body.contains(r#"weir_records_in_total{pipeline="p",operator="src""#), "sources have no records in");
+        assert!(!body.contains(r#"weir_records_out_total{pipeline="p",operator="out""#), "sinks have no records out");
+        assert!(!body.contains("weir_checkpoint"), "{body}");
+        let e = exported(true);
+        let c = e.checkpoints.clone().unwrap();
+        c.on_completed(&Completed { id: 4, bytes: 1234, duration: Duration::from_millis(1500), created_ms: 2500, ..Completed::default() });
+        c.on_failed();
+        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        for line in [
+            r#"weir_checkpoints_completed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoints_failed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoint_last_completed_id{pipeline="p"} 4"#,
+            r#"weir_checkpoint_last_size_bytes{pipeline="p"} 1234"#,
+            r#"weir_checkpoint_last_duration_seconds{pipeline="p"} 1.5"#,
+            r#"weir_checkpoint_last_completed_timestamp_seconds{pipeline="p"} 2.5"#,
+        ] {
+            assert!(body.lines().any(|l| l == line), "no {line} in\n{body}");
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The metrics endpoint (`metrics.address`, `--metrics-addr`): `/metrics`
+//! scraped over plain TCP while the real binary runs, its values checked
+//! against the end-of-run summary and the "Checkpoint complete." lines;
+//! `/healthz` and `/ready`; a taken port refuses the run.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::util::{tmp, wait_until, weir, weir_run, Running};
+
+/// A port that was free a moment ago (the kernel picks it).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("binding a probe port").local_addr().unwrap().port()
+}
+
+/// `GET path` with a hand-written HTTP/1.1 request: (status, body), or None
+/// if nothing listens (yet).
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// The body of `/metrics` (200), or None if it does not answer.
+fn scrape(port: u16) -> Option<String> {
+    match get(port, "/metrics")? {
+        (200, body) => Some(body),
+        _ => None,
+    }
+}
+
+/// The sum of the samples of `name` whose labels include every `want`
+/// (`key="value"`); None if there is none.
+fn value(text: &str, name: &str, want: &[&str]) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, v)) = line.rsplit_once(' ') else { continue };
+        let (n, labels) = series.split_once('{').unwrap_or((series, ""));
+        if n != name || !want.iter().all(|w| labels.contains(w)) {
+            continue;
+        }
+        *found.get_or_insert(0.0) += v.parse::<f64>().unwrap_or_else(|_| panic!("not a number: {line}"));
+    }
+    found
+}
+
+#[track_caller]
+fn must(text: &str, name: &str, want: &[&str]) -> f64 {
+    value(text, name, want).unwrap_or_else(|| panic!("no {name}{want:?} in:\n{text}"))
+}
+
+fn write_pipeline(dir: &Path, body: &str) -> String {
+    let path = dir.join("p.yaml");
+    std::fs::write(&path, format!("state: {{dir: {}}}\n{body}", dir.join("st").display())).unwrap();
+    path.display().to_string()
+}
+
+/// Datagen → keyed dedup → blackhole, `rows` rows (omitted: unbounded).
+fn datagen_pipeline(checkpoint: &str, rows: Option<u64>) -> String {
+    let rows = rows.map_or(String::new(), |r| format!("    rows: {r}\n"));
+    format!(
+        "name: metered\n{checkpoint}sources:\n  - name: events\n    type: datagen\n{rows}    rate_limit: 4000\n    fields:\n      n: {{kind: sequence}}\n      device: {{kind: key, cardinality: 50, prefix: dev-}}\noperators:\n  - {{name: unique, type: dedup, input: events, key: [n]}}\nsinks:\n  - {{name: out, type: blackhole, input: unique}}\n"
+    )
+}
+
+#[track_caller]
+fn wait_scrape(run: &Running, port: u16, what: &str, mut cond: impl FnMut(&str) -> bool) -> String {
+    let mut last = String::new();
+    let ok = wait_until(Duration::from_secs(30), || match scrape(port) {
+        Some(t) => {
+            let hit = cond(&t);
+            last = t;
+            hit
+        }
+        None => false,
+    });
+    assert!(ok, "{what} not seen within 30 s (pid {}); last scrape:\n{last}", run.child.id());
+    last
+}
+
+/// The per-node counts of the summary line (`events 5000 out, unique 5000
+/// in/5000 out, out 5000 in`).
+fn summary_count(stderr: &str, node: &str, dir: &str) -> u64 {
+    let line = stderr.lines().find(|l| l.starts_with("Finished in") || l.starts_with("Stopped in")).expect("a summary line");
+    let part = line.split_once(": ").unwrap().1.split(", ").find(|p| p.starts_with(&format!("{node} "))).expect("node in summary");
+    let rest = &part[node.len() + 1..];
+    let n = match (dir, rest.split_once('/')) {
+        ("in", Some((i, _))) => i.trim_end_matches(" in"),
+        ("out", Some((_, o))) => o.trim_end_matches(" out"),
+        (_, None) => rest.split_whitespace().next().unwrap(),
+        _ => unreachable!(),
+    };
+    n.parse().unwrap_or_else(|_| panic!("count of {node} {dir} in {line:?}"))
+}
+
+#[test]
+fn record_counters_per_subtask_equal_the_input_and_the_summary_at_the_end() {
+    const ROWS: u64 = 3000;
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline("checkpoint: {interval: 1h}\n", Some(ROWS)));
+    let port = free_port();
+    // The dedup (the sink is chained into its task) stalls at its first
+    // barrier, the final checkpoint's, taken once every task processed all
+    // its input: the counters are final and the process still serves them.
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=unique:0:3s").spawn();
+    let text = wait_scrape(&run, port, "all records at the sink", |t| {
+        value(t, "weir_records_in_total", &[r#"operator="out""#]) == Some(ROWS as f64)
+    });
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    // (Without the stall the scrape would only catch the end by luck.)
+    o.expect_stderr_contains("Injected stall.");
+    for (node, name, dir) in [
+        ("events", "weir_records_out_total", "out"),
+        ("unique", "weir_records_in_total", "in"),
+        ("unique", "weir_records_out_total", "out"),
+        ("out", "weir_records_in_total", "in"),
+    ] {
+        let op = format!(r#"operator="{node}""#);
+        let total = must(&text, name, &[&op]);
+        assert_eq!(total, ROWS as f64, "{name} of {node}");
+        assert_eq!(total as u64, summary_count(&o.stderr, node, dir), "{name} of {node} vs the summary:\n{}", o.stderr);
+        // One series per subtask, labelled with the pipeline.
+        let per: Vec<f64> = (0..2).map(|s| must(&text, name, &[&op, &format!(r#"subtask="{s}""#), r#"pipeline="metered""#])).collect();
+        assert_eq!(per.iter().sum::<f64>(), ROWS as f64, "{name} of {node} per subtask: {per:?}");
+    }
+    // Sources have no records in, sinks no records out: nothing is reported twice.
+    assert_eq!(value(&text, "weir_records_in_total", &[r#"operator="events""#]), None);
+    assert_eq!(value(&text, "weir_records_out_total", &[r#"operator="out""#]), None);
+    assert!(must(&text, "weir_source_bytes_in_total", &[r#"operator="events""#]) > 0.0);
+    assert_eq!(must(&text, "weir_records_dropped_total", &[]), 0.0);
+}
+
+#[test]
+fn checkpoint_metrics_match_the_checkpoint_complete_lines() {
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline("checkpoint: {interval: 300ms, retain: 100}\n", None));
+    let port = free_port();
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let text = wait_scrape(&run, port, "3 completed checkpoints", |t| value(t, "weir_checkpoints_completed_total", &[]) >= Some(3.0));
+    assert_eq!(get(port, "/healthz").map(|r| r.0), Some(200));
+    let (status, body) = get(port, "/ready").expect("/ready answers");
+    assert_eq!(status, 200, "{body}");
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(20));
+    o.expect_code(0);
+
+    let completed = must(&text, "weir_checkpoints_completed_total", &[r#"pipeline="metered""#]) as u64;
+    let last = must(&text, "weir_checkpoint_last_completed_id", &[]) as u64;
+    let size = must(&text, "weir_checkpoint_last_size_bytes", &[]) as u64;
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[]), 0.0);
+    assert_eq!(must(&text, "weir_checkpoint_restored_id", &[]), 0.0);
+    // A fresh run numbers its checkpoints 1, 2, ... and none failed.
+    assert_eq!(last, completed, "{text}");
+    // The scraped checkpoint is the one the log reports, with its size, and its directory is on disk.
+    let line = o
+        .stderr
+        .lines()
+        .find(|l| l.contains("Checkpoint complete.") && l.contains(&format!(" checkpoint={last} ")))
+        .unwrap_or_else(|| panic!("no log line of checkpoint {last}:\n{}", o.stderr));
+    assert!(line.contains(&format!(" bytes={size} ")), "size {size} vs {line}");
+    assert!(size > 0);
+    let logged = o.stderr.lines().filter(|l| l.contains("Checkpoint complete.")).count() as u64;
+    assert!(logged >= completed, "{logged} log lines, {completed} counted");
+    assert!(dir.path().join(format!("st/checkpoints/chk-{last:07}/_metadata")).is_file());
+    let at = must(&text, "weir_checkpoint_last_completed_timestamp_seconds", &[]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(at >= started - 1.0 && at <= now + 1.0, "timestamp {at} not within the run ({started}..{now})");
+    let duration = must(&text, "weir_checkpoint_last_duration_seconds", &[]);
+    assert!((0.0..30.0).contains(&duration), "{duration}");
+    assert_eq!(must(&text, "weir_checkpoint_interval_seconds", &[]), 0.3);
+}
+
+#[test]
+fn ready_is_503_while_checkpoints_fail_and_healthz_stays_200() {
+    let dir = tmp();
+    let ck = "checkpoint: {interval: 100ms, tolerable_failures: 10000}\n";
+    // This time from the pipeline file.
+    let port = free_port();
+    let pipeline = write_pipeline(dir.path(), &format!("metrics: {{address: '127.0.0.1:{port}'}}\n{}", datagen_pipeline(ck, None)));
+    let run = weir_run(&pipeline, 1).env("WEIR_FAULTS", "state_write_fail=1").spawn();
+    let text = wait_scrape(&run, port, "2 failed checkpoints", |t| value(t, "weir_checkpoints_failed_total", &[]) >= Some(2.0));
+    assert_eq!(must(&text, "weir_checkpoints_completed_total", &[]), 0.0);
+    assert_eq!(must(&text, "weir_pipeline_running", &[]), 1.0);
+    let (status, body) = get(port, "/ready").expect("/ready answers");
+    assert_eq!((status, body.as_str()), (503, "not ready: no checkpoint completed yet\n"));
+    assert_eq!(get(port, "/healthz"), Some((200, "ok\n".into())));
+    assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
+    drop(run);
+}
+
+#[test]
+fn ready_without_checkpoints_is_200_while_running() {
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline("", None));
+    let port = free_port();
+    let run = weir_run(&pipeline, 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let text = wait_scrape(&run, port, "records flowing", |t| value(t, "weir_records_in_total", &[r#"operator="out""#]) > Some(0.0));
+    // Without checkpoints there are no checkpoint series.
+    assert_eq!(value(&text, "weir_checkpoints_completed_total", &[]), None);
+    assert_eq!(get(port, "/ready").map(|r| r.0), Some(200));
+    run.terminate();
+    run.wait_for(Duration::from_secs(20)).expect_code(0);
+    // The endpoint ends with the run.
+    assert_eq!(get(port, "/healthz"), None);
+}
+
+#[test]
+fn restored_run_reports_its_checkpoint_and_counts_from_zero() {
+    const ROWS: u64 = 1000;
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline("checkpoint: {interval: 1h}\n", Some(ROWS)));
+    let first = weir_run(&pipeline, 1).ok();
+    let id: u64 = first
+        .stderr
+        .lines()
+        .find_map(|l| l.split_once("Final checkpoint complete. checkpoint=").map(|(_, id)| id.trim().parse().unwrap()))
+        .expect("a final checkpoint");
+    let port = free_port();
+    let run = weir_run(&pipeline, 1)
+        .arg("--restore")
+        .arg("latest")
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("WEIR_FAULTS", "stall=unique:0:3s")
+        .spawn();
+    let text = wait_scrape(&run, port, "the restored id", |t| value(t, "weir_checkpoint_restored_id", &[]).is_some());
+    run.wait_for(Duration::from_secs(30)).expect_code(0);
+    assert_eq!(must(&text, "weir_checkpoint_restored_id", &[]), id as f64);
+    // Counters are this process's: the input was all read before the restore.
+    assert_eq!(must(&text, "weir_records_out_total", &[r#"operator="events""#]), 0.0);
+}
+
+#[test]
+fn taken_metrics_port_is_exit_2_and_nothing_is_written() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for how in ["flag", "yaml"] {
+        let dir = tmp();
+        let out = dir.path().join("out");
+        let metrics = if how == "yaml" { format!("metrics: {{address: '127.0.0.1:{port}'}}\n") } else { String::new() };
+        let body = format!(
+            "{metrics}name: refused\ncheckpoint: {{interval: 1s}}\nsources:\n  - {{name: events, type: datagen, rows: 10, fields: {{n: {{kind: sequence}}}}}}\nsinks:\n  - {{name: out, type: file, input: events, path: {}}}\n",
+            out.display()
+        );
+        let pipeline = write_pipeline(dir.path(), &body);
+        let mut w = weir_run(&pipeline, 1);
+        if how == "flag" {
+            w = w.arg("--metrics-addr").arg(format!("127.0.0.1:{port}"));
+        }
+        let o = w.run();
+        o.expect_code(2);
+        o.expect_stderr_contains(&format!("metrics address 127.0.0.1:{port}"));
+        o.expect_stderr_contains("Address already in use");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("p.yaml")], "{how}: a refused run wrote {left:?}");
+    }
+    drop(taken);
+}
+
+#[test]
+fn metrics_address_errors_are_located() {
+    let dir = tmp();
+    let path = dir.path().join("p.yaml");
+    let body = "name: bad\nmetrics:\n  address: localhost\nsources:\n  - {name: events, type: datagen, rows: 1, fields: {n: {kind: sequence}}}\nsinks:\n  - {name: out, type: blackhole, input: events}\n";
+    std::fs::write(&path, body).unwrap();
+    let o = weir(&["validate", path.to_str().unwrap()]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains(&format!("{}:3:12: `address` must be IP:PORT", path.display()));
+    std::fs::write(&path, body.replace("address: localhost", "addr: '127.0.0.1:1'")).unwrap();
+    let o = weir(&["validate", path.to_str().unwrap()]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains(&format!("{}:3:3:", path.display()));
+    let o = weir(&["run", path.to_str().unwrap(), "--metrics-addr", "nohost"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("must be IP:PORT");
+}
+
+#[test]
+fn slow_and_oversized_requests_do_not_stop_the_endpoint() {
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline("", None));
+    let port = free_port();
+    let run = weir_run(&pipeline, 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    wait_scrape(&run, port, "the endpoint", |_| true);
+    // Idle clients hold no more than their slots (16): with 20 silent
+    // connections a further client is turned away at once (a 503, or a
+    // reset when its request was still unread), never left hanging.
+    let idle: Vec<TcpStream> = (0..20).filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok()).collect();
+    let t = Instant::now();
+    let busy = get(port, "/healthz");
+    assert!(busy.as_ref().is_none_or(|b| b.0 == 503), "{busy:?}");
+    assert!(t.elapsed() < Duration::from_secs(4), "a client over the limit waited {:?}", t.elapsed());
+    drop(idle);
+    // Their slots free up as soon as they hang up.
+    assert!(wait_until(Duration::from_secs(10), || get(port, "/healthz").map(|r| r.0) == Some(200)), "slots not freed");
+    // A request head over 64 KiB is refused without reading it all.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(format!("GET /metrics HTTP/1.1\r\nX: {}\r\n", "a".repeat(70 * 1024)).as_bytes());
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 431 "), "{reply:.200}");
+    assert!(wait_until(Duration::from_secs(10), || get(port, "/healthz").map(|r| r.0) == Some(200)));
+    run.terminate();
+    run.wait_for(Duration::from_secs(20)).expect_code(0);
+}
+
+/// Stops the Prometheus of `scripts/prometheus.sh start` when the test ends.
+struct Prometheus {
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl Prometheus {
+    /// None when Debian's `prometheus` package is not installed.
+    fn start(dir: &Path, targets: &[u16]) -> Option<Prometheus> {
+        if std::process::Command::new("prometheus").arg("--version").output().is_err() {
+            return None;
+        }
+        let targets: Vec<String> = targets.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
+            .args(["start", "--data-dir", dir.to_str().unwrap(), "--interval", "500ms", "--target", &targets.join(",")])
+            .output()
+            .expect("running scripts/prometheus.sh");
+        assert!(out.status.success(), "prometheus.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
+        let addr = String::from_utf8(out.stdout).unwrap();
+        let port = addr.trim().rsplit(':').next().unwrap().parse().expect("prometheus.sh prints its address");
+        Some(Prometheus { dir: dir.to_path_buf(), port })
+    }
+
+    /// An instant query through the HTTP API: (labels, value) per series.
+    fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        let Some((200, body)) = get(self.port, &format!("/api/v1/query?query={encoded}")) else { return Vec::new() };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!(v["status"], "success", "{body}");
+        let series = v["data"]["result"].as_array().cloned().unwrap_or_default();
+        series.into_iter().map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap())).collect()
+    }
+
+    /// The one value of `promql`, if it has one series.
+    fn scalar(&self, promql: &str) -> Option<f64> {
+        match self.query(promql).as_slice() {
+            [(_, v)] => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
+            .args(["stop", "--data-dir", self.dir.to_str().unwrap()])
+            .status();
+    }
+}
+
+#[test]
+fn prometheus_scrapes_weir_checkpoints_rise_and_records_equal_the_summary() {
+    const ROWS: u64 = 3000;
+    let dir = tmp();
+    let (live, bounded) = (free_port(), free_port());
+    let Some(prom) = Prometheus::start(&dir.path().join("prometheus"), &[live, bounded]) else {
+        eprintln!("skipped: `prometheus` is not installed (scripts/install-deps.sh installs it)");
+        return;
+    };
+    let wait = |what: &str, mut cond: Box<dyn FnMut() -> bool + '_>| {
+        assert!(wait_until(Duration::from_secs(30), &mut *cond), "{what} not seen in Prometheus within 30 s");
+    };
+
+    // An unbounded run: Prometheus sees the completed checkpoints rise.
+    let run_dir = dir.path().join("live");
+    std::fs::create_dir(&run_dir).unwrap();
+    let pipeline = write_pipeline(&run_dir, &datagen_pipeline("checkpoint: {interval: 200ms}\n", None));
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{live}")).spawn();
+    let completed = format!(r#"weir_checkpoints_completed_total{{instance="127.0.0.1:{live}",pipeline="metered"}}"#);
+    let mut first = 0.0;
+    wait(
+        "a completed checkpoint",
+        Box::new(|| {
+            first = prom.scalar(&completed).unwrap_or(0.0);
+            first >= 1.0
+        }),
+    );
+    wait("more completed checkpoints", Box::new(|| prom.scalar(&completed).is_some_and(|v| v > first)));
+    // The text it scraped passes Prometheus' own linter.
+    let text = scrape(live).expect("a scrape");
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool comes with prometheus");
+    lint.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    run.terminate();
+    run.wait_for(Duration::from_secs(20)).expect_code(0);
+
+    // A bounded run held at its final checkpoint (the dedup, with the sink
+    // chained into its task, stalls at its first barrier): Prometheus'
+    // per-operator sums equal the summary.
+    let run_dir = dir.path().join("bounded");
+    std::fs::create_dir(&run_dir).unwrap();
+    let pipeline = write_pipeline(&run_dir, &datagen_pipeline("checkpoint: {interval: 1h}\n", Some(ROWS)));
+    let run =
+        weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{bounded}")).env("WEIR_FAULTS", "stall=unique:0:8s").spawn();
+    let sum = |name: &str, op: &str| prom.scalar(&format!(r#"sum(weir_{name}_total{{instance="127.0.0.1:{bounded}",operator="{op}"}})"#));
+    // Scraped every 500 ms (a scrape times out after one interval) while
+    // the dedup stalls 8 s, so a loaded machine still gets several in.
+    let at_sink = wait_until(Duration::from_secs(30), || sum("records_in", "out") == Some(ROWS as f64));
+    if !at_sink {
+        let up = prom.query(&format!(r#"up{{instance="127.0.0.1:{bounded}"}}"#));
+        let last = sum("records_in", "out");
+        let o = run.wait_for(Duration::from_secs(30));
+        panic!("all records at the sink not seen in Prometheus within 30 s (last {last:?}, up {up:?}); weir:\n{}", o.stderr);
+    }
+    let seen = [
+        ("events", "out", sum("records_out", "events")),
+        ("unique", "in", sum("records_in", "unique")),
+        ("unique", "out", sum("records_out", "unique")),
+        ("out", "in", sum("records_in", "out")),
+    ];
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    o.expect_stderr_contains("Injected stall.");
+    for (node, dir, v) in seen {
+        assert_eq!(v, Some(summary_count(&o.stderr, node, dir) as f64), "{node} {dir}:\n{}", o.stderr);
+        assert_eq!(v, Some(ROWS as f64));
+    }
+}
