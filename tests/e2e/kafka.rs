@@ -22,7 +22,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ckpt::{checkpoint_dirs, kill_after, reference_output, restored_from, write_pipeline, Rng, INPUTS};
 use super::records::{assert_same_multiset, assert_same_records, canonical, parse};
-use super::util::{input_lines, repo, tmp, wait_until, weir, weir_run, Outcome, Weir, RUN_TIMEOUT};
+use super::util::{control_request, input_lines, repo, tmp, wait_until, weir, weir_run, Outcome, Weir, RUN_TIMEOUT};
 
 /// The bootstrap address of the test broker.
 pub fn broker() -> &'static str {
@@ -681,6 +681,52 @@ fn kafka_broker_gone_mid_run_retries_then_fails() {
     o.expect_code(1);
     o.expect_stderr_contains("Kafka brokers unreachable; librdkafka keeps reconnecting with backoff.");
     o.expect_stderr_contains(&format!("Kafka brokers `{addr}` unreachable for"));
+}
+
+/// The broker stops under an exactly-once sink whose subtasks then sit in
+/// blocking producer calls (flush, commit) for up to broker_timeout: the
+/// control socket still answers `status` and a second SIGTERM exits 130 at
+/// once. Both sink subtasks are chained into the source tasks, so with
+/// those calls on the runtime's two workers nothing else would run.
+#[test]
+fn kafka_broker_down_status_answers_and_a_second_sigterm_exits_at_once() {
+    let (addr, dir) = start_script_broker();
+    let output = topic("down-status-out");
+    create_topic(&addr, &output, 2);
+    let tmpd = tmp();
+    let state = tmpd.path().join("state");
+    let yaml = format!(
+        "name: down-status-{pid}\nparallelism: 2\nstate: {{dir: {state}}}\ncheckpoint: {{interval: 200ms}}\n\
+         sources:\n  - {{name: gen, type: datagen, rate_limit: 2000, fields: {{id: {{kind: sequence}}}}}}\n\
+         sinks:\n  - {{name: out, type: kafka, input: gen, brokers: '{addr}', topic: {output}, key: [id], delivery: exactly_once, broker_timeout: 60s}}\n",
+        pid = std::process::id(),
+        state = state.display()
+    );
+    let pipeline = write_pipeline(tmpd.path(), "down_status", &yaml);
+    let run = weir_run(&pipeline, 2).spawn();
+    let socket = state.join("control.sock");
+    let checkpointed = wait_until(Duration::from_secs(30), || {
+        control_request(&socket, r#"{"status": {}}"#, Duration::from_secs(2))
+            .is_ok_and(|s| s["last_checkpoint"].as_u64().is_some_and(|c| c >= 2))
+    });
+    assert!(checkpointed, "no checkpoint committed while the broker was up");
+    stop_script_broker(&dir);
+    // Long enough for the next barrier to reach both sinks, which then wait
+    // for the brokers (there is nothing to poll for from outside).
+    std::thread::sleep(Duration::from_millis(1500));
+    let asked = Instant::now();
+    let status = control_request(&socket, r#"{"status": {}}"#, Duration::from_secs(5));
+    let waited = asked.elapsed();
+    run.terminate();
+    std::thread::sleep(Duration::from_millis(20));
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(90));
+    let status = status.unwrap_or_else(|e| panic!("status with the broker down: {e}; log:\n{}", o.stderr));
+    assert_eq!(status["ok"].as_bool(), Some(true), "{status}");
+    assert!(waited < Duration::from_secs(2), "status took {waited:?} with the broker down");
+    o.expect_code(130);
+    o.expect_stderr_contains("Stop requested");
+    assert!(o.elapsed < Duration::from_secs(2), "the second SIGTERM took {:?} with the broker down", o.elapsed);
 }
 
 #[test]
