@@ -662,6 +662,42 @@ fn kafka_broker_down_at_start_names_the_brokers() {
     assert!(start.elapsed() < Duration::from_secs(20), "the wait is bounded: {:?}", start.elapsed());
 }
 
+/// Signals during the start: the pipeline is being built (its Kafka source
+/// waits up to broker_timeout for unreachable brokers) when two SIGINTs
+/// come. The first is kept for the engine; the second exits 130 at once,
+/// not when the wait ends. Needs no broker.
+#[test]
+fn kafka_a_second_sigint_while_connecting_at_start_exits_at_once() {
+    let dir = tmp();
+    let state = dir.path().join("state");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let yaml = format!(
+        "name: connecting\nstate: {{dir: {state}}}\ncheckpoint: {{interval: 1s}}\n\
+         sources:\n  - {{name: in, type: kafka, brokers: 127.0.0.1:{port}, topics: [t], broker_timeout: 30s}}\n\
+         sinks:\n  - {{name: out, type: blackhole, input: in}}\n",
+        state = state.display()
+    );
+    let pipeline = write_pipeline(dir.path(), "connecting", &yaml);
+    let run = weir_run(&pipeline, 1).spawn();
+    // The PID goes into LOCK once the start is decided: the handlers are
+    // installed by then, and the source is about to connect.
+    let pid = run.child.id().to_string();
+    let lock = state.join("LOCK");
+    let decided = wait_until(Duration::from_secs(20), || std::fs::read_to_string(&lock).is_ok_and(|t| t.trim() == pid));
+    assert!(decided, "the run never got past its lock");
+    std::thread::sleep(Duration::from_millis(200));
+    run.interrupt();
+    std::thread::sleep(Duration::from_millis(20));
+    run.interrupt();
+    let o = run.wait_for(Duration::from_secs(60));
+    o.expect_code(130);
+    o.expect_stderr_contains("Stop requested");
+    assert!(o.elapsed < Duration::from_secs(2), "the second SIGINT took {:?}", o.elapsed);
+}
+
 #[test]
 fn kafka_broker_gone_mid_run_retries_then_fails() {
     // A broker of its own, stopped while the pipeline reads from it.
