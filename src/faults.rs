@@ -14,6 +14,8 @@
 //! - `stall=OPERATOR:SUBTASK:DURATION`: that subtask sleeps DURATION once,
 //!   at its first checkpoint barrier (a stalled subtask).
 //! - `barrier_delay=DURATION`: sources wait DURATION before emitting a barrier.
+//! - `restore_stall=DURATION`: every task's restore of its state blocks its
+//!   thread for DURATION first (a slow restore, e.g. a large RocksDB state).
 //!
 //! Tests use it through the environment; so can users reproducing a problem.
 
@@ -30,6 +32,7 @@ pub struct Faults {
     stall: Option<(String, u16, Duration)>,
     stalled: AtomicBool,
     pub barrier_delay: Option<Duration>,
+    pub restore_stall: Option<Duration>,
     rng: AtomicU64,
 }
 
@@ -75,6 +78,7 @@ impl Faults {
                     f.stall = Some((op.to_string(), sub, dur(d)?));
                 }
                 "barrier_delay" => f.barrier_delay = Some(dur(value)?),
+                "restore_stall" => f.restore_stall = Some(dur(value)?),
                 "seed" => f.rng = AtomicU64::new(value.parse().map_err(|_| format!("`{item}`: bad seed"))?),
                 _ => return Err(format!("unknown fault `{key}`")),
             }
@@ -143,7 +147,9 @@ mod tests {
 
     #[test]
     fn parses_every_fault() {
-        let f = Faults::parse("state_write_fail=0.3, crash=after_manifest:2, stall=agg:1:50ms, barrier_delay=10ms").unwrap();
+        let f =
+            Faults::parse("state_write_fail=0.3, crash=after_manifest:2, stall=agg:1:50ms, barrier_delay=10ms, restore_stall=2s").unwrap();
+        assert_eq!(f.restore_stall, Some(Duration::from_secs(2)));
         assert_eq!(f.crash, Some(("after_manifest".into(), 2)));
         assert_eq!(f.stall, Some(("agg".into(), 1, Duration::from_millis(50))));
         assert_eq!(f.barrier_delay, Some(Duration::from_millis(10)));

@@ -7,6 +7,7 @@
 //! the keyed operators) → `state` → `checkpoint` (on-disk layout,
 //! manifests, validation). The `cli` sits at the edge.
 
+pub mod blocking;
 pub mod checkpoint;
 pub mod cli;
 pub mod codec;

@@ -273,6 +273,11 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         "latest" => RestoreFrom::Latest,
         path => RestoreFrom::Path(path.into()),
     });
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
+    // Before anything that can take long (the lock, loading a checkpoint,
+    // rebuilding state, opening connectors): a signal from here on stops
+    // the run, and a second one exits at once.
+    let stop = rt.block_on(async { Signals::install() }).context("installing the SIGINT and SIGTERM handlers")?.listen(&rt);
     // With checkpoints, the state directory is locked first (before any
     // connector is opened) and stays locked until this function returns,
     // after the runtime and everything on it is gone.
@@ -289,11 +294,8 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         (None, None) => (None, None),
     };
     let plan = Plan::new(pipeline);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let name = plan.pipeline.name.clone();
     let outcome = rt.block_on(async move {
-        // First, so a signal while the pipeline is being built is not fatal.
-        let mut signals = Signals::install().context("installing the SIGINT and SIGTERM handlers")?;
         let engine = Engine::build(&plan, start).context("building the pipeline")?;
         let server = match metrics_listener {
             Some(l) => Some(metrics_http::MetricsServer::start(l, engine.exported()).context("starting the metrics endpoint")?),
@@ -302,19 +304,8 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         let metrics = engine.metrics();
         let show = !args.options.no_progress && std::io::stderr().is_terminal();
         let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
-        let stop = engine.stop_handle();
-        tokio::spawn(async move {
-            signals.next().await;
-            tracing::info!("Stop requested; draining the pipeline.");
-            stop.stop();
-            // A second signal means "now": don't wait for the drain.
-            signals.next().await;
-            eprintln!("weir: stopped hard by a second signal");
-            // `_exit`, not `exit`: the C++ static destructors `exit` runs
-            // (RocksDB's) would race the threads still running and can
-            // abort the process (SIGABRT) instead of exiting 130.
-            signal_hook::low_level::exit(130);
-        });
+        // A signal that came while the pipeline was being built stops it now.
+        stop.attach(engine.stop_handle());
         tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");
         let started = Instant::now();
         let result = engine.run().await;
@@ -330,9 +321,10 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGINT and SIGTERM, listened to from the start of the run to its end:
-/// installed once, so a signal that comes while the first is being handled
-/// (the second Ctrl-C) is never lost.
+/// SIGINT and SIGTERM, from the start of a run to its end. The first asks
+/// the pipeline to stop (a drain, and the final checkpoint); the second
+/// exits with status 130 from the signal handler itself, so no busy thread,
+/// blocked call or lost wake-up can delay or swallow it.
 struct Signals {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,
@@ -341,14 +333,40 @@ struct Signals {
 }
 
 impl Signals {
+    /// Must be called within the runtime.
     fn install() -> std::io::Result<Signals> {
         #[cfg(unix)]
         {
+            use signal_hook::consts::{SIGINT, SIGTERM};
             use tokio::signal::unix::{signal, SignalKind};
-            Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+            let signals = Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? };
+            // Set by the first signal in its handler; the exit is armed by it.
+            // The exit goes first, or the first signal would exit too.
+            // `_exit`, not `exit`: the C++ static destructors `exit` runs
+            // (RocksDB's) would race the threads still running and can abort
+            // the process (SIGABRT) instead of exiting 130.
+            let seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for sig in [SIGINT, SIGTERM] {
+                signal_hook::flag::register_conditional_shutdown(sig, 130, seen.clone())?;
+                signal_hook::flag::register(sig, seen.clone())?;
+            }
+            Ok(signals)
         }
         #[cfg(not(unix))]
         Ok(Signals {})
+    }
+
+    /// Wait for the first signal on a task of its own and pass it on to the
+    /// returned request, which the engine is attached to once built.
+    fn listen(mut self, rt: &tokio::runtime::Runtime) -> StopRequest {
+        let request = StopRequest::default();
+        let on_signal = request.clone();
+        rt.spawn(async move {
+            self.next().await;
+            tracing::info!("Stop requested; draining the pipeline (a second signal exits at once, status 130).");
+            on_signal.request();
+        });
+        request
     }
 
     async fn next(&mut self) {
@@ -359,5 +377,28 @@ impl Signals {
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A stop asked for by a signal, possibly before the engine exists: kept
+/// until the engine is attached, then passed on.
+#[derive(Clone, Default)]
+struct StopRequest(std::sync::Arc<std::sync::Mutex<(bool, Option<crate::runtime::StopHandle>)>>);
+
+impl StopRequest {
+    fn request(&self) {
+        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        s.0 = true;
+        if let Some(h) = &s.1 {
+            h.stop();
+        }
+    }
+
+    fn attach(&self, handle: crate::runtime::StopHandle) {
+        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if s.0 {
+            handle.stop();
+        }
+        s.1 = Some(handle);
     }
 }

@@ -179,6 +179,11 @@ impl Chain {
     /// `native`: the bundle's native checkpoint captures the state of
     /// operators whose state is native; they record only a marker.
     pub fn snapshot(&mut self, id: u64, native: bool) -> Result<Vec<(String, StateSnapshot)>, TaskError> {
+        // A sink flushes or fsyncs here (a Kafka producer waits for acks).
+        crate::blocking::call(|| self.snapshot_now(id, native))
+    }
+
+    fn snapshot_now(&mut self, id: u64, native: bool) -> Result<Vec<(String, StateSnapshot)>, TaskError> {
         let now = now_ms();
         let mut states = Vec::with_capacity(self.ops.len());
         for op in &mut self.ops {
@@ -204,6 +209,16 @@ impl Chain {
     /// operator name; an operator without an entry starts empty), then let
     /// them finish what that checkpoint staged.
     pub fn restore(&mut self, id: u64, watermark: Millis, states: &[(String, Vec<u8>)]) -> Result<(), TaskError> {
+        // Loading keyed state (into RocksDB, maybe gigabytes) and repairing
+        // what the checkpoint staged (Kafka transactions) can take long.
+        crate::blocking::call(|| self.restore_now(id, watermark, states))
+    }
+
+    fn restore_now(&mut self, id: u64, watermark: Millis, states: &[(String, Vec<u8>)]) -> Result<(), TaskError> {
+        if let Some(d) = crate::faults::get().restore_stall {
+            tracing::warn!(?d, "Injected restore stall.");
+            std::thread::sleep(d);
+        }
         self.watermark = self.watermark.max(watermark);
         self.set_watermarks();
         for op in &mut self.ops {
@@ -233,6 +248,11 @@ impl Chain {
 
     /// Checkpoint `id` is complete: operators commit what they staged.
     pub fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        // Commits: a Kafka transaction, renames and fsyncs of part files.
+        crate::blocking::call(|| self.notify_complete_now(id))
+    }
+
+    fn notify_complete_now(&mut self, id: u64) -> Result<(), TaskError> {
         let now = now_ms();
         for op in &mut self.ops {
             let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
@@ -243,6 +263,11 @@ impl Chain {
 
     /// Close every operator (flush sinks), first to last.
     pub fn close(&mut self) -> Result<(), TaskError> {
+        // Sinks flush (or abort a Kafka transaction) here.
+        crate::blocking::call(|| self.close_now())
+    }
+
+    fn close_now(&mut self) -> Result<(), TaskError> {
         let now = now_ms();
         for op in &mut self.ops {
             let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };

@@ -240,12 +240,15 @@ impl Driver {
     }
 
     fn trigger(&mut self, t: Trigger) {
-        for b in 0..self.setup.bundles.len() {
-            let dir = self.setup.layout.bundle_dir(t.id, b as BundleId);
-            if let Err(e) = std::fs::create_dir_all(&dir) {
-                tracing::warn!(checkpoint = t.id, error = %e, dir = %dir.display(), "Cannot create the checkpoint directory.");
+        // The driver's file system work runs off the workers (see `blocking`).
+        crate::blocking::call(|| {
+            for b in 0..self.setup.bundles.len() {
+                let dir = self.setup.layout.bundle_dir(t.id, b as BundleId);
+                if let Err(e) = std::fs::create_dir_all(&dir) {
+                    tracing::warn!(checkpoint = t.id, error = %e, dir = %dir.display(), "Cannot create the checkpoint directory.");
+                }
             }
-        }
+        });
         self.stats = Stats { id: t.id, ..Stats::default() };
         if self.final_wanted {
             self.final_id = Some(t.id);
@@ -305,12 +308,14 @@ impl Driver {
     /// writes into is tried again on the next event.
     fn remove_unremoved(&mut self) {
         let layout = &self.setup.layout;
-        self.unremoved.retain(|&id| match store::remove_checkpoint(layout, id) {
-            Ok(()) => false,
-            Err(e) => {
-                tracing::debug!(checkpoint = id, error = %e, "Aborted checkpoint not removable yet.");
-                true
-            }
+        crate::blocking::call(|| {
+            self.unremoved.retain(|&id| match store::remove_checkpoint(layout, id) {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::debug!(checkpoint = id, error = %e, "Aborted checkpoint not removable yet.");
+                    true
+                }
+            })
         });
     }
 
@@ -388,11 +393,13 @@ impl Driver {
             let _ = self.completed.send(id);
         }
         let deleted = !done.delete.is_empty();
-        for old in done.delete {
-            if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
-                tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
+        crate::blocking::call(|| {
+            for old in done.delete {
+                if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
+                    tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
+                }
             }
-        }
+        });
         if deleted && !self.setup.rendezvous.is_empty() {
             self.collect_garbage().await;
         }
@@ -520,7 +527,7 @@ impl Driver {
         if !self.setup.rendezvous.is_empty() {
             // The shared files the aborted checkpoint copied that nothing references.
             let layout = self.setup.layout.clone();
-            if let Err(e) = crate::checkpoint::shared::collect_garbage(&layout, false) {
+            if let Err(e) = crate::blocking::call(|| crate::checkpoint::shared::collect_garbage(&layout, false)) {
                 tracing::warn!(error = %e, "Cannot clean up shared checkpoint files.");
             }
         }

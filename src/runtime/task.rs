@@ -248,7 +248,9 @@ impl SourceTask {
 
     async fn restore(&mut self, r: Restored) -> Result<Millis, TaskError> {
         if let Some(p) = &r.positions {
-            self.source.restore(p).map_err(|e| TaskError::new(&self.info, OpError::Data(format!("restoring position: {e}"))))?;
+            // A Kafka source asks the brokers for every partition's offsets.
+            let restored = crate::blocking::call(|| self.source.restore(p));
+            restored.map_err(|e| TaskError::new(&self.info, OpError::Data(format!("restoring position: {e}"))))?;
         }
         self.chain.restore(r.id, r.snapshot.watermark, &r.snapshot.operators)?;
         r.clock.task_done();
@@ -319,7 +321,7 @@ impl SourceTask {
 
     fn notify_completed(&mut self) -> Result<(), TaskError> {
         if let Some(id) = self.checkpointing.as_mut().and_then(|s| s.ck.newly_completed()) {
-            self.source.on_checkpoint_complete(id);
+            crate::blocking::call(|| self.source.on_checkpoint_complete(id));
             self.chain.notify_complete(id)?;
         }
         Ok(())

@@ -22,7 +22,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ckpt::{checkpoint_dirs, kill_after, reference_output, restored_from, write_pipeline, Rng, INPUTS};
 use super::records::{assert_same_multiset, assert_same_records, canonical, parse};
-use super::util::{input_lines, repo, tmp, wait_until, weir, weir_run, Outcome, Weir, RUN_TIMEOUT};
+use super::util::{control_request, input_lines, repo, tmp, wait_until, weir, weir_run, Outcome, Weir, RUN_TIMEOUT};
 
 /// The bootstrap address of the test broker.
 pub fn broker() -> &'static str {
@@ -662,6 +662,42 @@ fn kafka_broker_down_at_start_names_the_brokers() {
     assert!(start.elapsed() < Duration::from_secs(20), "the wait is bounded: {:?}", start.elapsed());
 }
 
+/// Signals during the start: the pipeline is being built (its Kafka source
+/// waits up to broker_timeout for unreachable brokers) when two SIGINTs
+/// come. The first is kept for the engine; the second exits 130 at once,
+/// not when the wait ends. Needs no broker.
+#[test]
+fn kafka_a_second_sigint_while_connecting_at_start_exits_at_once() {
+    let dir = tmp();
+    let state = dir.path().join("state");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let yaml = format!(
+        "name: connecting\nstate: {{dir: {state}}}\ncheckpoint: {{interval: 1s}}\n\
+         sources:\n  - {{name: in, type: kafka, brokers: 127.0.0.1:{port}, topics: [t], broker_timeout: 30s}}\n\
+         sinks:\n  - {{name: out, type: blackhole, input: in}}\n",
+        state = state.display()
+    );
+    let pipeline = write_pipeline(dir.path(), "connecting", &yaml);
+    let run = weir_run(&pipeline, 1).spawn();
+    // The PID goes into LOCK once the start is decided: the handlers are
+    // installed by then, and the source is about to connect.
+    let pid = run.child.id().to_string();
+    let lock = state.join("LOCK");
+    let decided = wait_until(Duration::from_secs(20), || std::fs::read_to_string(&lock).is_ok_and(|t| t.trim() == pid));
+    assert!(decided, "the run never got past its lock");
+    std::thread::sleep(Duration::from_millis(200));
+    run.interrupt();
+    std::thread::sleep(Duration::from_millis(20));
+    run.interrupt();
+    let o = run.wait_for(Duration::from_secs(60));
+    o.expect_code(130);
+    o.expect_stderr_contains("Stop requested");
+    assert!(o.elapsed < Duration::from_secs(2), "the second SIGINT took {:?}", o.elapsed);
+}
+
 #[test]
 fn kafka_broker_gone_mid_run_retries_then_fails() {
     // A broker of its own, stopped while the pipeline reads from it.
@@ -681,6 +717,52 @@ fn kafka_broker_gone_mid_run_retries_then_fails() {
     o.expect_code(1);
     o.expect_stderr_contains("Kafka brokers unreachable; librdkafka keeps reconnecting with backoff.");
     o.expect_stderr_contains(&format!("Kafka brokers `{addr}` unreachable for"));
+}
+
+/// The broker stops under an exactly-once sink whose subtasks then sit in
+/// blocking producer calls (flush, commit) for up to broker_timeout: the
+/// control socket still answers `status` and a second SIGTERM exits 130 at
+/// once. Both sink subtasks are chained into the source tasks, so with
+/// those calls on the runtime's two workers nothing else would run.
+#[test]
+fn kafka_broker_down_status_answers_and_a_second_sigterm_exits_at_once() {
+    let (addr, dir) = start_script_broker();
+    let output = topic("down-status-out");
+    create_topic(&addr, &output, 2);
+    let tmpd = tmp();
+    let state = tmpd.path().join("state");
+    let yaml = format!(
+        "name: down-status-{pid}\nparallelism: 2\nstate: {{dir: {state}}}\ncheckpoint: {{interval: 200ms}}\n\
+         sources:\n  - {{name: gen, type: datagen, rate_limit: 2000, fields: {{id: {{kind: sequence}}}}}}\n\
+         sinks:\n  - {{name: out, type: kafka, input: gen, brokers: '{addr}', topic: {output}, key: [id], delivery: exactly_once, broker_timeout: 60s}}\n",
+        pid = std::process::id(),
+        state = state.display()
+    );
+    let pipeline = write_pipeline(tmpd.path(), "down_status", &yaml);
+    let run = weir_run(&pipeline, 2).spawn();
+    let socket = state.join("control.sock");
+    let checkpointed = wait_until(Duration::from_secs(30), || {
+        control_request(&socket, r#"{"status": {}}"#, Duration::from_secs(2))
+            .is_ok_and(|s| s["last_checkpoint"].as_u64().is_some_and(|c| c >= 2))
+    });
+    assert!(checkpointed, "no checkpoint committed while the broker was up");
+    stop_script_broker(&dir);
+    // Long enough for the next barrier to reach both sinks, which then wait
+    // for the brokers (there is nothing to poll for from outside).
+    std::thread::sleep(Duration::from_millis(1500));
+    let asked = Instant::now();
+    let status = control_request(&socket, r#"{"status": {}}"#, Duration::from_secs(5));
+    let waited = asked.elapsed();
+    run.terminate();
+    std::thread::sleep(Duration::from_millis(20));
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(90));
+    let status = status.unwrap_or_else(|e| panic!("status with the broker down: {e}; log:\n{}", o.stderr));
+    assert_eq!(status["ok"].as_bool(), Some(true), "{status}");
+    assert!(waited < Duration::from_secs(2), "status took {waited:?} with the broker down");
+    o.expect_code(130);
+    o.expect_stderr_contains("Stop requested");
+    assert!(o.elapsed < Duration::from_secs(2), "the second SIGTERM took {:?} with the broker down", o.elapsed);
 }
 
 #[test]

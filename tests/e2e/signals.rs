@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::ckpt::write_pipeline;
 use super::util::{hidden_files, part_files, sink_lines, tmp, wait_until, weir_run, Running};
 
 /// Wait until the sink has started writing (a hidden in-progress part file
@@ -100,4 +101,36 @@ fn a_second_sigterm_right_after_the_first_exits_at_once() {
         o.expect_code(130);
         assert!(o.elapsed < Duration::from_secs(5), "gap {gap_ms} ms: the second SIGTERM took {:?}", o.elapsed);
     }
+}
+
+/// A restore that takes long (every task's state restore stalls 30 s, as a
+/// large RocksDB state would) must not hold signals up: the restores run
+/// off the runtime's workers (two on two cores, fewer than the four tasks
+/// restoring here), and the second SIGINT exits 130 from its handler.
+#[test]
+fn a_second_sigint_during_a_slow_restore_exits_at_once() {
+    let dir = tmp();
+    let state = dir.path().join("state");
+    let yaml = format!(
+        "name: slow_restore\nparallelism: 2\nstate: {{dir: {state}, backend: rocksdb}}\ncheckpoint: {{interval: 50ms}}\n\
+         sources:\n  - {{name: gen, type: datagen, rows: 2000, fields: {{n: {{kind: sequence}}}}}}\n\
+         operators:\n  - {{name: unique, type: dedup, input: gen, key: [n]}}\n\
+         sinks:\n  - {{name: out, type: file, input: unique, path: {out}}}\n",
+        state = state.display(),
+        out = dir.path().join("out").display()
+    );
+    let pipeline = write_pipeline(dir.path(), "slow_restore", &yaml);
+    weir_run(&pipeline, 2).ok();
+    let run = weir_run(&pipeline, 2).arg("--restore").arg("latest").env("WEIR_FAULTS", "restore_stall=30s").spawn();
+    // The socket is bound just before the tasks start restoring.
+    let socket = state.join("control.sock");
+    assert!(wait_until(Duration::from_secs(20), || socket.exists()), "the restoring run never started");
+    std::thread::sleep(Duration::from_millis(200));
+    run.interrupt();
+    std::thread::sleep(Duration::from_millis(20));
+    run.interrupt();
+    let o = run.wait_for(Duration::from_secs(40));
+    o.expect_code(130);
+    o.expect_stderr_contains("Injected restore stall.");
+    assert!(o.elapsed < Duration::from_secs(2), "the second SIGINT took {:?}", o.elapsed);
 }

@@ -127,8 +127,17 @@ impl Running {
 
     /// Send SIGTERM (through `kill`, so the tests need no libc).
     pub fn terminate(&self) {
-        let st = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().expect("running kill");
-        assert!(st.success(), "kill -TERM failed");
+        self.signal("TERM");
+    }
+
+    /// Send SIGINT (Ctrl-C).
+    pub fn interrupt(&self) {
+        self.signal("INT");
+    }
+
+    fn signal(&self, name: &str) {
+        let st = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().expect("running kill");
+        assert!(st.success(), "kill -{name} failed");
     }
 }
 
@@ -219,3 +228,15 @@ pub fn input_lines(rel: &str) -> Vec<String> {
 }
 
 pub use super::wait::wait_until;
+
+/// One request line to a control socket and its JSON answer, or why there
+/// was none within `limit` (a starved server times out instead of hanging).
+pub fn control_request(socket: &Path, request: &str, limit: Duration) -> Result<serde_json::Value, String> {
+    use std::io::{BufRead, Write};
+    let s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
+    s.set_read_timeout(Some(limit)).and_then(|()| s.set_write_timeout(Some(limit))).map_err(|e| e.to_string())?;
+    (&s).write_all(format!("{request}\n").as_bytes()).map_err(|e| format!("sending: {e}"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(&s).read_line(&mut line).map_err(|e| format!("no answer within {limit:?}: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("answer {line:?}: {e}"))
+}

@@ -386,18 +386,31 @@ impl KafkaSink {
         if let Some(k) = &m.0 {
             rec = rec.key(&**k);
         }
+        match self.producer.send(rec) {
+            Ok(()) => Ok(()),
+            // Backpressure: the background thread drains the queue; with the
+            // brokers down that takes up to broker_timeout.
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                crate::blocking::call(|| self.send_when_queue_drains(back))
+            }
+            Err((e, _)) => Err(self.produce_err(e)),
+        }
+    }
+
+    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], str>) -> OpResult {
         loop {
+            self.producer.context().base.check()?;
+            std::thread::sleep(Duration::from_millis(1));
             match self.producer.send(rec) {
                 Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    // Backpressure: the background thread drains the queue.
-                    self.producer.context().base.check()?;
-                    std::thread::sleep(Duration::from_millis(1));
-                    rec = back;
-                }
-                Err((e, _)) => return Err(OpError::Data(format!("{}: producing to `{}`: {e}", self.who, self.topic))),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => rec = back,
+                Err((e, _)) => return Err(self.produce_err(e)),
             }
         }
+    }
+
+    fn produce_err(&self, e: KafkaError) -> OpError {
+        OpError::Data(format!("{}: producing to `{}`: {e}", self.who, self.topic))
     }
 
     /// Wait until every message sent is acknowledged (or failed), for at

@@ -289,6 +289,11 @@ impl KafkaSource {
     /// A fetch was out of range: learn every partition's offsets again and
     /// check; then assign again, as librdkafka stopped fetching there.
     fn recheck_ranges(&mut self) -> Result<(), OpError> {
+        // Up to RANGE_CHECK_TIMEOUT per partition with the brokers down.
+        crate::blocking::call(|| self.recheck_ranges_now())
+    }
+
+    fn recheck_ranges_now(&mut self) -> Result<(), OpError> {
         let open: Vec<Tp> = self.parts.iter().filter(|(_, p)| !p.done()).map(|(tp, _)| tp.clone()).collect();
         // A failed attempt is tried again, at most once per PROBE_EVERY.
         if self.last_probe.elapsed() < PROBE_EVERY {
