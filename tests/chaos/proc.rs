@@ -185,6 +185,9 @@ impl Proc {
         if sent && sig == "STOP" {
             let pid = self.pid();
             crate::wait_until(Duration::from_secs(2), || all_threads_stopped(pid));
+            // A process that died just before the signal (a crash point) is
+            // a zombie, whose threads look stopped too: it is not frozen.
+            return !self.exited();
         }
         sent
     }
