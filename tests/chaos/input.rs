@@ -4,7 +4,9 @@
 //!
 //! Every file is in event-time order up to a disorder of two steps, far below
 //! `max_out_of_orderness`, and redelivered copies follow their original
-//! within three lines: nothing is ever late, whatever the batch boundaries.
+//! within three lines; some files hold a few records 1–3 s behind, which are
+//! late for some operators. Lateness is judged per file (split), so which
+//! records are late follows from the input alone, whatever the batches.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,6 +20,9 @@ use super::shape::{Shape, SourceKind, START_MS, STEP_MS};
 pub struct SourceInput {
     pub good: Vec<String>,
     pub bad: Vec<String>,
+    /// The good lines per input split (file, or datagen's one row
+    /// sequence), in split order: what lateness is judged by.
+    pub splits: Vec<Vec<String>>,
 }
 
 /// Write the files of every file source under `case/in/` and return what each
@@ -27,10 +32,11 @@ pub fn generate(shape: &Shape, rng: &mut Rng, case: &Path) -> BTreeMap<String, S
     for s in &shape.sources {
         let input = match &s.kind {
             SourceKind::Datagen { rows, seed, users } => {
-                SourceInput { good: (0..*rows).map(|n| datagen_row(*seed, n, *users)).collect(), bad: Vec::new() }
+                let good: Vec<String> = (0..*rows).map(|n| datagen_row(*seed, n, *users)).collect();
+                SourceInput { splits: vec![good.clone()], good, bad: Vec::new() }
             }
-            SourceKind::File { files, records, users, bad } => {
-                write_files(rng, &case.join("in").join(&s.name), *files, *records, *users, *bad)
+            SourceKind::File { files, records, users, bad, late } => {
+                write_files(rng, &case.join("in").join(&s.name), *files, *records, *users, *bad, *late)
             }
         };
         inputs.insert(s.name.clone(), input);
@@ -56,8 +62,9 @@ fn mix(seed: u64, row: u64, field: u64) -> u64 {
 }
 
 /// `records` records dealt round-robin over `files` files, about 5 % of them
-/// redelivered (an identical line 1–3 lines later), `bad` bad lines anywhere.
-fn write_files(rng: &mut Rng, dir: &Path, files: usize, records: usize, users: u64, bad: usize) -> SourceInput {
+/// redelivered (an identical line 1–3 lines later), `late` records 1–3 s
+/// behind the line they follow (ids after the others), `bad` bad lines anywhere.
+fn write_files(rng: &mut Rng, dir: &Path, files: usize, records: usize, users: u64, bad: usize, late: usize) -> SourceInput {
     let mut texts: Vec<Vec<String>> = vec![Vec::new(); files];
     // Copies waiting to be written: (file, lines still to go, text).
     let mut pending: Vec<(usize, u64, String)> = Vec::new();
@@ -81,6 +88,19 @@ fn write_files(rng: &mut Rng, dir: &Path, files: usize, records: usize, users: u
             pending.push((f, rng.range(1, 3), line));
         }
     }
+    for i in 0..late {
+        let f = rng.range(0, files as u64 - 1) as usize;
+        if texts[f].len() < 20 {
+            continue;
+        }
+        let at = rng.range(10, texts[f].len() as u64) as usize;
+        let behind: serde_json::Value = serde_json::from_str(&texts[f][at - 1]).unwrap();
+        let ts = behind["ts"].as_i64().unwrap() - rng.range(1000, 3000) as i64;
+        let line = format!(r#"{{"id":{},"user":"u{}","amount":{},"ts":{ts}}}"#, records + i, rng.range(0, users - 1), rng.range(1, 100));
+        texts[f].insert(at, line.clone());
+        input.good.push(line);
+    }
+    let splits: Vec<Vec<String>> = texts.clone();
     for i in 0..bad {
         let line = match rng.range(0, 3) {
             0 => format!(r#"{{"id":{i},"user":"#),
@@ -93,6 +113,7 @@ fn write_files(rng: &mut Rng, dir: &Path, files: usize, records: usize, users: u
         texts[f].insert(at, line.clone());
         input.bad.push(line);
     }
+    input.splits = splits;
     std::fs::create_dir_all(dir).unwrap();
     for (f, lines) in texts.iter().enumerate() {
         let mut text = String::new();

@@ -1,18 +1,23 @@
 //! What each node of a shape must emit, computed from the input with the
 //! naive reference model of tests/e2e/reference.rs, never from a weir run.
+//! Lateness follows docs/pipeline-reference.md: a record carries the
+//! watermark of its input split (the split's highest event time so far minus
+//! `max_out_of_orderness` minus 1), through dedup; dedup and windowed
+//! aggregates drop what is late by it; aggregate results are never late.
 
 use std::collections::BTreeMap;
 
 use super::input::SourceInput;
 use super::records::{parse, Obj};
 use super::reference::{self, Func, Window as RefWindow};
-use super::shape::{OpKind, Shape, Window};
+use super::shape::{OpKind, Shape, Window, OUT_OF_ORDERNESS_MS};
 
 /// The records one node emits over the whole input.
 #[derive(Clone, Default)]
 pub struct Expected {
-    /// Raw lines (sources and dedup only): what downstream operators read.
-    lines: Vec<String>,
+    /// Raw lines (sources and dedup only) with their split's watermark:
+    /// what downstream operators read.
+    lines: Vec<(String, i64)>,
     /// Parsed records, in no particular order.
     pub records: Vec<Obj>,
     /// A running aggregate: its final record per key instead of a fixed output.
@@ -30,13 +35,24 @@ impl Expected {
 pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeMap<String, Expected> {
     let mut out: BTreeMap<String, Expected> = BTreeMap::new();
     for (name, input) in inputs {
-        out.insert(name.clone(), raw(input.good.clone()));
+        out.insert(name.clone(), raw(reference::split_watermarks(&input.splits, "ts", OUT_OF_ORDERNESS_MS)));
     }
     // Operators are declared after their input (the shape draws them so).
     for op in &shape.operators {
         let up = out[&op.input].clone();
         let e = match &op.kind {
-            OpKind::Dedup => raw(reference::dedup(&up.lines, &["id"])),
+            OpKind::Dedup => {
+                let on_time = reference::on_time_for_dedup(&up.lines, "ts");
+                // The first of identical lines passes, with its watermark.
+                let mut first: BTreeMap<&str, i64> = BTreeMap::new();
+                for (l, wm) in &up.lines {
+                    if reference::event_time(&parse(l), "ts").is_some_and(|t| t > *wm) {
+                        first.entry(l.as_str()).or_insert(*wm);
+                    }
+                }
+                let passed = reference::dedup(&on_time, &["id"]);
+                raw(passed.iter().map(|l| (l.clone(), first[l.as_str()])).collect())
+            }
             OpKind::Windowed(w) => {
                 let window = Some(match *w {
                     Window::Tumbling { size } => RefWindow::Tumbling { size },
@@ -49,7 +65,7 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
                     (Func::Min, Some("amount"), "lo"),
                     (Func::Max, Some("amount"), "hi"),
                 ];
-                records(reference::aggregate(&up.lines, &["user"], "ts", window, &aggs))
+                records(reference::aggregate_late(&up.lines, &["user"], "ts", window, 0, &aggs).0)
             }
             OpKind::Rollup { size } => {
                 // A windowed result carries event time window_end - 1.
@@ -68,7 +84,8 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
             }
             OpKind::Running { .. } => {
                 let aggs = [(Func::Count, None, "n"), (Func::Sum, Some("amount"), "total")];
-                Expected { running: true, ..records(reference::aggregate(&up.lines, &["user"], "ts", None, &aggs)) }
+                let lines: Vec<String> = up.lines.iter().map(|(l, _)| l.clone()).collect();
+                Expected { running: true, ..records(reference::aggregate(&lines, &["user"], "ts", None, &aggs)) }
             }
         };
         out.insert(op.name.clone(), e);
@@ -76,8 +93,8 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
     out
 }
 
-fn raw(lines: Vec<String>) -> Expected {
-    Expected { records: lines.iter().map(|l| parse(l)).collect(), lines, running: false }
+fn raw(lines: Vec<(String, i64)>) -> Expected {
+    Expected { records: lines.iter().map(|(l, _)| parse(l)).collect(), lines, running: false }
 }
 
 fn records(records: Vec<Obj>) -> Expected {

@@ -29,8 +29,9 @@ pub const BROKER_TIMEOUT_S: u64 = 10;
 pub enum SourceKind {
     /// Rows 0..rows: id = n, user = key of (seed, n), amount, ts = START + n*STEP.
     Datagen { rows: u64, seed: u64, users: u64 },
-    /// `records` records over `files` files (plus copies and `bad` bad lines).
-    File { files: usize, records: usize, users: u64, bad: usize },
+    /// `records` records over `files` files (plus copies, `bad` bad lines,
+    /// and `late` records far behind their file, late for some operators).
+    File { files: usize, records: usize, users: u64, bad: usize, late: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -159,7 +160,8 @@ impl Shape {
                 SourceKind::Datagen { rows: rng.range(1500, 4000), seed: rng.range(0, 1000), users }
             } else {
                 let bad = if rng.chance(0.7) { rng.range(1, 30) as usize } else { 0 };
-                SourceKind::File { files: rng.range(1, 4) as usize, records: rng.range(1500, 4000) as usize, users, bad }
+                let late = if rng.chance(0.4) { rng.range(1, 20) as usize } else { 0 };
+                SourceKind::File { files: rng.range(1, 4) as usize, records: rng.range(1500, 4000) as usize, users, bad, late }
             };
             // 3–5 s for a run through all of it: kills land in the middle.
             let records = match kind {

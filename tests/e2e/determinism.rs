@@ -359,18 +359,11 @@ fn stop_with_savepoint_and_restore(dir: &Path, s: Setup, after: u32) {
     let target = dir.join("sp");
     let stop = weir(&["savepoint", "trigger", &pipeline, "--stop", "--target", target.to_str().unwrap()]).run();
     stop.expect_code(0);
+    // The target is the parent; the savepoint is the child it printed.
+    let sp = stop.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).expect("a savepoint path").to_string();
     let first = run.wait_for(Duration::from_secs(60));
     first.expect_code(0);
-    let rest = weir(&[
-        "restore",
-        target.to_str().unwrap(),
-        &pipeline,
-        "--no-progress",
-        "-p",
-        &after.to_string(),
-        "--set",
-        "sources.src.rate_limit=1000000",
-    ])
-    .run();
+    let rest =
+        weir(&["restore", &sp, &pipeline, "--no-progress", "-p", &after.to_string(), "--set", "sources.src.rate_limit=1000000"]).run();
     rest.expect_code(0);
 }
