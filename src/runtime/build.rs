@@ -179,11 +179,12 @@ pub fn build(
                 notified: 0,
             });
             let task_restored = restored.as_deref_mut().map(|r| {
-                let mut nodes: Vec<String> = chain.iter().map(|&id| plan.pipeline.nodes[id].name.clone()).collect();
+                let nodes: Vec<String> = chain.iter().map(|&id| plan.pipeline.nodes[id].name.clone()).collect();
+                // Run after the chain's tail: their state is restored, but
+                // the tail's output channels stay the tail's.
                 let commits: Vec<String> = ops.iter().map(|op| op.info.operator.clone()).filter(|n| !nodes.contains(n)).collect();
-                nodes.extend(commits);
                 let source = matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)).then(|| nodes[0].as_str());
-                let (snapshot, positions) = r.for_task(task_id, &nodes, source);
+                let (snapshot, positions) = r.for_task(task_id, &nodes, &commits, source);
                 Restored { id: r.id, snapshot, positions, clock: clock.clone().expect("a clock when restoring") }
             });
             let task = match &plan.pipeline.nodes[head].kind {

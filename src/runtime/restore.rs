@@ -563,15 +563,25 @@ impl RestoreClock {
 }
 
 impl RestoredState {
-    /// What the new task `task` restores: `nodes` are the names of the
-    /// operators chained in it, the source first if it has one.
-    pub fn for_task(&mut self, task: TaskId, nodes: &[String], source: Option<&str>) -> (TaskSnapshot, Option<RestoredPositions>) {
+    /// What the new task `task` restores: `chain` are the names of the
+    /// nodes chained in it, head (the source, if it has one) to tail;
+    /// `commits` the operators it runs besides them (dead-letter commits).
+    ///
+    /// In-flight records belong to the chain's ends, never to an operator
+    /// run after the tail: the tail produces every output channel.
+    pub fn for_task(
+        &mut self,
+        task: TaskId,
+        chain: &[String],
+        commits: &[String],
+        source: Option<&str>,
+    ) -> (TaskSnapshot, Option<RestoredPositions>) {
         let positions = source.and_then(|s| self.positions.get(s).cloned());
-        let (head, tail) = (nodes.first(), nodes.last());
+        let (head, tail) = (chain.first(), chain.last());
         let mut snap = TaskSnapshot::default();
         let mut lowest: Option<Millis> = None;
         for (old_task, old) in self.tasks.iter_mut() {
-            let holds = |name: &String| nodes.contains(name);
+            let holds = |name: &String| chain.contains(name) || commits.contains(name);
             let mut any = old.source_position.as_ref().is_some_and(|(s, _)| holds(s));
             if self.same_parallelism {
                 // Each operator subtask takes back its own state (moved: it
@@ -611,6 +621,7 @@ impl RestoredState {
 mod tests {
     use super::*;
     use crate::checkpoint::manifest::Kind;
+    use crate::operators::dead_letter::commit_operator_name;
     use crate::runtime::snapshot::ChannelState;
     use crate::types::{Record, Value};
 
@@ -751,19 +762,48 @@ sinks:
         // New chaining (s2 reads gen): [gen], [unique, s1], [s2].
         let mut r = restored(old_tasks());
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (mut snap, _) = r.for_task(TaskId { chain: 1, subtask: 1 }, &names(&["unique", "s1"]), None);
+        let (mut snap, _) = r.for_task(TaskId { chain: 1, subtask: 1 }, &names(&["unique", "s1"]), &[], None);
         snap.operators.sort();
         assert_eq!(snap.operators, vec![("s1".to_string(), vec![1]), ("unique".to_string(), vec![1])]);
         assert_eq!(snap.watermark, 101, "the lowest of the old tasks that ran these operators");
         assert!(snap.output_channels.is_empty(), "unique is no longer a chain end");
-        let (snap, _) = r.for_task(TaskId { chain: 2, subtask: 0 }, &names(&["s2"]), None);
+        let (snap, _) = r.for_task(TaskId { chain: 2, subtask: 0 }, &names(&["s2"]), &[], None);
         assert_eq!(snap.operators, vec![("s2".to_string(), vec![0])]);
         // Same chaining: in-flight records go to the producer's task, once.
         let mut r = restored(old_tasks());
-        let (snap, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), None);
+        let (snap, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), &[], None);
         assert_eq!(snap.output_channels.len(), 1);
         assert_eq!(snap.output_channels[0].channel.consumer_subtask, 0);
-        let (again, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), None);
+        let (again, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), &[], None);
         assert!(again.output_channels.is_empty() && again.operators.is_empty(), "state is handed out once");
+    }
+
+    /// A source with `on_error: dead_letter` runs the dead letter's commit
+    /// operator after its chain: the records its barrier overtook still go
+    /// back to its task (the channel's producer is the source, not the
+    /// last operator of the task).
+    #[test]
+    fn in_flight_records_of_a_source_with_a_dead_letter_go_back_to_it() {
+        let mut old = old_tasks();
+        let gen = old.get_mut(&TaskId { chain: 0, subtask: 1 }).unwrap();
+        let mut c = channel("gen", "unique", 0, "hash(id)");
+        c.producer_subtask = 1;
+        gen.output_channels.push(state(c, 3));
+        gen.operators.push((commit_operator_name("gen"), vec![9]));
+        let mut r = RestoredState {
+            id: 7,
+            dir: PathBuf::new(),
+            parallelism: 2,
+            same_parallelism: true,
+            tasks: old,
+            positions: HashMap::new(),
+            started: std::time::Instant::now(),
+            manifests: Vec::new(),
+        };
+        let (chain, commits) = (["gen".to_string()], [commit_operator_name("gen")]);
+        let (snap, _) = r.for_task(TaskId { chain: 0, subtask: 1 }, &chain, &commits, Some("gen"));
+        assert_eq!(snap.operators, vec![(commit_operator_name("gen"), vec![9])]);
+        assert_eq!(snap.output_channels.len(), 1, "the overtaken records of gen[1]: {:?}", snap.output_channels);
+        assert_eq!(snap.output_channels[0].records.len(), 3);
     }
 }
