@@ -30,7 +30,6 @@
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -408,26 +407,10 @@ impl DeadLetterCommit {
         move |e| OpError::io(format!("{what} dead letter {}", self.dl.path().display()), e)
     }
 
-    /// Staged segments as (name, checkpoint id, key group). New segments are
-    /// staged in the first owned key group; after a rescale, segments other
-    /// old subtasks staged arrive in the other key groups this one now owns.
-    fn staged(&self, ctx: &Context<'_>) -> Result<Vec<(String, u64, KeyGroup)>, OpError> {
-        let mut segs = Vec::new();
-        for kg in ctx.state.key_groups() {
-            ctx.state.scan_all(SEGMENTS, kg, &mut |k, v| {
-                let id = v.try_into().map(u64::from_be_bytes).unwrap_or(0);
-                segs.push((String::from_utf8_lossy(k).into_owned(), id, kg));
-                ControlFlow::Continue(())
-            })?;
-        }
-        segs.sort();
-        Ok(segs)
-    }
-
     /// Append every segment staged for a checkpoint <= `id`.
     fn publish_up_to(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         let due: Vec<(String, KeyGroup)> =
-            self.staged(ctx)?.into_iter().filter(|(_, staged, _)| *staged <= id).map(|(n, _, kg)| (n, kg)).collect();
+            ctx.staged_names(SEGMENTS)?.into_iter().filter(|(_, staged, _)| *staged <= id).map(|(n, _, kg)| (n, kg)).collect();
         if due.is_empty() {
             return Ok(());
         }

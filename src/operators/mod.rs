@@ -63,6 +63,26 @@ pub struct Context<'a> {
     pub now: Millis,
 }
 
+impl Context<'_> {
+    /// The names staged in point table `table` of a two-phase writer (file
+    /// sink parts, dead-letter segments) with the checkpoint id each was
+    /// staged under (0: closed, not staged yet) and its key group, sorted.
+    /// New names go to the first owned key group; after a rescale, names
+    /// other old subtasks staged arrive in the other key groups this one owns.
+    pub fn staged_names(&self, table: usize) -> Result<Vec<(String, u64, crate::types::KeyGroup)>, OpError> {
+        let mut names = Vec::new();
+        for kg in self.state.key_groups() {
+            self.state.scan_all(table, kg, &mut |k, v| {
+                let id = v.try_into().map(u64::from_be_bytes).unwrap_or(0);
+                names.push((String::from_utf8_lossy(k).into_owned(), id, kg));
+                std::ops::ControlFlow::Continue(())
+            })?;
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
     #[error(transparent)]

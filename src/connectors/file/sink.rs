@@ -35,7 +35,6 @@
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::faults;
@@ -139,25 +138,9 @@ impl FileSink {
         }
     }
 
-    /// Staged parts as (hidden name, checkpoint id, key group). New parts are
-    /// staged in the first owned key group; after a rescale, parts other old
-    /// subtasks staged arrive in the other key groups this subtask now owns.
-    fn staged(&self, ctx: &Context<'_>) -> Result<Vec<(String, u64, KeyGroup)>, OpError> {
-        let mut parts = Vec::new();
-        for kg in ctx.state.key_groups() {
-            ctx.state.scan_all(PARTS, kg, &mut |k, v| {
-                let id = v.try_into().map(u64::from_be_bytes).unwrap_or(0);
-                parts.push((String::from_utf8_lossy(k).into_owned(), id, kg));
-                ControlFlow::Continue(())
-            })?;
-        }
-        parts.sort();
-        Ok(parts)
-    }
-
     /// Publish every part staged for a checkpoint <= `id`.
     fn publish_up_to(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let due: Vec<(String, u64, KeyGroup)> = self.staged(ctx)?.into_iter().filter(|(_, c, _)| *c != 0 && *c <= id).collect();
+        let due: Vec<(String, u64, KeyGroup)> = ctx.staged_names(PARTS)?.into_iter().filter(|(_, c, _)| *c != 0 && *c <= id).collect();
         if due.is_empty() {
             return Ok(());
         }
@@ -258,7 +241,7 @@ impl Operator for FileSink {
 
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         self.close_part(ctx)?;
-        for (hidden, staged, kg) in self.staged(ctx)? {
+        for (hidden, staged, kg) in ctx.staged_names(PARTS)? {
             if staged == 0 {
                 ctx.state.put(PARTS, kg, hidden.as_bytes(), &id.to_be_bytes())?;
             }
