@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::ckpt::{both_backends, copy_dir, fast, restored_from, tree, Backend, Job};
 use super::util::tmp;
+use super::wait::wait_until;
 
 #[derive(Debug, Clone, Copy)]
 enum Damage {
@@ -39,10 +40,25 @@ both_backends! {
 }
 
 fn damaged_files_are_detected(backend: Backend) {
-    // A finished run at a moderate rate leaves the retained checkpoints.
+    // A run killed -9 mid-stream leaves retained checkpoints that hold live
+    // state. (A finished run's final checkpoint may hold none: the end of
+    // input expires every dedup key, and RocksDB may then keep no SST.)
     let done = Job::with(backend);
-    done.cmd().set("sources.events.rate_limit", "5000").ok();
-    let chks = done.checkpoints();
+    let mut run = done.cmd().set("sources.events.rate_limit", "1000").spawn();
+    let complete = || done.checkpoints().into_iter().filter(|c| c.join("_metadata").exists()).collect::<Vec<_>>();
+    let enough = wait_until(Duration::from_secs(30), || complete().len() >= 3);
+    run.child.kill().expect("kill -9 weir");
+    run.child.wait().expect("reaping weir");
+    assert!(enough, "no 3 completed checkpoints within 30 s");
+    // A checkpoint the kill interrupted, and the dead process's control
+    // socket, are no part of this test (the next start removes both).
+    let _ = std::fs::remove_file(done.state.join("control.sock"));
+    for c in done.checkpoints() {
+        if !c.join("_metadata").exists() {
+            std::fs::remove_dir_all(&c).unwrap();
+        }
+    }
+    let chks = complete();
     assert!(chks.len() >= 2, "want at least 2 retained checkpoints, have {chks:?}");
     let newest = chks.last().unwrap();
     let newest_name = newest.file_name().unwrap().to_owned();
