@@ -199,7 +199,7 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
             }
             _ => Action::Finish,
         };
-        let then_kill = matches!(action, Action::Pause { .. } | Action::Second { .. } | Action::Savepoint { .. }) && rng.chance(0.6);
+        let then_kill = matches!(action, Action::Pause { .. } | Action::Second { .. } | Action::Savepoint { .. }) && rng.chance(0.85);
         let mut faults = Vec::new();
         if rng.chance(0.35) {
             let point = rng.pick(&CRASH_POINTS);
