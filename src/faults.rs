@@ -12,7 +12,9 @@
 //!   (`_metadata` was written, before sinks are told), `before_sink_commit`
 //!   (a sink is about to publish committed files).
 //! - `stall=OPERATOR:SUBTASK:DURATION`: that subtask sleeps DURATION once,
-//!   at its first checkpoint barrier (a stalled subtask).
+//!   at its first checkpoint barrier (a stalled subtask). Any node: a
+//!   source, an operator or a sink, at the head of its chain or not (the
+//!   whole task it runs in stalls).
 //! - `barrier_delay=DURATION`: sources wait DURATION before emitting a barrier.
 //! - `restore_stall=DURATION`: every task's restore of its state blocks its
 //!   thread for DURATION first (a slow restore, e.g. a large RocksDB state).

@@ -285,6 +285,9 @@ impl SourceTask {
         if let Some(d) = faults::get().barrier_delay {
             tokio::time::sleep(d).await;
         }
+        if let Some(d) = injected_stall(std::iter::once(&self.info).chain(self.chain.ops.iter().map(|op| &op.info))) {
+            tokio::time::sleep(d).await;
+        }
         // Aligned: records emitted so far go out before the barrier.
         if !unaligned && self.output.flush().await.is_err() {
             return Ok(());
@@ -534,11 +537,8 @@ impl OperatorTask {
             Action::Block(i) => self.inputs.block(i),
             Action::UnblockAll => self.inputs.unblock_all(),
             Action::Snapshot { id, unaligned } => {
-                if let Some(op) = self.chain.ops.first() {
-                    if let Some(d) = faults::get().stall_for(&op.info.operator, op.info.index) {
-                        tracing::warn!(operator = %op.info.operator, subtask = op.info.index, ?d, "Injected stall.");
-                        tokio::time::sleep(d).await;
-                    }
+                if let Some(d) = injected_stall(self.chain.ops.iter().map(|op| &op.info)) {
+                    tokio::time::sleep(d).await;
                 }
                 if !unaligned {
                     // Aligned: what was emitted before goes out before the barrier.
@@ -644,6 +644,16 @@ impl OperatorTask {
 enum TaskStop {
     Disconnected,
     Failed(TaskError),
+}
+
+/// An injected stall (`WEIR_FAULTS` `stall=`) of any node this task runs,
+/// due at its checkpoint barrier: chained nodes share the task, so a stalled
+/// sink in the middle or at the end of a chain stalls the task as much as a
+/// stalled head.
+fn injected_stall<'a>(mut nodes: impl Iterator<Item = &'a SubtaskInfo>) -> Option<Duration> {
+    let (info, d) = nodes.find_map(|info| faults::get().stall_for(&info.operator, info.index).map(|d| (info, d)))?;
+    tracing::warn!(operator = %info.operator, subtask = info.index, ?d, "Injected stall.");
+    Some(d)
 }
 
 async fn sleep_opt(d: Option<Duration>) {

@@ -17,6 +17,7 @@ use super::proc::Log;
 use super::rng::Rng;
 use super::run::{Ended, Start};
 use super::shape::{dead_letter_rel, sink_rel, Shape, SinkKind, SourceKind, Topic};
+use super::stats::{Timing, CHECK, REPRO, SETUP};
 
 /// Clean runs allowed after the faulty ones for the input to be finished.
 const CLEAN_RUNS: usize = 3;
@@ -36,6 +37,10 @@ pub struct Case {
     /// Sinks changed by an edit, with every input they ever had.
     touched: BTreeMap<String, BTreeSet<String>>,
     pub kill_points: usize,
+    /// A kill -9 was sent to the current run (a kill point if it died of it).
+    pub killed: bool,
+    /// Runs whose drawn stall was injected ("Injected stall." in the log).
+    pub stalls_fired: usize,
     pub refused: usize,
     pub savepoints: usize,
     /// Savepoints created in the case's `--target` parent, to check each is new.
@@ -45,10 +50,12 @@ pub struct Case {
     pub faults: Vec<String>,
     pub findings: Findings,
     pub failure: Option<String>,
+    pub timing: Timing,
 }
 
 impl Case {
     pub fn new(seed: u64, root: &Path) -> Case {
+        let setup = std::time::Instant::now();
         let dir = root.join(format!("seed-{seed}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -70,13 +77,7 @@ impl Case {
             let SourceKind::File { files: n, .. } = shape.sources.iter().find(|s| s.name == name).unwrap().kind else { unreachable!() };
             let topic = super::kafka::create_named_topic(&b, &format!("weir-chaos-{seed}-{name}"), n as i32)
                 .unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
-            let lines: Vec<Vec<String>> = (0..n)
-                .map(|f| {
-                    let text = std::fs::read_to_string(input::file_path(&dir, &name, f)).unwrap();
-                    text.lines().map(str::to_string).collect()
-                })
-                .collect();
-            super::kafka::produce(&b, &topic, &lines).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
+            super::kafka::produce(&b, &topic, &file_lines(&dir, &name, n)).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
             shape.sources.iter_mut().find(|s| s.name == name).unwrap().via_kafka = Some(Topic { brokers: b, topic });
         }
         let expected = oracle::expected(&shape, &inputs);
@@ -91,6 +92,8 @@ impl Case {
             touched: BTreeMap::new(),
             dropped_state: false,
             kill_points: 0,
+            killed: false,
+            stalls_fired: 0,
             refused: 0,
             savepoints: 0,
             targeted: Vec::new(),
@@ -99,8 +102,10 @@ impl Case {
             faults: Vec::new(),
             findings: Findings::default(),
             failure: None,
+            timing: Timing::default(),
         };
         case.install(case.shape.clone());
+        case.timing.add(SETUP, setup.elapsed());
         case
     }
 
@@ -125,6 +130,9 @@ impl Case {
         if self.shape.uses_kafka() && super::kafka::broker_pid().is_some() {
             faults::add_outages(&mut Rng::new(self.seed ^ 0x6F75_7461_6765), &mut schedule);
         }
+        if self.shape.sources.iter().any(|s| s.via_kafka.is_some()) {
+            faults::add_recreations(&mut Rng::new(self.seed ^ 0x7265_6372_6561_7465), &mut schedule);
+        }
         self.log.note(format!("shape: {}", self.shape.summary()));
         let mut start = Start::Fresh;
         let mut finished = false;
@@ -146,10 +154,14 @@ impl Case {
             self.failure = Some(format!("the input was not finished after {} runs", self.runs));
         }
         if self.failure.is_none() {
+            let t = std::time::Instant::now();
             self.check();
+            self.timing.add(CHECK, t.elapsed());
         }
         if self.failure.is_some() || std::env::var_os("CHAOS_KEEP").is_some() {
+            let t = std::time::Instant::now();
             self.write_reproduction();
+            self.timing.add(REPRO, t.elapsed());
         }
     }
 
@@ -158,6 +170,12 @@ impl Case {
         let restoring = !matches!(start, Start::Fresh);
         if a.consume && restoring {
             self.consume_parts();
+        }
+        if a.recreate_topic && restoring {
+            let t = std::time::Instant::now();
+            let recreated = self.recreate_source_topics();
+            self.timing.add(SETUP, t.elapsed());
+            recreated?;
         }
         let previous = self.shape.clone();
         let mut edit = None;
@@ -169,7 +187,10 @@ impl Case {
                 // run killed before its first checkpoint leaves none.
                 if let Some(op) = e.removed.as_ref().filter(|op| self.restores_state_of(start, op)) {
                     let cmd = self.command(start, self.shape.parallelism, false);
-                    self.expect_refused(cmd, &format!("operator {op} removed, restore without --allow-non-restored-state"))?;
+                    let t = std::time::Instant::now();
+                    let refused = self.expect_refused(cmd, &format!("operator {op} removed, restore without --allow-non-restored-state"));
+                    self.timing.add(super::stats::REFUSED, t.elapsed());
+                    refused?;
                 }
                 edit = Some(e);
             }
@@ -297,6 +318,20 @@ impl Case {
         }
     }
 
+    /// Delete and recreate every source topic, and produce the same records
+    /// into the same partitions again: each record gets its old offset back,
+    /// so a restore resumes where it would have (docs/pipeline-reference.md:
+    /// a restore resumes exactly at the recorded offsets) and the output stays exact.
+    fn recreate_source_topics(&mut self) -> Result<(), String> {
+        for s in &self.shape.sources {
+            let (Some(t), SourceKind::File { files, .. }) = (&s.via_kafka, &s.kind) else { continue };
+            self.log.note(format!("source topic {} deleted, created again with {files} partitions and the same records", t.topic));
+            super::kafka::recreate_topic(&t.brokers, &t.topic, *files as i32)?;
+            super::kafka::produce(&t.brokers, &t.topic, &file_lines(&self.dir, &s.name, *files))?;
+        }
+        Ok(())
+    }
+
     fn write_reproduction(&self) {
         let weir = env!("CARGO_BIN_EXE_weir");
         let mut sh = format!("#!/bin/sh\n# chaos case seed {}: the commands it ran, in order.\nWEIR=${{WEIR:-{weir}}}\n", self.seed);
@@ -314,4 +349,14 @@ impl Case {
         let _ = writeln!(md, "## Commands\n\n```\n{}\n```", self.log.lines().join("\n"));
         std::fs::write(self.dir.join("REPRODUCE.md"), md).unwrap();
     }
+}
+
+/// The lines of file source `name`'s `n` files, one list per file (partition).
+fn file_lines(case: &Path, name: &str, n: usize) -> Vec<Vec<String>> {
+    (0..n)
+        .map(|f| {
+            let text = std::fs::read_to_string(input::file_path(case, name, f)).unwrap();
+            text.lines().map(str::to_string).collect()
+        })
+        .collect()
 }

@@ -7,6 +7,12 @@
 use super::rng::Rng;
 use super::shape::Shape;
 
+/// Log lines a kill -9 is aimed at: the state being restored (right after
+/// "Pipeline started."), restored, a checkpoint completing (sinks
+/// publishing), the final checkpoint after the input is exhausted.
+pub const KILL_SIGNALS: [&str; 4] =
+    ["Pipeline started.", "State restored.", "Checkpoint complete.", "Input exhausted; taking the final checkpoint."];
+
 /// The named points of the checkpoint protocol (src/faults.rs).
 pub const CRASH_POINTS: [&str; 4] = ["after_prepare", "after_manifest", "after_metadata", "before_sink_commit"];
 
@@ -16,6 +22,10 @@ pub enum Action {
     Finish,
     /// kill -9 after this long.
     Kill { after_ms: u64 },
+    /// kill -9 `delay_ms` after the run's stderr shows `signal` for the
+    /// `nth` time (a protocol moment: restore, a completed checkpoint, the
+    /// final checkpoint), no kill if the run ends first.
+    KillAt { signal: &'static str, nth: usize, delay_ms: u64 },
     /// SIGTERM: a final checkpoint, exit 0.
     Term { after_ms: u64 },
     /// Several SIGTERMs in a row: the second one stops hard (exit 130).
@@ -55,6 +65,16 @@ pub struct Attempt {
     /// A broker outage before the action: `after_ms` after the start the
     /// broker is stopped for `for_ms`.
     pub outage: Option<Outage>,
+    /// After an action the run survives (SIGSTOP/SIGCONT, a second
+    /// process, a savepoint), kill -9 it at its next `Checkpoint complete.`.
+    pub then_kill: bool,
+    /// A clean run that only finishes the input: its sources at 8 times
+    /// their rate (results do not depend on the rate; faulty runs keep it so
+    /// kills land in the middle of the input).
+    pub fast: bool,
+    /// Before this restore the Kafka source topic is deleted and created
+    /// again, and the same records produced into the same partitions.
+    pub recreate_topic: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -67,17 +87,35 @@ pub struct Outage {
 /// their own so the rest of the schedule is the same with or without a broker.
 pub fn add_outages(rng: &mut Rng, attempts: &mut [Attempt]) {
     for a in attempts {
-        if rng.chance(0.3) {
+        if rng.chance(0.15) {
             // Shorter and longer than the pipeline's broker_timeout.
-            let for_ms = rng.range(1000, super::shape::BROKER_TIMEOUT_S * 1000 + 4000);
-            a.outage = Some(Outage { after_ms: rng.range(100, 1500), for_ms });
+            let for_ms = rng.range(500, super::shape::BROKER_TIMEOUT_S * 1000 + 2000);
+            a.outage = Some(Outage { after_ms: rng.range(100, 1000), for_ms });
         }
+    }
+}
+
+/// Source topic recreations for a case reading a topic, on restores only
+/// (a fresh run has nothing to resume), with dice of their own.
+pub fn add_recreations(rng: &mut Rng, attempts: &mut [Attempt]) {
+    for a in attempts.iter_mut().skip(1) {
+        a.recreate_topic = rng.chance(0.2);
     }
 }
 
 impl Attempt {
     pub fn clean() -> Attempt {
-        Attempt { action: Action::Finish, faults: Vec::new(), rescale: None, edit: None, consume: false, outage: None }
+        Attempt {
+            action: Action::Finish,
+            faults: Vec::new(),
+            rescale: None,
+            edit: None,
+            consume: false,
+            outage: None,
+            then_kill: false,
+            fast: true,
+            recreate_topic: false,
+        }
     }
 
     pub fn fails_writes(&self) -> bool {
@@ -88,7 +126,13 @@ impl Attempt {
     pub fn kinds(&self) -> Vec<String> {
         let mut kinds = vec![match &self.action {
             Action::Finish => "none",
-            Action::Kill { .. } => "kill -9",
+            Action::Kill { .. } => "kill -9 at a random time",
+            Action::KillAt { signal, .. } => match signal.split(['.', ';']).next().unwrap_or(signal) {
+                "Pipeline started" => "kill -9 at 'Pipeline started.'",
+                "State restored" => "kill -9 at 'State restored.'",
+                "Checkpoint complete" => "kill -9 at 'Checkpoint complete.'",
+                _ => "kill -9 at 'Input exhausted'",
+            },
             Action::Term { .. } => "SIGTERM",
             Action::Storm { .. } => "signal storm",
             Action::Pause { .. } => "SIGSTOP/SIGCONT",
@@ -117,6 +161,12 @@ impl Attempt {
         if self.outage.is_some() {
             kinds.push("broker outage".into());
         }
+        if self.then_kill {
+            kinds.push("then kill -9 at 'Checkpoint complete.'".into());
+        }
+        if self.recreate_topic {
+            kinds.push("source topic recreated".into());
+        }
         kinds.retain(|k| k != "none");
         kinds
     }
@@ -124,22 +174,32 @@ impl Attempt {
 
 /// The faulty runs of a case (clean runs to the end follow them).
 pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
-    let n = rng.range(3, 8);
+    // Short waits and many runs: each kill -9 costs a process start and a
+    // restore, and only a few checkpoints' worth of the input, so a case
+    // holds many kill points before its input is exhausted.
+    let n = rng.range(5, 10);
     let mut attempts = Vec::new();
     for i in 0..n {
-        let after_ms = rng.range(100, 2000);
-        let action = match rng.range(0, 13) {
-            0..=3 | 12 | 13 => Action::Kill { after_ms },
-            4 => Action::Term { after_ms },
-            5 => Action::Storm { after_ms, signals: rng.range(2, 4) as u32, gap_ms: rng.range(0, 40) },
-            6 => Action::Pause { after_ms, for_ms: rng.range(200, 1500) },
-            7 => Action::Second { after_ms },
-            8 => Action::Savepoint { after_ms },
-            9 | 10 => {
+        let after_ms = rng.range(100, 1000);
+        let action = match rng.range(0, 16) {
+            0..=3 => Action::Kill { after_ms: rng.range(30, 900) },
+            4..=8 => {
+                // The last one waits for the whole input: rarely.
+                let signal = if rng.chance(0.1) { KILL_SIGNALS[3] } else { *rng.pick(&KILL_SIGNALS[..3]) };
+                let nth = if signal.starts_with("Checkpoint") { rng.range(1, 3) as usize } else { 1 };
+                Action::KillAt { signal, nth, delay_ms: rng.range(0, 40) }
+            }
+            9 => Action::Term { after_ms },
+            10 => Action::Storm { after_ms, signals: rng.range(2, 4) as u32, gap_ms: rng.range(0, 40) },
+            11 => Action::Pause { after_ms, for_ms: rng.range(200, 1000) },
+            12 => Action::Second { after_ms },
+            13 => Action::Savepoint { after_ms },
+            14 | 15 => {
                 Action::Stop { after_ms, drain: shape.drain_safe() && rng.chance(0.5), target: rng.chance(0.5), moved: rng.chance(0.5) }
             }
             _ => Action::Finish,
         };
+        let then_kill = matches!(action, Action::Pause { .. } | Action::Second { .. } | Action::Savepoint { .. }) && rng.chance(0.85);
         let mut faults = Vec::new();
         if rng.chance(0.35) {
             let point = rng.pick(&CRASH_POINTS);
@@ -151,8 +211,8 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
             faults.push(format!("seed={}", rng.next() % 1000));
         }
         if rng.chance(0.2) {
-            let nodes: Vec<String> =
-                shape.operators.iter().map(|o| o.name.clone()).chain(shape.sinks.iter().map(|s| s.name.clone())).collect();
+            // Any node: sources, operators, sinks, at the head of a chain or not.
+            let nodes: Vec<String> = shape.nodes().into_iter().chain(shape.sinks.iter().map(|s| s.name.clone())).collect();
             let node = rng.pick(&nodes).clone();
             faults.push(format!("stall={node}:{}:{}ms", rng.range(0, shape.parallelism as u64 - 1), rng.range(200, 1500)));
         }
@@ -164,7 +224,7 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         let edit = (i > 0 && rng.chance(0.25))
             .then(|| rng.pick(&[EditKind::SinkInput, EditKind::AddSink, EditKind::AddOperator, EditKind::RemoveOperator]).clone());
         let consume = i > 0 && rng.chance(0.1);
-        attempts.push(Attempt { action, faults, rescale, edit, consume, outage: None });
+        attempts.push(Attempt { action, faults, rescale, edit, consume, outage: None, then_kill, fast: false, recreate_topic: false });
     }
     attempts
 }

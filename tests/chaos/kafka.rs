@@ -2,7 +2,8 @@
 //! case's own for the exactly-once sink (read back with `read_committed`)
 //! and for a file source's lines read through the Kafka source, and broker
 //! outages (the broker process stopped with SIGSTOP, then continued) when
-//! `KAFKA_BROKER_DIR` names the data directory of scripts/kafka-broker.sh.
+//! `KAFKA_BROKER_DIR` names the data directory of scripts/kafka-broker.sh,
+//! and a source topic deleted and recreated between runs.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,26 @@ pub fn create_named_topic(brokers: &str, prefix: &str, partitions: i32) -> Resul
         r.map_err(|(t, e)| format!("creating topic {t}: {e}"))?;
     }
     Ok(name)
+}
+
+/// Delete `topic` and create it again with `partitions` partitions, empty
+/// (retrying while the broker still finishes the deletion).
+pub fn recreate_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = config(brokers).create().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in rt.block_on(admin.delete_topics(&[topic], &opts)).map_err(|e| e.to_string())? {
+        r.map_err(|(t, e)| format!("deleting topic {t}: {e}"))?;
+    }
+    let start = Instant::now();
+    loop {
+        let res = rt.block_on(admin.create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &opts));
+        match res.map_err(|e| e.to_string())?.remove(0) {
+            Ok(_) => return Ok(()),
+            Err(_) if start.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(100)),
+            Err((t, e)) => return Err(format!("creating topic {t} again: {e}")),
+        }
+    }
 }
 
 /// Everything a `read_committed` consumer sees in `topic`, to the end of every partition.

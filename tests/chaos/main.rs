@@ -78,12 +78,13 @@ fn chaos() {
             Some(f) => format!("FAILED: {}\n    reproduction: {}/REPRODUCE.md", f.lines().next().unwrap_or(""), case.dir.display()),
         };
         eprintln!(
-            "chaos seed {seed}: {} runs, {} kill points, {} records checked, {:.1} s: {verdict}\n    {}",
+            "chaos seed {seed}: {} runs, {} kill points, {} records checked, {:.1} s: {verdict}\n    {}\n    time: {}",
             case.runs,
             case.kill_points,
             case.findings.records,
             case_started.elapsed().as_secs_f64(),
-            case.shape.summary()
+            case.shape.summary(),
+            case.timing.line()
         );
         stats.add(&case);
         seed += 1;

@@ -162,6 +162,28 @@ impl Proc {
         false
     }
 
+    /// How many times stderr has `needle` so far.
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.stderr.lock().unwrap().matches(needle).count()
+    }
+
+    /// Wait until stderr has `needle` `n` times (true), or the process
+    /// exited or `limit` passed (false: no more lines can come, or too late).
+    pub fn wait_log_count(&mut self, needle: &str, n: usize, limit: Duration) -> bool {
+        let start = Instant::now();
+        let seen = |p: &Proc| p.log_count(needle) >= n;
+        while start.elapsed() < limit {
+            if seen(self) {
+                return true;
+            }
+            if self.exited() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
     /// Sleep `d` unless the process exits first; true if it is still running.
     pub fn sleep_while_running(&mut self, d: Duration) -> bool {
         let start = Instant::now();

@@ -4,11 +4,12 @@
 //! directories exactly as they were.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::case::Case;
 use super::faults::{Action, Attempt, Outage};
 use super::proc::{listing, listing_diff, Cmd, Exit, Proc};
+use super::stats::{ACTIONS, OUTAGES, START, TO_EXIT, WAITS};
 
 /// No run of a case may take longer than this (a normal one takes 2–5 s).
 pub const RUN_LIMIT: Duration = Duration::from_secs(90);
@@ -77,23 +78,68 @@ impl Case {
         if !a.faults.is_empty() {
             cmd = cmd.env("WEIR_FAULTS", a.faults.join(","));
         }
+        if a.fast {
+            for s in &self.shape.sources {
+                cmd = cmd.arg("--set").arg(format!("sources.{}.rate_limit={}", s.name, s.rate * 8));
+            }
+        }
         self.log.note(format!("run {n}: {:?}", a.action));
         let before = self.disk();
+        let t = Instant::now();
         let mut proc = cmd.spawn(&self.log);
         let mut stopped_at = None;
-        if proc.wait_log("Pipeline started.", RUN_LIMIT) {
+        let up = proc.wait_log("Pipeline started.", RUN_LIMIT);
+        self.timing.add(START, t.elapsed());
+        if up {
             if let Some(o) = a.outage {
+                let t = Instant::now();
                 self.outage(&mut proc, o);
+                self.timing.add(OUTAGES, t.elapsed());
             }
-            match self.act(&mut proc, &a.action, n) {
+            let (t, waited) = (Instant::now(), self.waited());
+            let acted = self.act(&mut proc, &a.action, n);
+            self.timing.add(ACTIONS, t.elapsed().saturating_sub(self.waited() - waited));
+            match acted {
                 Ok(sp) => stopped_at = sp,
                 Err(e) => return Ended::Failed(e),
             }
+            if a.then_kill {
+                let t = Instant::now();
+                let next = proc.log_count("Checkpoint complete.") + 1;
+                let seen = proc.wait_log_count("Checkpoint complete.", next, RUN_LIMIT);
+                self.timing.add(WAITS, t.elapsed());
+                if seen && proc.signal("KILL") {
+                    self.log.note(format!("at 'Checkpoint complete.' (#{next}): kill -9"));
+                    self.killed = true;
+                }
+            }
         }
+        let t = Instant::now();
         let exit = proc.wait(RUN_LIMIT);
+        self.timing.add(TO_EXIT, t.elapsed());
+        if a.faults.iter().any(|f| f.starts_with("stall=")) && exit.stderr.contains("Injected stall.") {
+            self.stalls_fired += 1;
+        }
+        if exit.signal != Some(9) {
+            // Sent as it exited: the run ended on its own, no kill point.
+            self.killed = false;
+        }
         let how = if exit.finished_input() { ", input finished" } else { "" };
         self.log.note(format!("ended: exit {:?}, signal {:?}{how}", exit.code, exit.signal));
         self.classify(exit, a, before, may_refuse, stopped_at)
+    }
+
+    /// Time spent so far waiting before actions.
+    fn waited(&self) -> Duration {
+        self.timing.0.get(WAITS).copied().unwrap_or_default()
+    }
+
+    /// Wait `ms` before an action unless the run exits first; true if it still runs.
+    fn wait_before(&mut self, proc: &mut Proc, ms: u64) -> bool {
+        let t = Instant::now();
+        let running = proc.sleep_while_running(Duration::from_millis(ms));
+        self.timing.add(WAITS, t.elapsed());
+        running
     }
 
     fn classify(&mut self, exit: Exit, a: &Attempt, before: Vec<String>, may_refuse: bool, stopped_at: Option<PathBuf>) -> Ended {
@@ -128,7 +174,13 @@ impl Case {
                 self.kill_points += 1;
                 Ended::Interrupted
             }
-            (None, Some(9)) => Ended::Interrupted,
+            // Only a kill that found the process running is a kill point.
+            (None, Some(9)) => {
+                if std::mem::take(&mut self.killed) {
+                    self.kill_points += 1;
+                }
+                Ended::Interrupted
+            }
             (None, Some(6)) if exit.stderr.contains("injected crash at") => {
                 self.kill_points += 1;
                 Ended::Interrupted
@@ -157,18 +209,30 @@ impl Case {
         match *action {
             Action::Finish => {}
             Action::Kill { after_ms } => {
-                if proc.sleep_while_running(after(after_ms)) && proc.signal("KILL") {
+                if self.wait_before(proc, after_ms) && proc.signal("KILL") {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -9"));
-                    self.kill_points += 1;
+                    self.killed = true;
+                }
+            }
+            Action::KillAt { signal, nth, delay_ms } => {
+                let t = Instant::now();
+                // A run that restores nothing has no "State restored.": right after the start instead.
+                let restores = proc.stderr_has("Restoring from checkpoint.");
+                let signal = if signal == "State restored." && !restores { "Pipeline started." } else { signal };
+                let seen = proc.wait_log_count(signal, nth, RUN_LIMIT) && proc.sleep_while_running(after(delay_ms));
+                self.timing.add(WAITS, t.elapsed());
+                if seen && proc.signal("KILL") {
+                    self.log.note(format!("{delay_ms} ms after '{signal}' (#{nth}): kill -9"));
+                    self.killed = true;
                 }
             }
             Action::Term { after_ms } => {
-                if proc.sleep_while_running(after(after_ms)) && proc.signal("TERM") {
+                if self.wait_before(proc, after_ms) && proc.signal("TERM") {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -TERM"));
                 }
             }
             Action::Storm { after_ms, signals, gap_ms } => {
-                if proc.sleep_while_running(after(after_ms)) {
+                if self.wait_before(proc, after_ms) {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': {signals} x kill -TERM, {gap_ms} ms apart"));
                     for _ in 0..signals {
                         proc.signal("TERM");
@@ -177,14 +241,14 @@ impl Case {
                 }
             }
             Action::Pause { after_ms, for_ms } => {
-                if proc.sleep_while_running(after(after_ms)) && proc.signal("STOP") {
+                if self.wait_before(proc, after_ms) && proc.signal("STOP") {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -STOP, kill -CONT {for_ms} ms later"));
                     std::thread::sleep(after(for_ms));
                     proc.signal("CONT");
                 }
             }
             Action::Second { after_ms } => {
-                if proc.sleep_while_running(after(after_ms)) && proc.signal("STOP") {
+                if self.wait_before(proc, after_ms) && proc.signal("STOP") {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -STOP the run, start a second one"));
                     let second = self.command(&Start::Latest, self.shape.parallelism, false);
                     let result = self.expect_refused(second, "a second process on a state dir in use");
@@ -194,13 +258,13 @@ impl Case {
                 }
             }
             Action::Savepoint { after_ms } => {
-                if proc.sleep_while_running(after(after_ms)) {
+                if self.wait_before(proc, after_ms) {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': savepoint trigger"));
                     self.trigger(&[])?;
                 }
             }
             Action::Stop { after_ms, drain, target, moved } => {
-                if proc.sleep_while_running(after(after_ms)) {
+                if self.wait_before(proc, after_ms) {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': stop with a savepoint"));
                     let mut args = vec!["--stop".to_string()];
                     if drain {

@@ -23,7 +23,7 @@ pub const START_MS: i64 = 1_700_000_000_000;
 pub const OUT_OF_ORDERNESS_MS: i64 = 300;
 /// `broker_timeout` of Kafka sources and sinks: broker outages are drawn
 /// both shorter and longer than this.
-pub const BROKER_TIMEOUT_S: u64 = 10;
+pub const BROKER_TIMEOUT_S: u64 = 6;
 
 #[derive(Clone, Debug)]
 pub enum SourceKind {
@@ -147,7 +147,7 @@ impl Shape {
             incremental: rng.chance(0.6),
             bundle: rng.range(1, parallelism as u64) as u32,
             alignment,
-            interval_ms: rng.range(100, 350),
+            interval_ms: rng.range(60, 300),
             retain: rng.range(1, 3) as u32,
             sources: Vec::new(),
             operators: Vec::new(),
@@ -163,12 +163,12 @@ impl Shape {
                 let late = if rng.chance(0.4) { rng.range(1, 20) as usize } else { 0 };
                 SourceKind::File { files: rng.range(1, 4) as usize, records: rng.range(1500, 4000) as usize, users, bad, late }
             };
-            // 3–5 s for a run through all of it: kills land in the middle.
+            // 2.5–4 s for a run through all of it: kills land in the middle.
             let records = match kind {
                 SourceKind::Datagen { rows, .. } => rows,
                 SourceKind::File { records, .. } => records as u64,
             };
-            let rate = records * 1000 / rng.range(3000, 5000);
+            let rate = records * 1000 / rng.range(2500, 4000);
             shape.sources.push(Source { name: format!("src{i}"), kind, rate, via_kafka: None });
         }
         let n_ops = rng.range(0, 3);

@@ -44,6 +44,53 @@ fn a_stall_longer_than_the_timeout_aborts_that_checkpoint_only() {
 }
 
 #[test]
+fn a_stalled_sink_chained_after_an_operator_stalls_its_task_and_that_checkpoint_times_out() {
+    // `out` is the only consumer of `per_user` (a forward edge): it runs
+    // chained after it, in the same task, not at the head of the chain.
+    let job = Job::new();
+    let o =
+        job.cmd().set("checkpoint.timeout", "300ms").set("checkpoint.tolerable_failures", "5").env("WEIR_FAULTS", "stall=out:1:1s").ok();
+    o.expect_stderr_contains("Injected stall.");
+    assert!(o.stderr.contains("Checkpoint aborted."), "the checkpoint of the stalled sink did not time out:\n{}", o.stderr);
+    assert!(!completed(&o.stderr).is_empty(), "no checkpoint completed after the stall:\n{}", o.stderr);
+    job.assert_no_in_progress_files();
+    assert_exactly_once("chained sink stalled 1s with timeout 300ms", job.lines());
+}
+
+#[test]
+fn a_stalled_sink_chained_into_its_source_stalls_the_source_task() {
+    // A file sink reading a source directly runs in the source's task.
+    let dir = tmp();
+    let yaml = format!(
+        r#"name: stalled-source-chain
+parallelism: 1
+state: {{dir: {state}}}
+checkpoint: {{interval: 100ms, timeout: 300ms, tolerable_failures: 5}}
+sources:
+  - name: gen
+    type: datagen
+    rows: 3000
+    rate_limit: 2000
+    fields:
+      id: {{kind: sequence}}
+sinks:
+  - {{name: out, type: file, input: gen, path: {out}}}
+"#,
+        state = dir.path().join("state").display(),
+        out = dir.path().join("out").display()
+    );
+    let pipeline = write_pipeline(dir.path(), "stalled-source-chain", &yaml);
+    let o = weir_run(&pipeline, 1).env("WEIR_FAULTS", "stall=out:0:1s").ok();
+    o.expect_stderr_contains("Injected stall.");
+    assert!(o.stderr.contains("Checkpoint aborted."), "the checkpoint of the stalled sink did not time out:\n{}", o.stderr);
+    let lines = super::util::sink_lines(&dir.path().join("out"));
+    let mut unique = lines.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((lines.len(), unique.len()), (3000, 3000), "every row exactly once after the stall");
+}
+
+#[test]
 fn sigterm_takes_a_final_checkpoint_and_restore_finishes_the_job() {
     let job = Job::new();
     let run = job.cmd().spawn();
