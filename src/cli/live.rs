@@ -12,10 +12,12 @@ use crate::types::{Millis, MAX_WATERMARK};
 /// The part of the bar after `done/total`: rate, records, ETA, the last
 /// checkpoint, backpressure when high.
 pub fn bar_message(s: &Snapshot) -> String {
-    let mut parts = vec![format!("{} records/s", rate(s.records_per_sec)), format!("{} records", count(s.records))];
+    let mut parts = vec![format!("{} records/s", rate(s.records_per_sec))];
     if let Some(p) = &s.progress {
+        // A bar of rows counts the records already.
         if p.unit == Unit::Bytes {
             parts[0] = format!("{}/s, {}", bytes(s.bytes_per_sec as u64), parts[0]);
+            parts.push(format!("{} records", count(s.records)));
         }
         if let Some(eta) = p.eta_secs.filter(|_| p.done < p.total) {
             parts.push(format!("ETA {}", duration(eta)));
@@ -250,7 +252,7 @@ mod tests {
         s.backpressure = 0.2;
         s.progress = None;
         s.checkpoints = None;
-        assert_eq!(bar_message(&s), "45.6k records/s · 1,234,567 records", "low backpressure is not shown");
+        assert_eq!(bar_message(&s), "45.6k records/s", "low backpressure is not shown");
     }
 
     #[test]

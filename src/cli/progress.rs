@@ -85,7 +85,11 @@ impl Progress {
         let updater = tokio::spawn(async move {
             loop {
                 let s = status.borrow_and_update().clone();
+                // Nothing until the restore is done: a restored run's bar
+                // starts where the restored position is, not at 0.
+                let starting = s.state == "starting";
                 match &s.progress {
+                    _ if starting => {}
                     Some(p) => {
                         b.set_position(p.done);
                         b.set_message(live::bar_message(&s));

@@ -8,7 +8,7 @@
 //! phase in progress, so a task blocked for a minute shows that minute
 //! while it lasts. Channel fill is read from the channels at read time.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
@@ -52,6 +52,8 @@ pub struct TaskTimes {
     current: AtomicU64,
     /// The highest value a reader was given, so a counter never goes back.
     seen: [AtomicU64; 3],
+    /// Set once the task restored its state (if any) and started processing.
+    ready: AtomicBool,
 }
 
 /// The process-wide origin of phase starts.
@@ -68,6 +70,15 @@ impl TaskTimes {
     /// The task switches to `phase` (the task alone calls this).
     pub fn enter(&self, phase: Phase) {
         self.switch(((now_ns() + 1) << 2) | phase as u64);
+    }
+
+    /// The task restored what it had to and processes input now.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
     }
 
     /// The task ends: the phase in progress is finished, none follows.

@@ -31,7 +31,7 @@ pub const HIGH_BACKPRESSURE: f64 = 0.5;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub pipeline: String,
-    /// `starting` (building, restoring), `running` or `stopping`.
+    /// `starting` (until every task restored its state and runs), `running` or `stopping`.
     pub state: String,
     pub uptime_secs: f64,
     /// Records the sources emitted in this run, and per second.
@@ -236,7 +236,8 @@ impl Sampler {
             let restored = load(&c.restored_id);
             Checkpoints { completed: load(&c.completed), failed: load(&c.failed), last, restored_from: (restored > 0).then_some(restored) }
         });
-        let state = if !e.running.load(Ordering::Relaxed) {
+        let ready = e.nodes.iter().flat_map(|n| &n.gauges).all(|g| g.times.is_ready());
+        let state = if !e.running.load(Ordering::Relaxed) || !ready {
             "starting"
         } else if *self.stopping.borrow() {
             "stopping"
@@ -304,6 +305,10 @@ mod tests {
         assert_eq!(first.state, "starting");
         std::thread::sleep(Duration::from_millis(100));
         e.running.store(true, Ordering::Relaxed);
+        assert_eq!(s.sample().state, "starting", "until every task restored");
+        for g in e.nodes.iter().flat_map(|n| &n.gauges) {
+            g.times.set_ready();
+        }
         e.nodes[0].subtasks[0].records_out.store(150, Ordering::Relaxed);
         e.nodes[0].subtasks[1].records_out.store(50, Ordering::Relaxed);
         e.nodes[1].subtasks[1].records_in.store(200, Ordering::Relaxed);

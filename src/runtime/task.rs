@@ -142,6 +142,7 @@ impl SourceTask {
         if let Some(r) = self.restored.take() {
             emitted_wm = self.restore(r).await?;
         }
+        self.meters.times.set_ready();
         let mut max_ts = emitted_wm.saturating_add(self.timing.max_out_of_orderness.unwrap_or(0)).saturating_add(1);
         // After a stall, at most one batch at once (no catching up).
         let mut pacer = self.timing.rate_limit.map(|rate| Pacer::new(rate, batch_size as u64));
@@ -469,6 +470,7 @@ impl OperatorTask {
         if let Some(r) = self.restored.take() {
             self.restore(r).await?;
         }
+        self.meters.times.set_ready();
         let mut pending: Option<PendingSnapshot> = None;
         let mut first_barrier: Option<(u64, Instant)> = None;
         let mut ended = false;
