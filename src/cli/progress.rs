@@ -73,21 +73,24 @@ impl Progress {
             return Progress { bar: ProgressBar::hidden(), updater: None };
         }
         let bar = match extent {
-            Some(Extent::Bytes(total)) => {
-                ProgressBar::new(total).with_style(style("{bar:30} {binary_bytes}/{binary_total_bytes} {wide_msg}"))
-            }
-            Some(Extent::Rows(total)) => ProgressBar::new(total).with_style(style("{bar:30} {human_pos}/{human_len} rows {wide_msg}")),
-            None => ProgressBar::new_spinner().with_style(style("{spinner} {wide_msg}")),
+            Some(Extent::Bytes(total)) => ProgressBar::new(total).with_style(style("{bar:30} {binary_bytes}/{binary_total_bytes} {msg}")),
+            Some(Extent::Rows(total)) => ProgressBar::new(total).with_style(style("{bar:30} {human_pos}/{human_len} rows {msg}")),
+            None => ProgressBar::new_spinner().with_style(style("{spinner} {msg}")),
         };
-        bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(5));
-        *ON_SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
+        // Off screen until the restore is done: a restored run's bar
+        // starts at the restored position, not at 0.
+        bar.set_draw_target(ProgressDrawTarget::hidden());
         let b = bar.clone();
         let updater = tokio::spawn(async move {
+            let mut shown = false;
             loop {
                 let s = status.borrow_and_update().clone();
-                // Nothing until the restore is done: a restored run's bar
-                // starts where the restored position is, not at 0.
                 let starting = s.state == "starting";
+                if !starting && !shown {
+                    shown = true;
+                    b.set_draw_target(ProgressDrawTarget::term_like_with_hz(Box::new(Narrower(console::Term::stderr())), 5));
+                    *ON_SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(b.clone());
+                }
                 match &s.progress {
                     _ if starting => {}
                     Some(p) => {
@@ -113,6 +116,57 @@ impl Progress {
         }
         *ON_SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.bar.finish_and_clear();
+    }
+}
+
+/// stderr, drawn two columns narrower than it is. indicatif pads the bar
+/// to the width it is given; with the full width the `^C` a terminal
+/// echoes on Ctrl-C wraps onto a new line, the next draw clears that line
+/// instead of the bar's, and a stale copy of the bar stays above the logs.
+/// With two columns spare the `^C` stays on the bar's line and is cleared
+/// with it.
+#[derive(Debug)]
+struct Narrower(console::Term);
+
+impl indicatif::TermLike for Narrower {
+    fn width(&self) -> u16 {
+        self.0.size().1.saturating_sub(2).max(1)
+    }
+
+    fn height(&self) -> u16 {
+        self.0.size().0
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_up(n)
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_down(n)
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_right(n)
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_left(n)
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_line(s)
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_str(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.0.clear_line()
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 
