@@ -8,8 +8,9 @@ set -euo pipefail
 # which the end-to-end tests use to send SIGTERM; python3 and its venv module
 # for the test broker (scripts/kafka-broker.sh installs it into a venv);
 # prometheus (and its promtool) for the test that lets a real Prometheus
-# scrape weir's metrics endpoint (scripts/prometheus.sh).
-packages=(build-essential pkg-config libclang-dev procps python3 python3-venv prometheus)
+# scrape weir's metrics endpoint (scripts/prometheus.sh); tmux for the tests
+# that run weir in a real terminal and read its screen (tests/e2e/terminal.rs).
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv prometheus tmux)
 
 missing=()
 for p in "${packages[@]}"; do

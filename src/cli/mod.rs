@@ -1,6 +1,7 @@
 //! The command line: the only place with anyhow, indicatif and exit codes.
 
 mod inspect;
+mod live;
 mod progress;
 mod savepoint;
 
@@ -48,6 +49,26 @@ pub enum Command {
     /// Take, list and dispose of savepoints.
     #[command(subcommand)]
     Savepoint(SavepointCommand),
+    /// Ask the running pipeline (through `<state.dir>/control.sock`) how it
+    /// is doing: state, uptime, records/s in and out per operator,
+    /// watermarks, backpressure and the last checkpoint.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Ask again every `--interval` and show the new table, until the
+    /// pipeline ends (or `--count` tables were shown, or Ctrl-C).
+    #[arg(long)]
+    pub watch: bool,
+    /// How often `--watch` asks.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// With --watch: stop after N tables.
+    #[arg(long, value_name = "N", requires = "watch")]
+    pub count: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,7 +194,7 @@ pub fn init_logging(cli: &Cli) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("weir={}", cli.log_level)));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(progress::LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
@@ -190,7 +211,48 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Restore(args) => run_pipeline(RunArgs { restore: Some(args.savepoint.display().to_string()), options: args.options }),
         Command::Savepoint(command) => savepoint_command(command),
+        Command::Status(args) => status_command(args),
     }
+}
+
+fn status_command(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let p = load(&args.pipeline, &[])?;
+    if p.checkpoint.is_none() {
+        return Err(UsageError(format!(
+            "pipeline `{}` has no `checkpoint:` section, so it has no control socket to ask (its state directory holds it)",
+            p.name
+        ))
+        .into());
+    }
+    let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
+    let ask = || savepoint::status(&layout, &p.name, Duration::from_secs(10)).map_err(|e| anyhow::anyhow!("{e}"));
+    let first = ask()?;
+    if !args.watch {
+        print!("{}", live::table(&first));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // On a terminal each table replaces the last; elsewhere they follow each other.
+    let clear = if std::io::stdout().is_terminal() { "\x1b[H\x1b[2J" } else { "" };
+    let mut shown = 0u64;
+    let mut next = Some(first);
+    while let Some(status) = next.take() {
+        if shown > 0 && clear.is_empty() {
+            println!();
+        }
+        print!("{clear}{}", live::table(&status));
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        shown += 1;
+        if args.count.is_some_and(|n| shown >= n) {
+            break;
+        }
+        std::thread::sleep(args.interval);
+        match ask() {
+            Ok(s) => next = Some(s),
+            Err(_) => println!("\nPipeline `{}` is no longer running.", p.name),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
@@ -296,14 +358,17 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::new(pipeline);
     let name = plan.pipeline.name.clone();
     let outcome = rt.block_on(async move {
-        let engine = Engine::build(&plan, start).context("building the pipeline")?;
+        let mut engine = Engine::build(&plan, start).context("building the pipeline")?;
         let server = match metrics_listener {
             Some(l) => Some(metrics_http::MetricsServer::start(l, engine.exported()).context("starting the metrics endpoint")?),
             None => None,
         };
         let metrics = engine.metrics();
         let show = !args.options.no_progress && std::io::stderr().is_terminal();
-        let progress = progress::Progress::start(show, engine.extent(), metrics.clone());
+        if show {
+            engine.quiet_checkpoints();
+        }
+        let progress = progress::Progress::start(show, engine.extent(), engine.status());
         // A signal that came while the pipeline was being built stops it now.
         stop.attach(engine.stop_handle());
         tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");

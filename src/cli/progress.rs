@@ -1,12 +1,64 @@
-//! Progress display and the end-of-run summary, fed by runtime counters
-//! (the runtime never imports indicatif).
+//! Progress display and the end-of-run summary, fed by the runtime's
+//! status snapshots and counters (the runtime never imports indicatif),
+//! and the log writer that keeps log lines above the bar.
 
+use std::io::Write;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::watch;
 
+use super::live;
 use crate::connectors::source::Extent;
+use crate::runtime::status::Snapshot;
 use crate::runtime::{NodeMetrics, Outcome};
+
+/// The bar (or live line) on screen, if any: log lines go above it.
+static ON_SCREEN: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// The tracing writer: each event is written whole, above the bar while
+/// one is on screen (the bar steps aside with `ProgressBar::suspend` and is
+/// drawn again below), straight to stderr otherwise.
+pub struct LogWriter;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine(Vec::new())
+    }
+}
+
+/// One event's text, written when the event is formatted completely.
+pub struct LogLine(Vec<u8>);
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let bar = ON_SCREEN.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let write = || {
+            let _ = std::io::stderr().lock().write_all(&self.0);
+        };
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+    }
+}
 
 pub struct Progress {
     bar: ProgressBar,
@@ -14,34 +66,45 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Start a bar (bounded input) or a spinner with a live rate (unbounded).
-    pub fn start(show: bool, extent: Option<Extent>, metrics: Vec<NodeMetrics>) -> Progress {
+    /// Start a bar (bounded input) or a live status line (unbounded), both
+    /// fed by the engine's status snapshots.
+    pub fn start(show: bool, extent: Option<Extent>, mut status: watch::Receiver<Snapshot>) -> Progress {
         if !show {
             return Progress { bar: ProgressBar::hidden(), updater: None };
         }
-        let sources: Vec<NodeMetrics> = metrics.into_iter().filter(|m| m.kind == "source").collect();
-        let (bar, unit) = match extent {
-            Some(Extent::Bytes(total)) => (
-                ProgressBar::new(total)
-                    .with_style(style("{bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}")),
-                Unit::Bytes,
-            ),
-            Some(Extent::Rows(total)) => {
-                (ProgressBar::new(total).with_style(style("{bar:30} {human_pos}/{human_len} rows {per_sec} ETA {eta} {msg}")), Unit::Rows)
-            }
-            None => (ProgressBar::new_spinner().with_style(style("{spinner} {human_pos} records {per_sec} {msg}")), Unit::Rows),
+        let bar = match extent {
+            Some(Extent::Bytes(total)) => ProgressBar::new(total).with_style(style("{bar:30} {binary_bytes}/{binary_total_bytes} {msg}")),
+            Some(Extent::Rows(total)) => ProgressBar::new(total).with_style(style("{bar:30} {human_pos}/{human_len} rows {msg}")),
+            None => ProgressBar::new_spinner().with_style(style("{spinner} {msg}")),
         };
-        bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(5));
+        // Off screen until the restore is done: a restored run's bar
+        // starts at the restored position, not at 0.
+        bar.set_draw_target(ProgressDrawTarget::hidden());
         let b = bar.clone();
         let updater = tokio::spawn(async move {
+            let mut shown = false;
             loop {
-                let totals = sources.iter().map(|m| m.totals());
-                let pos = match unit {
-                    Unit::Bytes => totals.map(|t| t.bytes_in).sum(),
-                    Unit::Rows => totals.map(|t| t.records_out).sum(),
-                };
-                b.set_position(pos);
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let s = status.borrow_and_update().clone();
+                let starting = s.state == "starting";
+                if !starting && !shown {
+                    shown = true;
+                    b.set_draw_target(ProgressDrawTarget::term_like_with_hz(Box::new(Narrower(console::Term::stderr())), 5));
+                    *ON_SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(b.clone());
+                }
+                match &s.progress {
+                    _ if starting => {}
+                    Some(p) => {
+                        b.set_position(p.done);
+                        b.set_message(live::bar_message(&s));
+                    }
+                    None => {
+                        b.set_message(live::live_line(&s));
+                        b.tick();
+                    }
+                }
+                if status.changed().await.is_err() {
+                    return;
+                }
             }
         });
         Progress { bar, updater: Some(updater) }
@@ -51,14 +114,60 @@ impl Progress {
         if let Some(u) = self.updater {
             u.abort();
         }
+        *ON_SCREEN.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.bar.finish_and_clear();
     }
 }
 
-#[derive(Clone, Copy)]
-enum Unit {
-    Bytes,
-    Rows,
+/// stderr, drawn two columns narrower than it is. indicatif pads the bar
+/// to the width it is given; with the full width the `^C` a terminal
+/// echoes on Ctrl-C wraps onto a new line, the next draw clears that line
+/// instead of the bar's, and a stale copy of the bar stays above the logs.
+/// With two columns spare the `^C` stays on the bar's line and is cleared
+/// with it.
+#[derive(Debug)]
+struct Narrower(console::Term);
+
+impl indicatif::TermLike for Narrower {
+    fn width(&self) -> u16 {
+        self.0.size().1.saturating_sub(2).max(1)
+    }
+
+    fn height(&self) -> u16 {
+        self.0.size().0
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_up(n)
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_down(n)
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_right(n)
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.0.move_cursor_left(n)
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_line(s)
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.0.write_str(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.0.clear_line()
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 fn style(template: &str) -> ProgressStyle {

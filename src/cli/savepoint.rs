@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::checkpoint::layout::{self, Layout, METADATA_FILE};
 use crate::checkpoint::manifest::{Document, Kind, Metadata};
 use crate::checkpoint::{store, validate};
-use crate::runtime::control::{Request, SavepointRequest};
+use crate::runtime::control::{Request, SavepointRequest, Status, StatusRequest};
 
 /// Why a savepoint command failed; `Refused` is exit 2, `Failed` exit 1.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +57,16 @@ pub fn trigger(layout: &Layout, pipeline: &str, parent: Option<&Path>, end: Endi
         Some(path) if response["ok"] == true => Ok(PathBuf::from(path)),
         _ => Err(SavepointError::Failed(format!("savepoint failed: {}", error_of(&response)))),
     }
+}
+
+/// Ask the process running on the state directory of `layout` how it is
+/// doing (the `status` request of the control socket).
+pub fn status(layout: &Layout, pipeline: &str, timeout: Duration) -> Result<Status, SavepointError> {
+    let response = call(&layout.control_socket(), pipeline, &Request::Status(StatusRequest {}), timeout)?;
+    if response["ok"] != true {
+        return Err(SavepointError::Failed(format!("status failed: {}", error_of(&response))));
+    }
+    serde_json::from_value(response).map_err(|e| SavepointError::Failed(format!("unreadable status: {e}")))
 }
 
 /// One request, one response line.

@@ -11,13 +11,14 @@ use tokio::sync::{mpsc, watch};
 use super::barrier::{AlignmentMode, BarrierTracker};
 use super::chain::{Chain, ChainOp};
 use super::channel::{self, Receiver};
+use super::gauges::SubtaskGauges;
 use super::input::Inputs;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
 use super::rendezvous::Rendezvous;
 use super::restore::RestoredState;
 use super::snapshot::ChannelId;
-use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming};
+use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming, TaskMeters};
 use super::task_checkpoint::{Control, Event, TaskCheckpointing};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::Kind;
@@ -88,7 +89,16 @@ pub fn build(
     mut restored: Option<&mut RestoredState>,
 ) -> Result<Built, BuildError> {
     let p = plan.pipeline.parallelism;
-    let metrics: Vec<NodeMetrics> = plan.pipeline.nodes.iter().map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p)).collect();
+    let mut metrics: Vec<NodeMetrics> = plan.pipeline.nodes.iter().map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p)).collect();
+    // Operators chained into one task share its loop, so its time.
+    for chain in &plan.chains {
+        for i in 0..p as usize {
+            let times = metrics[chain[0]].gauges[i].times.clone();
+            for &id in &chain[1..] {
+                metrics[id].gauges[i] = Arc::new(SubtaskGauges::sharing(times.clone()));
+            }
+        }
+    }
     let mut dead_letters = DeadLetterWiring { letters: DeadLetters::default(), transactional: wiring.is_some(), commits: Vec::new() };
 
     // Channels into every non-source chain head: rx[chain][subtask] holds
@@ -152,9 +162,18 @@ pub fn build(
     });
     for (c, chain) in plan.chains.iter().enumerate().rev() {
         for i in (0..p).rev() {
-            let output = Output::new(std::mem::take(&mut routes[c][i as usize]));
+            let mut output = Output::new(std::mem::take(&mut routes[c][i as usize]));
             let head = chain[0];
             let rest = if matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)) { &chain[1..] } else { &chain[..] };
+            let gauge = |id: usize| metrics[id].gauges[i as usize].clone();
+            let meters = TaskMeters {
+                times: gauge(head).times.clone(),
+                source: matches!(plan.pipeline.nodes[head].kind, NodeKind::Source(_)).then(|| gauge(head)),
+                ops: rest.iter().map(|&id| gauge(id)).collect(),
+            };
+            let tail = *chain.last().expect("a chain has a node");
+            let _ = gauge(tail).outputs.set(output.probes());
+            output.measure(meters.times.clone());
             let src = match &plan.pipeline.nodes[head].kind {
                 NodeKind::Source(spec) => Some(source(plan, head, spec, i, &mut dead_letters)?),
                 _ => None,
@@ -206,6 +225,7 @@ pub fn build(
                         },
                         chain: Chain::new(ops),
                         output,
+                        meters,
                         stop: stop.clone(),
                         checkpointing: ck.map(|ck| {
                             let (tx, control) = mpsc::unbounded_channel();
@@ -217,6 +237,7 @@ pub fn build(
                 }
                 _ => {
                     let inputs = Inputs::new(std::mem::take(&mut receivers[c][i as usize]));
+                    let _ = metrics[head].gauges[i as usize].inputs.set(inputs.probes());
                     let member = rendezvous.get(bundle as usize).filter(|_| chain_is_native(plan, rest, &backends));
                     let checkpointing = ck.map(|ck| OperatorCheckpointing {
                         ck,
@@ -224,7 +245,7 @@ pub fn build(
                         native: member.map(|rv| (rv.clone(), rv.ticket())),
                         kind: (0, Kind::Checkpoint),
                     });
-                    Task::Operator(OperatorTask { inputs, chain: Chain::new(ops), output, checkpointing, restored: task_restored })
+                    Task::Operator(OperatorTask { inputs, chain: Chain::new(ops), output, meters, checkpointing, restored: task_restored })
                 }
             };
             tasks.push((task_name, task));

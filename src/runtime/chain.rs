@@ -160,6 +160,11 @@ impl Chain {
         self.ops.last().map_or(self.watermark, |op| op.op.output_watermark(op.watermark))
     }
 
+    /// Each operator's input and output watermark, in chain order.
+    pub fn op_watermarks(&self) -> impl Iterator<Item = (Millis, Millis)> + '_ {
+        self.ops.iter().map(|op| (op.watermark, op.op.output_watermark(op.watermark)))
+    }
+
     /// Give each operator the watermark the chain's input watermark implies
     /// (after a restore, without firing: the checkpoint was taken after the
     /// hooks for it ran).

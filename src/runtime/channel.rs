@@ -12,6 +12,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::sync::Notify;
 
+use super::gauges::{ChannelProbe, Fill, Phase, TaskTimes};
 use super::message::Message;
 use crate::types::Record;
 
@@ -27,6 +28,12 @@ struct Shared {
     capacity: usize,
     /// Signalled when space frees up or the receiver goes away.
     space: Notify,
+}
+
+impl Fill for Shared {
+    fn fill(&self) -> f64 {
+        self.lock().messages.len() as f64 / self.capacity as f64
+    }
 }
 
 impl Shared {
@@ -64,7 +71,14 @@ pub fn channel(capacity: NonZeroUsize) -> (Sender, Receiver) {
 impl Sender {
     /// Queue a message, waiting while the channel is full.
     pub async fn send(&self, msg: Message) -> Result<(), Disconnected> {
+        self.send_measured(msg, None).await
+    }
+
+    /// [`Sender::send`], counting a wait for room as the task's
+    /// backpressured time in `times` (the task is busy again after it).
+    pub async fn send_measured(&self, msg: Message, times: Option<&TaskTimes>) -> Result<(), Disconnected> {
         let mut msg = Some(msg);
+        let mut waited = false;
         loop {
             let notified = self.shared.space.notified();
             {
@@ -77,11 +91,25 @@ impl Sender {
                     if let Some(w) = q.receiver_waker.take() {
                         w.wake();
                     }
+                    drop(q);
+                    if let (true, Some(t)) = (waited, times) {
+                        t.enter(Phase::Busy);
+                    }
                     return Ok(());
                 }
             }
+            if let (false, Some(t)) = (waited, times) {
+                t.enter(Phase::Backpressured);
+            }
+            waited = true;
             notified.await;
         }
+    }
+
+    /// A look at how full this channel is, for the metrics.
+    pub fn probe(&self) -> ChannelProbe {
+        let shared: Arc<dyn Fill> = self.shared.clone();
+        ChannelProbe(Arc::downgrade(&shared))
     }
 
     /// Put `msg` at the head of the queue, ahead of everything queued, even
@@ -124,6 +152,12 @@ impl Drop for Sender {
 }
 
 impl Receiver {
+    /// A look at how full this channel is, for the metrics.
+    pub fn probe(&self) -> ChannelProbe {
+        let shared: Arc<dyn Fill> = self.shared.clone();
+        ChannelProbe(Arc::downgrade(&shared))
+    }
+
     /// The next message; `Ready(None)` once the sender is gone and the
     /// queue is empty.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {

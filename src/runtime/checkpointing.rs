@@ -93,6 +93,8 @@ pub struct Driver {
     savepoint: Option<PendingSavepoint>,
     /// The newest completed checkpoint or savepoint.
     last_completed: CheckpointId,
+    /// Log completed checkpoints at DEBUG (a progress bar shows them).
+    quiet: bool,
 }
 
 /// A savepoint request on its way through the coordinator.
@@ -158,7 +160,13 @@ impl Driver {
             commands,
             savepoint: None,
             last_completed: first_completed,
+            quiet: false,
         }
+    }
+
+    /// Log each completed checkpoint at DEBUG instead of INFO.
+    pub fn quiet_checkpoints(&mut self) {
+        self.quiet = true;
     }
 
     pub async fn run(mut self) -> Result<(), DriverError> {
@@ -368,19 +376,30 @@ impl Driver {
         } else {
             self.setup.metrics.savepoints_completed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        tracing::info!(
-            checkpoint = id,
-            duration_ms = done.duration.as_millis() as u64,
-            sync_ms = s.sync.as_millis() as u64,
-            async_ms = s.write.as_millis() as u64,
-            alignment_ms = s.alignment.as_millis() as u64,
-            pause_ms = s.pause.as_millis() as u64,
-            bytes = s.bytes,
-            reused_bytes = s.reused_bytes,
-            bundles = self.setup.bundles.len(),
-            "{}",
-            if kind == Kind::Savepoint { "Savepoint complete." } else { "Checkpoint complete." }
-        );
+        macro_rules! completed {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    checkpoint = id,
+                    duration_ms = done.duration.as_millis() as u64,
+                    sync_ms = s.sync.as_millis() as u64,
+                    async_ms = s.write.as_millis() as u64,
+                    alignment_ms = s.alignment.as_millis() as u64,
+                    pause_ms = s.pause.as_millis() as u64,
+                    bytes = s.bytes,
+                    reused_bytes = s.reused_bytes,
+                    bundles = self.setup.bundles.len(),
+                    "{}",
+                    if kind == Kind::Savepoint { "Savepoint complete." } else { "Checkpoint complete." }
+                )
+            };
+        }
+        // With a progress bar on screen the bar shows each checkpoint.
+        if self.quiet && kind == Kind::Checkpoint {
+            completed!(tracing::Level::DEBUG);
+        } else {
+            completed!(tracing::Level::INFO);
+        }
         self.last_completed = id;
         if kind == Kind::Savepoint {
             tracing::info!(savepoint = id, path = %dir.display(), "Savepoint written.");
@@ -464,6 +483,7 @@ impl Driver {
             running: self.coordinator.running(),
             savepoint_in_progress: self.savepoint.is_some(),
             stopping: self.final_wanted,
+            live: None,
         }
     }
 

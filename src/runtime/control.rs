@@ -21,6 +21,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+use super::status::Snapshot;
 use crate::checkpoint::CheckpointId;
 
 /// A request line.
@@ -52,7 +53,7 @@ pub struct SavepointRequest {
 pub struct StatusRequest {}
 
 /// What the driver knows about the running pipeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub pipeline: String,
     pub parallelism: u16,
@@ -62,10 +63,14 @@ pub struct Status {
     pub running: Option<CheckpointId>,
     pub savepoint_in_progress: bool,
     pub stopping: bool,
+    /// Rates, operators, watermark and checkpoints (runtime/status.rs),
+    /// added by the server from the engine's newest sample.
+    #[serde(default)]
+    pub live: Option<Snapshot>,
 }
 
 /// A response line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Response {
     Savepoint {
@@ -139,12 +144,16 @@ impl ControlServer {
     /// Bind `path` and serve until `shutdown`. The caller holds the state
     /// directory's lock, so a socket already there is stale (its process
     /// is gone) and is replaced.
-    pub async fn start(path: &Path, commands: mpsc::UnboundedSender<Command>) -> Result<ControlServer, ControlError> {
-        ControlServer::start_with(path, commands, Limits::default()).await
+    pub async fn start(
+        path: &Path,
+        commands: mpsc::UnboundedSender<Command>,
+        live: watch::Receiver<Snapshot>,
+    ) -> Result<ControlServer, ControlError> {
+        ControlServer::start_with(path, Handles { commands, live: Some(live) }, Limits::default()).await
     }
 
     /// [`ControlServer::start`] with other limits (tests use short ones).
-    pub async fn start_with(path: &Path, commands: mpsc::UnboundedSender<Command>, limits: Limits) -> Result<ControlServer, ControlError> {
+    async fn start_with(path: &Path, handles: Handles, limits: Limits) -> Result<ControlServer, ControlError> {
         let io = |source| ControlError::Io { path: path.to_path_buf(), source };
         if std::fs::symlink_metadata(path).is_ok() {
             std::fs::remove_file(path).map_err(io)?;
@@ -156,7 +165,7 @@ impl ControlServer {
         let listener = UnixListener::bind(addr.path()).map_err(io)?;
         set_owner_only(path).map_err(io)?;
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(serve(listener, commands, stop_rx, limits));
+        let task = tokio::spawn(serve(listener, handles, stop_rx, limits));
         tracing::debug!(socket = %path.display(), "Control socket listening.");
         Ok(ControlServer { path: path.to_path_buf(), stop, task })
     }
@@ -208,7 +217,14 @@ fn set_owner_only(path: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }
 
-async fn serve(listener: UnixListener, commands: mpsc::UnboundedSender<Command>, mut stop: watch::Receiver<bool>, limits: Limits) {
+/// Where requests are answered from: the driver, and the engine's status.
+#[derive(Clone)]
+struct Handles {
+    commands: mpsc::UnboundedSender<Command>,
+    live: Option<watch::Receiver<Snapshot>>,
+}
+
+async fn serve(listener: UnixListener, handles: Handles, mut stop: watch::Receiver<bool>, limits: Limits) {
     let mut conns = JoinSet::new();
     let mut failures: u32 = 0;
     let mut warning = RateLimit::new(ACCEPT_WARN_EVERY);
@@ -222,7 +238,7 @@ async fn serve(listener: UnixListener, commands: mpsc::UnboundedSender<Command>,
                         refuse(stream, limits.max_clients);
                     } else {
                         let (read, write) = stream.into_split();
-                        conns.spawn(connection(read, write, commands.clone(), limits));
+                        conns.spawn(connection(read, write, handles.clone(), limits));
                     }
                     None
                 }
@@ -336,7 +352,7 @@ async fn read_request<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> st
 }
 
 /// Answer every request line of one connection, within `limits`.
-async fn connection<R, W>(read: R, mut write: W, commands: mpsc::UnboundedSender<Command>, limits: Limits)
+async fn connection<R, W>(read: R, mut write: W, handles: Handles, limits: Limits)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -356,7 +372,7 @@ where
             }
             Ok(Ok(Read::Line(line))) => match std::str::from_utf8(&line) {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => answer(line, &commands).await,
+                Ok(line) => answer(line, &handles).await,
                 Err(e) => Response::error(format!("bad request: {e}")),
             },
         };
@@ -373,7 +389,8 @@ async fn send<W: AsyncWrite + Unpin>(write: &mut W, response: &Response) -> std:
     write.flush().await
 }
 
-async fn answer(line: &str, commands: &mpsc::UnboundedSender<Command>) -> Response {
+async fn answer(line: &str, handles: &Handles) -> Response {
+    let commands = &handles.commands;
     let request: Request = match serde_json::from_str(line) {
         Ok(r) => r,
         Err(e) => return Response::error(format!("bad request: {e}")),
@@ -397,7 +414,10 @@ async fn answer(line: &str, commands: &mpsc::UnboundedSender<Command>) -> Respon
                 return gone();
             }
             match rx.await {
-                Ok(status) => Response::Status { ok: true, status },
+                Ok(mut status) => {
+                    status.live = handles.live.as_ref().map(|l| l.borrow().clone());
+                    Response::Status { ok: true, status }
+                }
                 Err(_) => gone(),
             }
         }
@@ -434,6 +454,7 @@ mod tests {
             running: None,
             savepoint_in_progress: false,
             stopping: false,
+            live: None,
         };
         let s: serde_json::Value = serde_json::to_value(Response::Status { ok: true, status }).unwrap();
         assert_eq!((s["ok"].as_bool(), s["pipeline"].as_str(), s["last_checkpoint"].as_u64()), (Some(true), Some("p"), Some(7)));
@@ -468,7 +489,7 @@ mod tests {
         let read = Arc::new(AtomicUsize::new(0));
         let mut out = Vec::new();
         let (commands, _rx) = mpsc::unbounded_channel();
-        connection(Endless { left: 1 << 20, read: read.clone() }, &mut out, commands, limits).await;
+        connection(Endless { left: 1 << 20, read: read.clone() }, &mut out, Handles { commands, live: None }, limits).await;
         assert_eq!(String::from_utf8(out).unwrap(), "{\"ok\":false,\"error\":\"request too large\"}\n");
         let read = read.load(Ordering::SeqCst);
         assert!(read <= limits.max_request + 1 + READ_BUFFER, "read {read} bytes of an oversize line");
@@ -500,12 +521,13 @@ mod tests {
                         running: None,
                         savepoint_in_progress: false,
                         stopping: false,
+                        live: None,
                     };
                     let _ = reply.send(status);
                 }
             }
         });
-        let server = ControlServer::start_with(&path, tx, limits).await.unwrap();
+        let server = ControlServer::start_with(&path, Handles { commands: tx, live: None }, limits).await.unwrap();
         (dir, path, server)
     }
 

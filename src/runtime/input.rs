@@ -47,6 +47,11 @@ impl Inputs {
         self.blocked.iter_mut().for_each(|b| *b = false);
     }
 
+    /// A probe of every channel read here.
+    pub fn probes(&self) -> Vec<super::gauges::ChannelProbe> {
+        self.rxs.iter().map(Receiver::probe).collect()
+    }
+
     pub fn len(&self) -> usize {
         self.rxs.len()
     }

@@ -11,6 +11,8 @@ pub struct NodeMetrics {
     pub name: String,
     pub kind: &'static str,
     pub subtasks: Vec<Arc<OperatorMetrics>>,
+    /// Load, watermarks and channel fill, by subtask (runtime/gauges.rs).
+    pub gauges: Vec<Arc<super::gauges::SubtaskGauges>>,
 }
 
 /// A point-in-time sum over a node's subtasks.
@@ -24,7 +26,12 @@ pub struct Totals {
 
 impl NodeMetrics {
     pub fn new(name: &str, kind: &'static str, parallelism: u16) -> Self {
-        NodeMetrics { name: name.into(), kind, subtasks: (0..parallelism).map(|_| Arc::default()).collect() }
+        NodeMetrics {
+            name: name.into(),
+            kind,
+            subtasks: (0..parallelism).map(|_| Arc::default()).collect(),
+            gauges: (0..parallelism).map(|_| Arc::default()).collect(),
+        }
     }
 
     pub fn totals(&self) -> Totals {

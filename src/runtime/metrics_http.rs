@@ -277,6 +277,8 @@ impl Collector for WeirCollector {
             }
         }
 
+        subtask_load(&mut enc, e)?;
+
         let Some(c) = &e.checkpoints else { return Ok(()) };
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
@@ -334,6 +336,73 @@ impl Collector for WeirCollector {
     }
 }
 
+/// Per operator subtask: busy, idle and backpressured time (counters the
+/// task switches once per batch), input and output watermark, and the fill
+/// of the fullest input and output channel (read from the channels now).
+/// Operators chained into one task share its times.
+fn subtask_load(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use super::gauges::{watermark_seconds, PhaseNanos, SubtaskGauges};
+    use prometheus_client::metrics::MetricType;
+    let labelled = |node: &super::NodeMetrics, i: usize| (node.name.clone(), i.to_string());
+    type Time = fn(&PhaseNanos) -> u64;
+    let times: [(&str, &str, Time); 3] = [
+        ("weir_operator_busy_seconds", "Time the subtask's task spent processing (polling, operators, sink writes).", PhaseNanos::busy),
+        ("weir_operator_idle_seconds", "Time the subtask's task spent waiting for input.", PhaseNanos::idle),
+        (
+            "weir_operator_backpressured_seconds",
+            "Time the subtask's task spent blocked on a full output channel.",
+            PhaseNanos::backpressured,
+        ),
+    ];
+    // One reading per task for all three counters.
+    let readings: Vec<Vec<PhaseNanos>> = e.nodes.iter().map(|n| n.gauges.iter().map(|g| g.times.read()).collect()).collect();
+    for (name, help, pick) in times {
+        let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (node, reading) in e.nodes.iter().zip(&readings) {
+            for (i, r) in reading.iter().enumerate() {
+                let (operator, subtask) = labelled(node, i);
+                let labels = [("pipeline", e.pipeline.as_str()), ("operator", operator.as_str()), ("subtask", subtask.as_str())];
+                ConstCounter::new(pick(r) as f64 / 1e9).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    type Gauge = fn(&SubtaskGauges) -> Option<f64>;
+    let gauges: [(&str, &str, Gauge); 4] = [
+        (
+            "weir_operator_input_watermark_seconds",
+            "The subtask's input watermark, Unix seconds (+Inf after the end of input; absent before the first).",
+            |g| watermark_seconds(g.input_watermark.load(Ordering::Relaxed)),
+        ),
+        (
+            "weir_operator_output_watermark_seconds",
+            "The watermark the subtask emits, Unix seconds (+Inf after the end of input; absent before the first).",
+            |g| watermark_seconds(g.output_watermark.load(Ordering::Relaxed)),
+        ),
+        (
+            "weir_operator_input_channel_fill_ratio",
+            "How full the subtask's fullest input channel is (0 to 1); only the first operator of a task reads channels.",
+            SubtaskGauges::input_fill,
+        ),
+        (
+            "weir_operator_output_channel_fill_ratio",
+            "How full the subtask's fullest output channel is (0 to 1); only the last operator of a task writes channels.",
+            SubtaskGauges::output_fill,
+        ),
+    ];
+    for (name, help, pick) in gauges {
+        let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for node in &e.nodes {
+            for (i, g) in node.gauges.iter().enumerate() {
+                let Some(v) = pick(g) else { continue };
+                let (operator, subtask) = labelled(node, i);
+                let labels = [("pipeline", e.pipeline.as_str()), ("operator", operator.as_str()), ("subtask", subtask.as_str())];
+                ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, &str); 1], v: u64) -> Result<(), std::fmt::Error> {
     let c = ConstCounter::new(v);
     let mut m = enc.encode_descriptor(name, help, None, c.metric_type())?;
@@ -374,6 +443,35 @@ mod tests {
 
     fn text(reply: &[u8]) -> String {
         String::from_utf8(reply.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn subtask_load_watermarks_and_channel_fill_are_exported_per_subtask() {
+        use crate::runtime::gauges::Phase;
+        let e = exported(false);
+        let agg = &e.nodes[1].gauges[1];
+        agg.times.enter(Phase::Backpressured);
+        std::thread::sleep(Duration::from_millis(20));
+        agg.times.stop();
+        agg.set_watermarks(1500, crate::types::MAX_WATERMARK);
+        let (tx, _rx) = crate::runtime::channel::channel(std::num::NonZeroUsize::new(4).unwrap());
+        let _ = agg.outputs.set(vec![tx.probe()]);
+        let sent = async { tx.send(crate::runtime::message::Message::Idle).await };
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(sent).unwrap();
+        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        let value = |prefix: &str| -> f64 {
+            let line = body.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{body}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let labels = r#"{pipeline="p",operator="agg",subtask="1"}"#;
+        assert!(value(&format!("weir_operator_backpressured_seconds_total{labels}")) >= 0.02);
+        assert_eq!(value(&format!("weir_operator_busy_seconds_total{labels}")), 0.0);
+        assert_eq!(value(&format!("weir_operator_input_watermark_seconds{labels}")), 1.5);
+        assert_eq!(value(&format!("weir_operator_output_watermark_seconds{labels}")), f64::INFINITY);
+        assert_eq!(value(&format!("weir_operator_output_channel_fill_ratio{labels}")), 0.25);
+        assert!(body.contains("# TYPE weir_operator_idle_seconds_total counter"), "{body}");
+        assert!(!body.contains(r#"weir_operator_input_watermark_seconds{pipeline="p",operator="agg",subtask="0"}"#), "none yet: absent");
+        assert!(!body.contains("weir_operator_input_channel_fill_ratio{"), "no subtask here reads channels");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod channel;
 pub mod checkpointing;
 pub mod control;
 pub mod coordinator;
+pub mod gauges;
 pub mod input;
 pub mod message;
 pub mod metrics;
@@ -20,6 +21,7 @@ pub mod output;
 pub mod rendezvous;
 pub mod restore;
 pub mod snapshot;
+pub mod status;
 pub mod task;
 pub mod task_checkpoint;
 pub mod watermark;
@@ -71,6 +73,8 @@ pub struct Engine {
     control: Option<(std::path::PathBuf, mpsc::UnboundedSender<control::Command>)>,
     /// What the metrics endpoint reads.
     exported: metrics::Exported,
+    /// The newest status (runtime/status.rs), sampled while running.
+    status: (watch::Sender<status::Snapshot>, watch::Receiver<status::Snapshot>),
 }
 
 /// Asks a running engine to stop (sources stop, the rest drains).
@@ -103,6 +107,7 @@ impl Engine {
                 driver: None,
                 metrics: built.metrics,
                 extent: built.extent,
+                status: status_channel(&exported, built.extent, &stop_tx),
                 stop_tx,
                 control: None,
                 exported,
@@ -136,7 +141,30 @@ impl Engine {
         let control = Some((setup.layout.control_socket(), commands_tx));
         let driver = checkpointing::Driver::new(setup, events_rx, built.controls, completed_tx, done_tx, stop_rx, Some(commands_rx));
         let exported = exported(&built.metrics, Some(checkpoint_metrics));
-        Ok(Engine { tasks: built.tasks, driver: Some(driver), metrics: built.metrics, extent: built.extent, stop_tx, control, exported })
+        let status = status_channel(&exported, built.extent, &stop_tx);
+        Ok(Engine {
+            tasks: built.tasks,
+            driver: Some(driver),
+            metrics: built.metrics,
+            extent: built.extent,
+            stop_tx,
+            control,
+            exported,
+            status,
+        })
+    }
+
+    /// The newest status, sampled a few times a second while running.
+    pub fn status(&self) -> watch::Receiver<status::Snapshot> {
+        self.status.1.clone()
+    }
+
+    /// Log each completed checkpoint at DEBUG instead of INFO (a progress
+    /// bar shows it); savepoints, failures and warnings keep their level.
+    pub fn quiet_checkpoints(&mut self) {
+        if let Some(d) = &mut self.driver {
+            d.quiet_checkpoints();
+        }
     }
 
     /// What the metrics endpoint serves, live while running.
@@ -163,13 +191,16 @@ impl Engine {
     pub async fn run(self) -> Result<Outcome, RuntimeError> {
         let server = match &self.control {
             // Without it no savepoint could be taken: a failure to start.
-            Some((path, commands)) => Some(control::ControlServer::start(path, commands.clone()).await?),
+            Some((path, commands)) => Some(control::ControlServer::start(path, commands.clone(), self.status.1.clone()).await?),
             None => None,
         };
+        let sampler = status::Sampler::new(self.exported.clone(), self.extent, self.stop_tx.subscribe());
+        let sampling = tokio::spawn(sampler.run(self.status.0.clone()));
         let running = self.exported.running.clone();
         running.store(true, std::sync::atomic::Ordering::Relaxed);
         let result = self.run_tasks().await;
         running.store(false, std::sync::atomic::Ordering::Relaxed);
+        sampling.abort();
         if let Some(server) = server {
             server.shutdown().await;
         }
@@ -243,6 +274,15 @@ impl Engine {
             None => Ok(Outcome::Finished),
         }
     }
+}
+
+/// The status channel, holding a first snapshot (all zero, `starting`).
+fn status_channel(
+    exported: &metrics::Exported,
+    extent: Option<Extent>,
+    stop: &watch::Sender<bool>,
+) -> (watch::Sender<status::Snapshot>, watch::Receiver<status::Snapshot>) {
+    watch::channel(status::Sampler::new(exported.clone(), extent, stop.subscribe()).sample())
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {

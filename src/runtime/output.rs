@@ -3,7 +3,10 @@
 //! knows its `ChannelId`, so an unaligned barrier's overtaken records are
 //! kept per channel and go back on that channel alone after a restore.
 
+use std::sync::Arc;
+
 use super::channel::{Disconnected, Sender};
+use super::gauges::{ChannelProbe, TaskTimes};
 use super::message::Message;
 use super::snapshot::{ChannelId, ChannelState};
 use crate::types::{encode_key, key_group_of, subtask_for_key_group, Record};
@@ -64,12 +67,12 @@ impl Route {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), Disconnected> {
+    async fn flush(&mut self, times: Option<&TaskTimes>) -> Result<(), Disconnected> {
         match self {
-            Route::Forward { tx, buf, .. } => send_batches(tx, buf).await,
+            Route::Forward { tx, buf, .. } => send_batches(tx, buf, times).await,
             Route::Hash { txs, bufs, .. } => {
                 for (tx, buf) in txs.iter().zip(bufs.iter_mut()) {
-                    send_batches(tx, buf).await?;
+                    send_batches(tx, buf, times).await?;
                 }
                 Ok(())
             }
@@ -107,11 +110,11 @@ impl Route {
     }
 }
 
-async fn send_batches(tx: &Sender, buf: &mut Vec<Record>) -> Result<(), Disconnected> {
+async fn send_batches(tx: &Sender, buf: &mut Vec<Record>, times: Option<&TaskTimes>) -> Result<(), Disconnected> {
     while !buf.is_empty() {
         let rest = if buf.len() > BATCH_SIZE { buf.split_off(BATCH_SIZE) } else { Vec::new() };
         let batch = std::mem::replace(buf, rest);
-        tx.send(Message::Batch(batch)).await?;
+        tx.send_measured(Message::Batch(batch), times).await?;
     }
     Ok(())
 }
@@ -120,11 +123,23 @@ async fn send_batches(tx: &Sender, buf: &mut Vec<Record>) -> Result<(), Disconne
 #[derive(Default)]
 pub struct Output {
     routes: Vec<Route>,
+    /// Where waits for room on a full channel are counted.
+    times: Option<Arc<TaskTimes>>,
 }
 
 impl Output {
     pub fn new(routes: Vec<Route>) -> Self {
-        Output { routes }
+        Output { routes, times: None }
+    }
+
+    /// Count waits for room as backpressured time of the task in `times`.
+    pub fn measure(&mut self, times: Arc<TaskTimes>) {
+        self.times = Some(times);
+    }
+
+    /// A probe of every channel this output writes.
+    pub fn probes(&self) -> Vec<ChannelProbe> {
+        self.routes.iter().flat_map(|r| r.senders().iter().map(Sender::probe)).collect()
     }
 
     /// Buffer records for every route (cloned for all but the last).
@@ -142,7 +157,7 @@ impl Output {
 
     pub async fn flush(&mut self) -> Result<(), Disconnected> {
         for route in &mut self.routes {
-            route.flush().await?;
+            route.flush(self.times.as_deref()).await?;
         }
         Ok(())
     }
@@ -174,7 +189,7 @@ impl Output {
         self.flush().await?;
         for route in &self.routes {
             for tx in route.senders() {
-                tx.send(signal()).await?;
+                tx.send_measured(signal(), self.times.as_deref()).await?;
             }
         }
         Ok(())

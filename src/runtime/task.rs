@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::barrier::{Action, BarrierTracker, DataDisposition};
 use super::chain::{Chain, TaskError};
+use super::gauges::{Phase, SubtaskGauges, TaskTimes};
 use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
@@ -19,7 +20,7 @@ use super::task_checkpoint::{completed_changed, Control, Event, NativePart, Pend
 use super::watermark::{WatermarkChange, WatermarkTracker};
 use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::CheckpointId;
-use crate::connectors::source::{RestoredPositions, Source, SourcePoll};
+use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
 use crate::faults;
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::pacing::Pacer;
@@ -65,6 +66,26 @@ pub struct SourceCheckpointing {
     pub unaligned: bool,
 }
 
+/// The gauges a task writes (runtime/gauges.rs).
+pub struct TaskMeters {
+    /// The task's time, shared by its operators.
+    pub times: Arc<TaskTimes>,
+    /// Source tasks: the source's own.
+    pub source: Option<Arc<SubtaskGauges>>,
+    /// The chained operators', in chain order (`chain.ops[k]`; dead-letter
+    /// commits at the end of a chain have none).
+    pub ops: Vec<Arc<SubtaskGauges>>,
+}
+
+impl TaskMeters {
+    /// Publish the chain's watermarks (after they moved: per watermark, not per record).
+    fn watermarks(&self, chain: &Chain) {
+        for (g, (input, output)) in self.ops.iter().zip(chain.op_watermarks()) {
+            g.set_watermarks(input, output);
+        }
+    }
+}
+
 pub struct SourceTask {
     pub source: Box<dyn Source>,
     pub info: SubtaskInfo,
@@ -72,6 +93,7 @@ pub struct SourceTask {
     pub timing: SourceTiming,
     pub chain: Chain,
     pub output: Output,
+    pub meters: TaskMeters,
     pub stop: watch::Receiver<bool>,
     pub checkpointing: Option<SourceCheckpointing>,
     pub restored: Option<Restored>,
@@ -101,7 +123,15 @@ enum Wake {
 }
 
 impl SourceTask {
-    pub async fn run(mut self) -> TaskResult {
+    pub async fn run(self) -> TaskResult {
+        let times = self.meters.times.clone();
+        times.enter(Phase::Busy);
+        let result = self.run_loop().await;
+        times.stop();
+        result
+    }
+
+    async fn run_loop(mut self) -> TaskResult {
         let batch_size = match self.timing.rate_limit {
             // Small batches keep a throttled stream smooth (about 20 a second).
             Some(rate) => ((rate / 20.0) as usize).clamp(1, BATCH_SIZE),
@@ -112,6 +142,7 @@ impl SourceTask {
         if let Some(r) = self.restored.take() {
             emitted_wm = self.restore(r).await?;
         }
+        self.meters.times.set_ready();
         let mut max_ts = emitted_wm.saturating_add(self.timing.max_out_of_orderness.unwrap_or(0)).saturating_add(1);
         // After a stall, at most one batch at once (no catching up).
         let mut pacer = self.timing.rate_limit.map(|rate| Pacer::new(rate, batch_size as u64));
@@ -226,6 +257,13 @@ impl SourceTask {
 
     /// Wait until `until` (None: forever) or something happens.
     async fn wait(&mut self, until: Option<Instant>) -> Wake {
+        self.meters.times.enter(Phase::Idle);
+        let wake = self.wait_for(until).await;
+        self.meters.times.enter(Phase::Busy);
+        wake
+    }
+
+    async fn wait_for(&mut self, until: Option<Instant>) -> Wake {
         let sleep = async {
             match until {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -248,9 +286,18 @@ impl SourceTask {
 
     async fn restore(&mut self, r: Restored) -> Result<Millis, TaskError> {
         if let Some(p) = &r.positions {
+            let before = self.source.extent();
             // A Kafka source asks the brokers for every partition's offsets.
             let restored = crate::blocking::call(|| self.source.restore(p));
             restored.map_err(|e| TaskError::new(&self.info, OpError::Data(format!("restoring position: {e}"))))?;
+            // What the restored position had read of the bounded input:
+            // a progress bar starts there.
+            if let (Some(g), Some(before), Some(after)) = (&self.meters.source, before, self.source.extent()) {
+                let amount = |e: Extent| match e {
+                    Extent::Bytes(n) | Extent::Rows(n) => i64::try_from(n).unwrap_or(i64::MAX),
+                };
+                g.restored_done.store(amount(before).saturating_sub(amount(after)), std::sync::atomic::Ordering::Relaxed);
+            }
         }
         self.chain.restore(r.id, r.snapshot.watermark, &r.snapshot.operators)?;
         r.clock.task_done();
@@ -259,6 +306,10 @@ impl SourceTask {
         }
         self.output.restore_in_flight(r.snapshot.output_channels).map_err(|e| TaskError::new(&self.info, OpError::Data(e.to_string())))?;
         let wm = r.snapshot.watermark;
+        self.meters.watermarks(&self.chain);
+        if let Some(g) = &self.meters.source {
+            g.set_watermarks(MIN_WATERMARK, wm);
+        }
         let forward = self.chain.output_watermark();
         let sent =
             if forward > MIN_WATERMARK { self.output.broadcast(|| Message::Watermark(forward)).await } else { self.output.flush().await };
@@ -335,6 +386,10 @@ impl SourceTask {
     async fn emit_watermark(&mut self, wm: Millis) -> Result<bool, TaskError> {
         let out = self.chain.advance_watermark(wm)?;
         self.output.push(out);
+        if let Some(g) = &self.meters.source {
+            g.set_watermarks(MIN_WATERMARK, wm);
+        }
+        self.meters.watermarks(&self.chain);
         let forward = self.chain.output_watermark();
         Ok(self.output.broadcast(|| Message::Watermark(forward)).await.is_ok())
     }
@@ -391,6 +446,7 @@ pub struct OperatorTask {
     pub inputs: Inputs,
     pub chain: Chain,
     pub output: Output,
+    pub meters: TaskMeters,
     pub checkpointing: Option<OperatorCheckpointing>,
     pub restored: Option<Restored>,
 }
@@ -404,16 +460,26 @@ enum Step {
 }
 
 impl OperatorTask {
-    pub async fn run(mut self) -> TaskResult {
+    pub async fn run(self) -> TaskResult {
+        let times = self.meters.times.clone();
+        times.enter(Phase::Busy);
+        let result = self.run_loop().await;
+        times.stop();
+        result
+    }
+
+    async fn run_loop(mut self) -> TaskResult {
         let mut tracker = WatermarkTracker::new(self.inputs.len());
         if let Some(r) = self.restored.take() {
             self.restore(r).await?;
         }
+        self.meters.times.set_ready();
         let mut pending: Option<PendingSnapshot> = None;
         let mut first_barrier: Option<(u64, Instant)> = None;
         let mut ended = false;
         loop {
             let tick = self.chain.next_tick_in();
+            self.meters.times.enter(Phase::Idle);
             let step = match &mut self.checkpointing {
                 None => tokio::select! {
                     e = self.inputs.recv() => Step::Input(e),
@@ -429,6 +495,7 @@ impl OperatorTask {
                     }
                 }
             };
+            self.meters.times.enter(Phase::Busy);
             let (change, actions) = match step {
                 Step::Tick => {
                     let out = self.chain.tick()?;
@@ -492,6 +559,7 @@ impl OperatorTask {
                 WatermarkChange::Advanced(wm) if wm > self.chain.watermark() => {
                     let out = self.chain.advance_watermark(wm)?;
                     self.output.push(out);
+                    self.meters.watermarks(&self.chain);
                     let forward = self.chain.output_watermark();
                     self.output.broadcast(|| Message::Watermark(forward)).await
                 }
@@ -606,6 +674,7 @@ impl OperatorTask {
             let out = self.chain.process(0, input.records)?;
             self.output.push(out);
         }
+        self.meters.watermarks(&self.chain);
         let _ = self.output.flush().await;
         Ok(())
     }

@@ -28,6 +28,7 @@ mod rng;
 mod savepoint;
 mod signals;
 mod state_dir;
+mod terminal;
 mod util;
 mod validate;
 mod values;

@@ -1,0 +1,347 @@
+//! The status of a running pipeline, computed in one place and shown three
+//! ways: in the progress bar (bounded input), in the live line (unbounded
+//! input) and by `weir status` over the control socket.
+//!
+//! A [`Sampler`] reads the counters and gauges the tasks already keep
+//! (nothing is counted for it) a few times a second; rates are the
+//! difference between its newest reading and one about [`WINDOW`] older.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::gauges::PhaseNanos;
+use super::metrics::Exported;
+use crate::connectors::source::Extent;
+use crate::types::{Millis, MIN_WATERMARK};
+
+/// Rates are taken over about this long.
+pub const WINDOW: Duration = Duration::from_secs(2);
+
+/// How often the engine samples.
+pub const EVERY: Duration = Duration::from_millis(250);
+
+/// Backpressure at or above this share of the time is worth showing.
+pub const HIGH_BACKPRESSURE: f64 = 0.5;
+
+/// What a running pipeline is doing, at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub pipeline: String,
+    /// `starting` (until every task restored its state and runs), `running` or `stopping`.
+    pub state: String,
+    pub uptime_secs: f64,
+    /// Records the sources emitted in this run, and per second.
+    pub records: u64,
+    pub records_per_sec: f64,
+    /// Bytes the sources read in this run, and per second.
+    pub bytes: u64,
+    pub bytes_per_sec: f64,
+    /// Bounded input: how much is done, the restored position included.
+    pub progress: Option<Progress>,
+    /// None: checkpointing is off.
+    pub checkpoints: Option<Checkpoints>,
+    /// The highest share of time any subtask spent blocked on a full output channel.
+    pub backpressure: f64,
+    /// The operator it is in.
+    pub backpressured: Option<String>,
+    /// The lowest input watermark of the sinks, ms (None: none yet).
+    pub watermark: Option<Millis>,
+    pub operators: Vec<OperatorStatus>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    Bytes,
+    Rows,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub unit: Unit,
+    pub done: u64,
+    pub total: u64,
+    /// At the current rate (None: nothing moves).
+    pub eta_secs: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoints {
+    pub completed: u64,
+    pub failed: u64,
+    /// The newest completed checkpoint of this run (None: none yet).
+    pub last: Option<LastCheckpoint>,
+    /// The checkpoint or savepoint this run restored from.
+    pub restored_from: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastCheckpoint {
+    pub id: u64,
+    pub age_secs: f64,
+    pub duration_ms: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorStatus {
+    pub name: String,
+    pub kind: String,
+    pub parallelism: usize,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub in_per_sec: f64,
+    pub out_per_sec: f64,
+    /// Share of the time processing, over its subtasks (0 to 1).
+    pub busy: f64,
+    /// The highest share of time one of its subtasks was backpressured.
+    pub backpressured: f64,
+    /// The lowest over its subtasks, ms (None: some have none yet).
+    pub input_watermark: Option<Millis>,
+    pub output_watermark: Option<Millis>,
+}
+
+/// One reading of every counter.
+#[derive(Debug, Clone)]
+struct Reading {
+    at: Instant,
+    /// By node: records in, records out, bytes in, and each subtask's times.
+    nodes: Vec<(u64, u64, u64, Vec<PhaseNanos>)>,
+}
+
+/// Turns counter readings into snapshots.
+pub struct Sampler {
+    exported: Exported,
+    extent: Option<Extent>,
+    stopping: watch::Receiver<bool>,
+    started: Instant,
+    readings: VecDeque<Reading>,
+}
+
+impl Sampler {
+    /// Counters start at zero with the engine: the first rates are since now.
+    pub fn new(exported: Exported, extent: Option<Extent>, stopping: watch::Receiver<bool>) -> Sampler {
+        let started = Instant::now();
+        let zero =
+            Reading { at: started, nodes: exported.nodes.iter().map(|n| (0, 0, 0, vec![PhaseNanos::default(); n.gauges.len()])).collect() };
+        Sampler { exported, extent, stopping, started, readings: VecDeque::from([zero]) }
+    }
+
+    fn read(&self) -> Reading {
+        let nodes = self
+            .exported
+            .nodes
+            .iter()
+            .map(|n| {
+                let t = n.totals();
+                (t.records_in, t.records_out, t.bytes_in, n.gauges.iter().map(|g| g.times.read()).collect())
+            })
+            .collect();
+        Reading { at: Instant::now(), nodes }
+    }
+
+    /// Read the counters now and compare with a reading about [`WINDOW`] ago.
+    pub fn sample(&mut self) -> Snapshot {
+        let now = self.read();
+        while self.readings.len() > 1 && now.at.duration_since(self.readings[1].at) >= WINDOW {
+            self.readings.pop_front();
+        }
+        let then = self.readings.front().cloned().unwrap_or_else(|| now.clone());
+        self.readings.push_back(now.clone());
+        self.snapshot(&then, &now)
+    }
+
+    fn snapshot(&self, then: &Reading, now: &Reading) -> Snapshot {
+        let e = &self.exported;
+        let dt = now.at.duration_since(then.at).as_secs_f64();
+        let rate = |a: u64, b: u64| if dt > 0.001 { b.saturating_sub(a) as f64 / dt } else { 0.0 };
+        let share = |a: u64, b: u64| if dt > 0.001 { (b.saturating_sub(a) as f64 / 1e9 / dt).clamp(0.0, 1.0) } else { 0.0 };
+        let mut operators = Vec::new();
+        let (mut records, mut records_then, mut bytes, mut bytes_then) = (0, 0, 0, 0);
+        let (mut backpressure, mut backpressured) = (0.0f64, None);
+        let mut sink_watermark: Option<Option<Millis>> = None;
+        for (k, node) in e.nodes.iter().enumerate() {
+            let (in0, out0, b0, times0) = &then.nodes[k];
+            let (in1, out1, b1, times1) = &now.nodes[k];
+            if node.kind == "source" {
+                records += out1;
+                records_then += out0;
+                bytes += b1;
+                bytes_then += b0;
+            }
+            let subtasks = times1.len().max(1) as f64;
+            let busy = times0.iter().zip(times1).map(|(a, b)| share(a.busy(), b.busy())).sum::<f64>() / subtasks;
+            let bp = times0.iter().zip(times1).map(|(a, b)| share(a.backpressured(), b.backpressured())).fold(0.0, f64::max);
+            if bp > backpressure {
+                backpressure = bp;
+                backpressured = Some(node.name.clone());
+            }
+            let lowest = |pick: fn(&super::gauges::SubtaskGauges) -> Millis| {
+                let wm = node.gauges.iter().map(|g| pick(g)).min().unwrap_or(MIN_WATERMARK);
+                (wm != MIN_WATERMARK).then_some(wm)
+            };
+            let input_watermark = lowest(|g| g.input_watermark.load(Ordering::Relaxed));
+            let output_watermark = lowest(|g| g.output_watermark.load(Ordering::Relaxed));
+            if node.kind == "sink" {
+                let lowest = match sink_watermark {
+                    None => input_watermark,
+                    Some(w) => w.zip(input_watermark).map(|(a, b)| a.min(b)),
+                };
+                sink_watermark = Some(lowest);
+            }
+            operators.push(OperatorStatus {
+                name: node.name.clone(),
+                kind: node.kind.to_string(),
+                parallelism: node.subtasks.len(),
+                records_in: *in1,
+                records_out: *out1,
+                in_per_sec: rate(*in0, *in1),
+                out_per_sec: rate(*out0, *out1),
+                busy,
+                backpressured: bp,
+                input_watermark,
+                output_watermark,
+            });
+        }
+        let progress = self.extent.map(|extent| {
+            let restored: i64 = e
+                .nodes
+                .iter()
+                .filter(|n| n.kind == "source")
+                .flat_map(|n| &n.gauges)
+                .map(|g| g.restored_done.load(Ordering::Relaxed))
+                .fold(0i64, i64::saturating_add);
+            let restored = u64::try_from(restored).unwrap_or(0);
+            let (unit, total, read, read_then) = match extent {
+                Extent::Bytes(total) => (Unit::Bytes, total, bytes, bytes_then),
+                Extent::Rows(total) => (Unit::Rows, total, records, records_then),
+            };
+            let done = restored.saturating_add(read).min(total);
+            let per_sec = rate(read_then, read);
+            let eta_secs = (per_sec > 0.0).then(|| total.saturating_sub(done) as f64 / per_sec);
+            Progress { unit, done, total, eta_secs }
+        });
+        let checkpoints = e.checkpoints.as_ref().map(|c| {
+            let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            let last = c.since_last().map(|age| LastCheckpoint {
+                id: load(&c.last_id),
+                age_secs: age.as_secs_f64(),
+                duration_ms: load(&c.last_duration_ms),
+                bytes: load(&c.last_bytes),
+            });
+            let restored = load(&c.restored_id);
+            Checkpoints { completed: load(&c.completed), failed: load(&c.failed), last, restored_from: (restored > 0).then_some(restored) }
+        });
+        let ready = e.nodes.iter().flat_map(|n| &n.gauges).all(|g| g.times.is_ready());
+        let state = if !e.running.load(Ordering::Relaxed) || !ready {
+            "starting"
+        } else if *self.stopping.borrow() {
+            "stopping"
+        } else {
+            "running"
+        };
+        Snapshot {
+            pipeline: e.pipeline.clone(),
+            state: state.into(),
+            uptime_secs: now.at.duration_since(self.started).as_secs_f64(),
+            records,
+            records_per_sec: rate(records_then, records),
+            bytes,
+            bytes_per_sec: rate(bytes_then, bytes),
+            progress,
+            checkpoints,
+            backpressure,
+            backpressured,
+            watermark: sink_watermark.flatten(),
+            operators,
+        }
+    }
+
+    /// Sample every [`EVERY`] into `tx` until the receivers are gone.
+    pub async fn run(mut self, tx: watch::Sender<Snapshot>) {
+        let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if tx.send(self.sample()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::gauges::Phase;
+    use crate::runtime::metrics::{CheckpointMetrics, Completed, NodeMetrics};
+    use std::sync::Arc;
+
+    fn exported() -> Exported {
+        let nodes = vec![NodeMetrics::new("src", "source", 2), NodeMetrics::new("agg", "aggregate", 2), NodeMetrics::new("out", "sink", 1)];
+        Exported {
+            pipeline: "p".into(),
+            nodes,
+            checkpoints: Some(Arc::<CheckpointMetrics>::default()),
+            checkpoint_interval: Duration::from_secs(1),
+            running: Default::default(),
+        }
+    }
+
+    #[test]
+    fn rates_come_from_counter_deltas_and_progress_starts_at_the_restored_position() {
+        let e = exported();
+        let (_tx, stop) = watch::channel(false);
+        let mut s = Sampler::new(e.clone(), Some(Extent::Rows(1000)), stop);
+        // The restored position had read 300 rows (one subtask took over more after a rescale).
+        e.nodes[0].gauges[0].restored_done.store(400, Ordering::Relaxed);
+        e.nodes[0].gauges[1].restored_done.store(-100, Ordering::Relaxed);
+        let first = s.sample();
+        assert_eq!(first.progress.as_ref().map(|p| (p.done, p.total)), Some((300, 1000)), "{first:?}");
+        assert_eq!(first.state, "starting");
+        std::thread::sleep(Duration::from_millis(100));
+        e.running.store(true, Ordering::Relaxed);
+        assert_eq!(s.sample().state, "starting", "until every task restored");
+        for g in e.nodes.iter().flat_map(|n| &n.gauges) {
+            g.times.set_ready();
+        }
+        e.nodes[0].subtasks[0].records_out.store(150, Ordering::Relaxed);
+        e.nodes[0].subtasks[1].records_out.store(50, Ordering::Relaxed);
+        e.nodes[1].subtasks[1].records_in.store(200, Ordering::Relaxed);
+        let second = s.sample();
+        assert_eq!((second.records, second.state.as_str()), (200, "running"));
+        let p = second.progress.clone().unwrap();
+        assert_eq!(p.done, 500);
+        // 200 records in at most ~0.1 s plus scheduling: a rate, not a total.
+        assert!(second.records_per_sec > 200.0 && second.records_per_sec < 2100.0, "{}", second.records_per_sec);
+        assert!(p.eta_secs.is_some_and(|eta| eta > 0.0 && eta < 3.0), "{p:?}");
+        assert_eq!(second.operators[1].records_in, 200);
+        assert!(second.operators[1].in_per_sec > 0.0 && second.operators[0].in_per_sec == 0.0);
+        assert_eq!(second.checkpoints.as_ref().unwrap().last, None);
+        e.checkpoints.as_ref().unwrap().on_completed(&Completed { id: 3, duration: Duration::from_millis(42), ..Completed::default() });
+        let c = s.sample().checkpoints.unwrap();
+        assert_eq!(c.last.map(|l| (l.id, l.duration_ms)), Some((3, 42)));
+    }
+
+    #[test]
+    fn backpressure_names_the_operator_blocked_on_its_output() {
+        let e = exported();
+        let (_tx, stop) = watch::channel(false);
+        let mut s = Sampler::new(e.clone(), None, stop);
+        e.nodes[1].gauges[0].times.enter(Phase::Backpressured);
+        e.nodes[1].gauges[1].times.enter(Phase::Busy);
+        std::thread::sleep(Duration::from_millis(50));
+        let snap = s.sample();
+        assert!(snap.backpressure > 0.5, "{snap:?}");
+        assert_eq!(snap.backpressured.as_deref(), Some("agg"));
+        assert!(snap.operators[1].busy > 0.2 && snap.operators[1].busy <= 0.5 + 1e-9, "{:?}", snap.operators[1]);
+        assert_eq!(snap.progress, None);
+        assert_eq!(snap.watermark, None, "no watermark yet");
+        e.nodes[2].gauges[0].set_watermarks(5000, 5000);
+        assert_eq!(s.sample().watermark, Some(5000));
+    }
+}
