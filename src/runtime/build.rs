@@ -71,6 +71,8 @@ pub struct Built {
     pub bundles: Vec<Vec<TaskId>>,
     /// Native (incremental) RocksDB checkpoints: each bundle's rendezvous.
     pub rendezvous: Vec<Arc<Rendezvous>>,
+    /// Times the restore (None: a fresh start).
+    pub restore_clock: Option<Arc<super::restore::RestoreClock>>,
 }
 
 /// The channels between tasks and the checkpoint driver.
@@ -233,7 +235,7 @@ pub fn build(
     for b in &mut bundles {
         b.sort();
     }
-    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous })
+    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous, restore_clock: clock })
 }
 
 fn total_extent(extents: &[Option<Extent>]) -> Option<Extent> {

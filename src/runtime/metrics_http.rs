@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::control::Limits;
-use super::metrics::Exported;
+use super::metrics::{CheckpointMetrics, Exported, FailureReason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -243,6 +243,7 @@ impl Collector for WeirCollector {
         let pipeline = [("pipeline", e.pipeline.as_str())];
         let version = [("version", env!("CARGO_PKG_VERSION"))];
         gauge(&mut enc, "weir_build_info", "Always 1; the label is weir's version.", &version, 1i64)?;
+        process_metrics(&mut enc, &super::process::read())?;
         let running = i64::from(e.running.load(Ordering::Relaxed));
         gauge(
             &mut enc,
@@ -281,13 +282,7 @@ impl Collector for WeirCollector {
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
         counter(&mut enc, "weir_checkpoints_completed", "Checkpoints completed by this process.", &pipeline, load(&c.completed))?;
-        counter(
-            &mut enc,
-            "weir_checkpoints_failed",
-            "Checkpoints aborted (declined, timed out, failed writes).",
-            &pipeline,
-            load(&c.failed),
-        )?;
+        checkpoint_failures(&mut enc, &e.pipeline, c)?;
         counter(&mut enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
         let seconds: [(&str, &str, f64); 7] = [
             (
@@ -330,8 +325,118 @@ impl Collector for WeirCollector {
         for (name, help, v) in whole {
             gauge(&mut enc, name, help, &pipeline, v)?;
         }
+        checkpoint_progress(&mut enc, &pipeline, c)?;
         Ok(())
     }
+}
+
+/// The `process_*` figures Prometheus' client libraries export, under
+/// their usual names (no labels); a figure that could not be read is left out.
+fn process_metrics(enc: &mut DescriptorEncoder, p: &super::process::ProcessFigures) -> Result<(), std::fmt::Error> {
+    let none: [(&str, &str); 0] = [];
+    if let Some(v) = p.cpu_seconds {
+        let c = ConstCounter::new(v);
+        let mut m =
+            enc.encode_descriptor("process_cpu_seconds", "User and system CPU time of the process, seconds.", None, c.metric_type())?;
+        c.encode(m.encode_family(&none)?)?;
+    }
+    let gauges: [(&str, &str, Option<f64>); 5] = [
+        ("process_resident_memory_bytes", "Resident memory size, bytes.", p.resident_bytes.map(|v| v as f64)),
+        ("process_virtual_memory_bytes", "Virtual memory size, bytes.", p.virtual_bytes.map(|v| v as f64)),
+        ("process_open_fds", "Open file descriptors.", p.open_fds.map(|v| v as f64)),
+        ("process_max_fds", "The soft limit of open file descriptors.", p.max_fds.map(|v| v as f64)),
+        ("process_start_time_seconds", "When the process started, Unix seconds.", p.start_time_seconds),
+    ];
+    for (name, help, v) in gauges {
+        if let Some(v) = v {
+            let g = ConstGauge::new(v);
+            let mut m = enc.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m.encode_family(&none)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// `weir_checkpoints_failed_total` by reason, and the aborts of savepoints.
+fn checkpoint_failures(enc: &mut DescriptorEncoder, pipeline: &str, c: &CheckpointMetrics) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "weir_checkpoints_failed",
+        "Checkpoints (not savepoints) aborted, by reason: declined by a task, timeout, a failed write, superseded, conflict.",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for r in FailureReason::ALL {
+        let labels = [("pipeline", pipeline), ("reason", r.label())];
+        ConstCounter::new(c.failed_by[r as usize].load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+    }
+    let pipeline = [("pipeline", pipeline)];
+    counter(
+        enc,
+        "weir_checkpoints_aborted",
+        "Checkpoints and savepoints aborted (each \"Checkpoint aborted.\" log line).",
+        &pipeline,
+        c.failed.load(Ordering::Relaxed),
+    )?;
+    counter(enc, "weir_savepoints_failed", "Savepoints aborted.", &pipeline, c.savepoints_failed.load(Ordering::Relaxed))
+}
+
+/// What is running now, the start delay and in-flight bytes of the newest
+/// checkpoint, and the restore.
+fn checkpoint_progress(enc: &mut DescriptorEncoder, pipeline: &[(&str, &str); 1], c: &CheckpointMetrics) -> Result<(), std::fmt::Error> {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let in_progress = u64::from(load(&c.in_progress) != 0);
+    gauge(
+        enc,
+        "weir_checkpoints_in_progress",
+        "Checkpoints or savepoints in progress (0 or 1: one runs at a time).",
+        pipeline,
+        in_progress,
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_in_progress_id",
+        "Id of the checkpoint or savepoint in progress (0: none).",
+        pipeline,
+        load(&c.in_progress),
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoints_consecutive_failures",
+        "Checkpoints failed in a row (reset by a completion); one more than weir_checkpoint_tolerable_failures stops the pipeline.",
+        pipeline,
+        load(&c.consecutive_failures),
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_tolerable_failures",
+        "The configured checkpoint.tolerable_failures.",
+        pipeline,
+        load(&c.tolerable_failures),
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_last_start_delay_seconds",
+        "The longest time from the trigger to the first barrier at a task, of the newest completed checkpoint.",
+        pipeline,
+        load(&c.last_start_delay_ms) as f64 / 1000.0,
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_last_in_flight_size_bytes",
+        "Bytes of in-flight records (unaligned channel state) the newest completed checkpoint persisted.",
+        pipeline,
+        load(&c.last_in_flight_bytes),
+    )?;
+    if let Some(took) = c.restore.get().and_then(|clock| clock.took()) {
+        gauge(
+            enc,
+            "weir_restore_duration_seconds",
+            "Loading the restored checkpoint until the last task had its state back.",
+            pipeline,
+            took.as_secs_f64(),
+        )?;
+    }
+    Ok(())
 }
 
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, &str); 1], v: u64) -> Result<(), std::fmt::Error> {
@@ -416,11 +521,20 @@ mod tests {
         let e = exported(true);
         let c = e.checkpoints.clone().unwrap();
         c.on_completed(&Completed { id: 4, bytes: 1234, duration: Duration::from_millis(1500), created_ms: 2500, ..Completed::default() });
-        c.on_failed();
+        c.on_failed(false, FailureReason::Timeout);
+        c.on_failed(true, FailureReason::Declined);
         let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        #[cfg(target_os = "linux")]
+        for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_start_time_seconds "] {
+            assert!(body.lines().any(|l| l.starts_with(name)), "no {name} in\n{body}");
+        }
         for line in [
             r#"weir_checkpoints_completed_total{pipeline="p"} 1"#,
-            r#"weir_checkpoints_failed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoints_failed_total{pipeline="p",reason="timeout"} 1"#,
+            r#"weir_checkpoints_failed_total{pipeline="p",reason="declined"} 0"#,
+            r#"weir_checkpoints_aborted_total{pipeline="p"} 2"#,
+            r#"weir_savepoints_failed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoints_in_progress{pipeline="p"} 0"#,
             r#"weir_checkpoint_last_completed_id{pipeline="p"} 4"#,
             r#"weir_checkpoint_last_size_bytes{pipeline="p"} 1234"#,
             r#"weir_checkpoint_last_duration_seconds{pipeline="p"} 1.5"#,

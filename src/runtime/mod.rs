@@ -17,6 +17,7 @@ pub mod message;
 pub mod metrics;
 pub mod metrics_http;
 pub mod output;
+pub mod process;
 pub mod rendezvous;
 pub mod restore;
 pub mod snapshot;
@@ -118,6 +119,9 @@ impl Engine {
         let built = build::build(plan, &stop_rx, Some(&wiring), start.restored.as_mut())?;
         let checkpoint_metrics = std::sync::Arc::new(metrics::CheckpointMetrics::default());
         checkpoint_metrics.restored_id.store(restored_id, std::sync::atomic::Ordering::Relaxed);
+        if let Some(clock) = &built.restore_clock {
+            let _ = checkpoint_metrics.restore.set(clock.clone());
+        }
         let setup = checkpointing::DriverSetup {
             spec,
             layout,

@@ -189,12 +189,56 @@ fn ready_is_503_while_checkpoints_fail_and_healthz_stays_200() {
     let run = weir_run(&pipeline, 1).env("WEIR_FAULTS", "state_write_fail=1").spawn();
     let text = wait_scrape(&run, port, "2 failed checkpoints", |t| value(t, "weir_checkpoints_failed_total", &[]) >= Some(2.0));
     assert_eq!(must(&text, "weir_checkpoints_completed_total", &[]), 0.0);
+    // A failed state write is a task declining; no other reason is counted.
+    let declined = must(&text, "weir_checkpoints_failed_total", &[r#"reason="declined""#]);
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[]), declined, "{text}");
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[r#"reason="timeout""#]), 0.0);
+    assert!(must(&text, "weir_checkpoints_aborted_total", &[]) >= declined);
+    assert_eq!(must(&text, "weir_savepoints_failed_total", &[]), 0.0);
+    // Nothing completes, so every failure is consecutive.
+    assert!(must(&text, "weir_checkpoints_consecutive_failures", &[]) >= 2.0, "{text}");
+    assert_eq!(must(&text, "weir_checkpoint_tolerable_failures", &[]), 10000.0);
     assert_eq!(must(&text, "weir_pipeline_running", &[]), 1.0);
     let (status, body) = get(port, "/ready").expect("/ready answers");
     assert_eq!((status, body.as_str()), (503, "not ready: no checkpoint completed yet\n"));
     assert_eq!(get(port, "/healthz"), Some((200, "ok\n".into())));
     assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
     drop(run);
+}
+
+/// Unaligned checkpoints behind a slow sink (the channels fill, so barriers
+/// overtake records), sources that hold each barrier 300 ms, and a dedup
+/// subtask stalled 2 s at its first barrier, longer than the timeout.
+#[test]
+fn checkpoint_start_delay_in_flight_bytes_timeouts_and_in_progress_are_reported() {
+    let dir = tmp();
+    let ck = "checkpoint: {interval: 200ms, timeout: 1s, alignment: unaligned, tolerable_failures: 100}\n";
+    let body = datagen_pipeline(ck, None).replace("type: blackhole, input: unique}", "type: blackhole, input: unique, rate_limit: 300}");
+    assert!(body.contains("rate_limit: 300"));
+    let pipeline = write_pipeline(dir.path(), &body);
+    let port = free_port();
+    let run = weir_run(&pipeline, 2)
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("WEIR_FAULTS", "barrier_delay=300ms,stall=unique:0:2s")
+        .spawn();
+    let busy = wait_scrape(&run, port, "a checkpoint in progress", |t| value(t, "weir_checkpoints_in_progress", &[]) == Some(1.0));
+    assert!(must(&busy, "weir_checkpoint_in_progress_id", &[]) >= 1.0, "{busy}");
+    let text = wait_scrape(&run, port, "a timeout, then 2 completed checkpoints", |t| {
+        value(t, "weir_checkpoints_failed_total", &[r#"reason="timeout""#]) >= Some(1.0)
+            && value(t, "weir_checkpoints_completed_total", &[]) >= Some(2.0)
+    });
+    drop(run);
+    // The trigger reaches the sources at once; the operators see the first
+    // barrier once a source let it go, 300 ms later.
+    let delay = must(&text, "weir_checkpoint_last_start_delay_seconds", &[r#"pipeline="metered""#]);
+    assert!((0.3..10.0).contains(&delay), "start delay {delay}");
+    let in_flight = must(&text, "weir_checkpoint_last_in_flight_size_bytes", &[]);
+    let size = must(&text, "weir_checkpoint_last_size_bytes", &[]);
+    assert!(in_flight > 0.0 && in_flight <= size, "in-flight {in_flight} of {size} bytes");
+    // The stall outlasted one checkpoint's timeout and nothing else failed.
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[r#"reason="declined""#]), 0.0, "{text}");
+    assert_eq!(must(&text, "weir_checkpoints_consecutive_failures", &[]), 0.0, "a completion resets it");
 }
 
 #[test]
@@ -230,11 +274,14 @@ fn restored_run_reports_its_checkpoint_and_counts_from_zero() {
         .arg("latest")
         .arg("--metrics-addr")
         .arg(format!("127.0.0.1:{port}"))
-        .env("WEIR_FAULTS", "stall=unique:0:3s")
+        .env("WEIR_FAULTS", "stall=unique:0:3s,restore_stall=300ms")
         .spawn();
-    let text = wait_scrape(&run, port, "the restored id", |t| value(t, "weir_checkpoint_restored_id", &[]).is_some());
+    // Known once every task has its state back.
+    let text = wait_scrape(&run, port, "the restore duration", |t| value(t, "weir_restore_duration_seconds", &[]).is_some());
     run.wait_for(Duration::from_secs(30)).expect_code(0);
     assert_eq!(must(&text, "weir_checkpoint_restored_id", &[]), id as f64);
+    let took = must(&text, "weir_restore_duration_seconds", &[r#"pipeline="metered""#]);
+    assert!((0.3..30.0).contains(&took), "every task's restore stalls 300 ms, the restore took {took} s");
     // Counters are this process's: the input was all read before the restore.
     assert_eq!(must(&text, "weir_records_out_total", &[r#"operator="events""#]), 0.0);
 }
