@@ -44,6 +44,8 @@ pub struct OperatorMetrics {
     pub records_dropped: AtomicU64,
     /// Bytes consumed (sources only).
     pub bytes_in: AtomicU64,
+    /// Part files published (file sinks only).
+    pub parts_published: AtomicU64,
 }
 
 impl OperatorMetrics {

@@ -169,6 +169,21 @@ impl CheckpointMetrics {
     }
 }
 
+/// What the metrics endpoint reads besides the counters, fixed when the
+/// pipeline is built.
+#[derive(Debug, Clone, Default)]
+pub struct Details {
+    /// Each bundle's working RocksDB (empty: memory state). Weak: the
+    /// endpoint must not keep a DB (and its directory) past its run.
+    pub state_dbs: Vec<std::sync::Weak<crate::state::rocks::BundleDb>>,
+    /// The column families of those DBs: the keyed operators' names.
+    pub column_families: Vec<String>,
+    /// The bounded input of each source subtask: (source, subtask, extent).
+    pub source_extents: Vec<(String, u16, crate::connectors::source::Extent)>,
+    /// The file sinks, whose subtasks count the part files they publish.
+    pub file_sinks: Vec<String>,
+}
+
 /// Everything the metrics endpoint reads, live while the engine runs.
 #[derive(Debug, Clone)]
 pub struct Exported {
@@ -179,4 +194,5 @@ pub struct Exported {
     pub checkpoint_interval: std::time::Duration,
     /// Set while the tasks run (after the build and restore, until the end).
     pub running: Arc<std::sync::atomic::AtomicBool>,
+    pub details: Arc<Details>,
 }

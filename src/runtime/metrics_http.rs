@@ -178,7 +178,10 @@ fn answer(site: &Site, head: &[u8]) -> Vec<u8> {
     match path {
         "/metrics" => {
             let mut text = String::new();
-            match prometheus_client::encoding::prometheus_text::encode(&mut text, &site.registry) {
+            // RocksDB's properties are read under its mutex: keep the other
+            // tasks of this worker going meanwhile.
+            let encoded = crate::blocking::call(|| prometheus_client::encoding::prometheus_text::encode(&mut text, &site.registry));
+            match encoded {
                 Ok(()) => response(200, prometheus_client::encoding::prometheus_text::CONTENT_TYPE, &text, with_body),
                 Err(_) => response(500, "text/plain", "encoding failed\n", with_body),
             }
@@ -278,6 +281,8 @@ impl Collector for WeirCollector {
             }
         }
 
+        sources_and_sinks(&mut enc, e)?;
+        rocksdb_properties(&mut enc, e)?;
         let Some(c) = &e.checkpoints else { return Ok(()) };
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
@@ -352,6 +357,100 @@ fn process_metrics(enc: &mut DescriptorEncoder, p: &super::process::ProcessFigur
             let g = ConstGauge::new(v);
             let mut m = enc.encode_descriptor(name, help, None, g.metric_type())?;
             g.encode(m.encode_family(&none)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each source subtask's bounded input (the total `weir_source_bytes_in_total`
+/// or `weir_records_out_total` reaches), and the part files file sinks published.
+fn sources_and_sinks(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use crate::connectors::source::Extent;
+    let families: [(&str, &str, fn(&Extent) -> Option<u64>); 2] = [
+        ("weir_source_input_size_bytes", "Bytes of bounded input a source subtask reads in all (files).", |x| match x {
+            Extent::Bytes(b) => Some(*b),
+            Extent::Rows(_) => None,
+        }),
+        ("weir_source_input_rows", "Rows of bounded input a source subtask emits in all (datagen with rows).", |x| match x {
+            Extent::Rows(r) => Some(*r),
+            Extent::Bytes(_) => None,
+        }),
+    ];
+    for (name, help, pick) in families {
+        let series: Vec<(&str, u16, u64)> =
+            e.details.source_extents.iter().filter_map(|(op, i, x)| Some((op.as_str(), *i, pick(x)?))).collect();
+        if series.is_empty() {
+            continue;
+        }
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+        for (op, i, v) in series {
+            let subtask = i.to_string();
+            let labels = [("pipeline", e.pipeline.as_str()), ("operator", op), ("subtask", subtask.as_str())];
+            ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    if e.details.file_sinks.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(
+        "weir_sink_parts_published",
+        "Part files a file sink subtask published (renamed to their final name).",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for node in e.nodes.iter().filter(|n| e.details.file_sinks.contains(&n.name)) {
+        for (i, sub) in node.subtasks.iter().enumerate() {
+            let subtask = i.to_string();
+            let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+            ConstCounter::new(sub.parts_published.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// RocksDB's own figures per bundle and column family (one per keyed
+/// operator), as `rocksdb.<property>` names them.
+const ROCKSDB_PROPERTIES: [(&str, &str, &str); 7] = [
+    ("weir_rocksdb_estimate_num_keys", "rocksdb.estimate-num-keys", "Estimated keys in the column family (RocksDB's estimate)."),
+    ("weir_rocksdb_size_all_mem_tables_bytes", "rocksdb.size-all-mem-tables", "Bytes of the active, unflushed and pinned memtables."),
+    (
+        "weir_rocksdb_estimate_pending_compaction_bytes",
+        "rocksdb.estimate-pending-compaction-bytes",
+        "Bytes compaction must rewrite to bring every level under its target.",
+    ),
+    (
+        "weir_rocksdb_actual_delayed_write_rate",
+        "rocksdb.actual-delayed-write-rate",
+        "The write rate RocksDB slows writes to, bytes per second (0: writes are not delayed).",
+    ),
+    (
+        "weir_rocksdb_is_write_stopped",
+        "rocksdb.is-write-stopped",
+        "1 while RocksDB stops writes (too many memtables or L0 files, too much pending compaction).",
+    ),
+    (
+        "weir_rocksdb_block_cache_usage_bytes",
+        "rocksdb.block-cache-usage",
+        "Bytes in the block cache (one cache per bundle, shared by its column families).",
+    ),
+    ("weir_rocksdb_live_sst_files_size_bytes", "rocksdb.live-sst-files-size", "Bytes of the SST files of the current version."),
+];
+
+fn rocksdb_properties(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    let dbs: Vec<(usize, Arc<crate::state::rocks::BundleDb>)> =
+        e.details.state_dbs.iter().enumerate().filter_map(|(b, db)| Some((b, db.upgrade()?))).collect();
+    if dbs.is_empty() {
+        return Ok(());
+    }
+    for (name, property, help) in ROCKSDB_PROPERTIES {
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+        for (b, db) in &dbs {
+            let bundle = b.to_string();
+            for cf in &e.details.column_families {
+                let Some(v) = db.int_property(cf, property) else { continue };
+                let labels = [("pipeline", e.pipeline.as_str()), ("bundle", bundle.as_str()), ("operator", cf.as_str())];
+                ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m.encode_family(&labels)?)?;
+            }
         }
     }
     Ok(())
@@ -468,6 +567,7 @@ mod tests {
             checkpoints: checkpoints.then(Arc::<CheckpointMetrics>::default),
             checkpoint_interval: Duration::from_secs(60),
             running: Default::default(),
+            details: Default::default(),
         }
     }
 

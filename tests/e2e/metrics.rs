@@ -241,6 +241,57 @@ fn checkpoint_start_delay_in_flight_bytes_timeouts_and_in_progress_are_reported(
     assert_eq!(must(&text, "weir_checkpoints_consecutive_failures", &[]), 0.0, "a completion resets it");
 }
 
+/// A bounded file source beside an unbounded datagen, a keyed dedup on
+/// RocksDB, a file sink: the file's size and how much of it was read, the
+/// part files published, and RocksDB's own figures for every bundle.
+#[test]
+fn file_progress_parts_published_and_rocksdb_properties_are_exported() {
+    let dir = tmp();
+    let input = dir.path().join("in.jsonl");
+    let lines: String = (0..500).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+    std::fs::write(&input, &lines).unwrap();
+    let body = format!(
+        "name: metered\nbundles: {{size: 1}}\ncheckpoint: {{interval: 200ms}}\nsources:\n  - {{name: lines, type: file, path: {}}}\n  - name: events\n    type: datagen\n    rate_limit: 2000\n    fields:\n      n: {{kind: sequence}}\noperators:\n  - {{name: unique, type: dedup, input: events, key: [n]}}\nsinks:\n  - {{name: out, type: file, input: unique, path: {}}}\n  - {{name: drop, type: blackhole, input: lines}}\n",
+        input.display(),
+        dir.path().join("out").display()
+    );
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(&pipeline, format!("state: {{backend: rocksdb, dir: {}}}\n{body}", dir.path().join("st").display())).unwrap();
+    let pipeline = pipeline.display().to_string();
+    let port = free_port();
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let size = lines.len() as f64;
+    let text = wait_scrape(&run, port, "the file read, parts published, keys in RocksDB", |t| {
+        value(t, "weir_source_bytes_in_total", &[r#"operator="lines""#]) == Some(size)
+            && value(t, "weir_sink_parts_published_total", &[r#"operator="out""#]) >= Some(1.0)
+            && value(t, "weir_rocksdb_estimate_num_keys", &[]) > Some(0.0)
+    });
+    drop(run);
+    assert_eq!(must(&text, "weir_source_input_size_bytes", &[r#"operator="lines""#]), size);
+    assert_eq!(value(&text, "weir_source_input_size_bytes", &[r#"operator="events""#]), None, "unbounded: no total");
+    assert_eq!(value(&text, "weir_sink_parts_published_total", &[r#"operator="drop""#]), None, "only file sinks publish parts");
+    let published =
+        std::fs::read_dir(dir.path().join("out")).unwrap().flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count();
+    assert!(published as f64 >= must(&text, "weir_sink_parts_published_total", &[]), "{published} part files on disk");
+    // Two bundles (bundles.size 1 at parallelism 2), one column family: the dedup's.
+    for bundle in ["0", "1"] {
+        let at = [format!(r#"bundle="{bundle}""#), r#"operator="unique""#.to_string(), r#"pipeline="metered""#.to_string()];
+        let at: Vec<&str> = at.iter().map(String::as_str).collect();
+        for name in [
+            "weir_rocksdb_estimate_num_keys",
+            "weir_rocksdb_size_all_mem_tables_bytes",
+            "weir_rocksdb_estimate_pending_compaction_bytes",
+            "weir_rocksdb_actual_delayed_write_rate",
+            "weir_rocksdb_block_cache_usage_bytes",
+            "weir_rocksdb_live_sst_files_size_bytes",
+        ] {
+            must(&text, name, &at);
+        }
+        assert_eq!(must(&text, "weir_rocksdb_is_write_stopped", &at), 0.0);
+        assert!(must(&text, "weir_rocksdb_estimate_num_keys", &at) > 0.0, "each bundle holds some of the keys");
+    }
+}
+
 #[test]
 fn ready_without_checkpoints_is_200_while_running() {
     let dir = tmp();
