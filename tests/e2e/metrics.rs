@@ -290,6 +290,12 @@ fn file_progress_parts_published_and_rocksdb_properties_are_exported() {
         assert_eq!(must(&text, "weir_rocksdb_is_write_stopped", &at), 0.0);
         assert!(must(&text, "weir_rocksdb_estimate_num_keys", &at) > 0.0, "each bundle holds some of the keys");
     }
+    // docs/metrics.md lists every series this run (RocksDB, checkpoints, file source and sink) exports.
+    let documented = documented_metrics();
+    let exported: std::collections::BTreeSet<&str> =
+        text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let undocumented: Vec<&&str> = exported.iter().filter(|n| !documented.contains(**n)).collect();
+    assert!(undocumented.is_empty(), "not in docs/metrics.md: {undocumented:?}");
 }
 
 #[test]
@@ -421,12 +427,18 @@ struct Prometheus {
 impl Prometheus {
     /// None when Debian's `prometheus` package is not installed.
     fn start(dir: &Path, targets: &[u16]) -> Option<Prometheus> {
+        Self::start_with(dir, targets, &[])
+    }
+
+    /// With more options of `scripts/prometheus.sh start` (`--rules FILE`).
+    fn start_with(dir: &Path, targets: &[u16], more: &[&str]) -> Option<Prometheus> {
         if std::process::Command::new("prometheus").arg("--version").output().is_err() {
             return None;
         }
         let targets: Vec<String> = targets.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
             .args(["start", "--data-dir", dir.to_str().unwrap(), "--interval", "500ms", "--target", &targets.join(",")])
+            .args(more)
             .output()
             .expect("running scripts/prometheus.sh");
         assert!(out.status.success(), "prometheus.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -544,4 +556,102 @@ fn prometheus_scrapes_weir_checkpoints_rise_and_records_equal_the_summary() {
         assert_eq!(v, Some(summary_count(&o.stderr, node, dir) as f64), "{node} {dir}:\n{}", o.stderr);
         assert_eq!(v, Some(ROWS as f64));
     }
+}
+
+/// `promtool`, or None (with a note) when it is not installed.
+fn promtool() -> Option<std::process::Command> {
+    if std::process::Command::new("promtool").arg("--version").output().is_err() {
+        eprintln!("skipped: `promtool` is not installed (scripts/install-deps.sh installs prometheus)");
+        return None;
+    }
+    let mut c = std::process::Command::new("promtool");
+    c.current_dir(super::util::repo().join("deploy/prometheus"));
+    Some(c)
+}
+
+#[test]
+fn alert_rules_pass_promtool_check_and_their_recorded_series_tests() {
+    for args in [["check", "rules", "alerts.yml"], ["test", "rules", "alerts_test.yml"]] {
+        let Some(mut c) = promtool() else { return };
+        let out = c.args(args).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "promtool {args:?}:\n{text}");
+        assert!(text.contains("SUCCESS"), "promtool {args:?}:\n{text}");
+    }
+}
+
+/// The metric names docs/metrics.md lists (first column of its tables).
+fn documented_metrics() -> std::collections::BTreeSet<String> {
+    let doc = std::fs::read_to_string(super::util::repo().join("docs/metrics.md")).unwrap();
+    let names: std::collections::BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(name, _)| name.to_string())
+        .filter(|n| n.starts_with("weir_") || n.starts_with("process_"))
+        .collect();
+    assert!(names.len() > 30, "{names:?}");
+    names
+}
+
+/// Every `weir_*` and `process_*` name in `text`.
+fn metric_names_in(text: &str) -> std::collections::BTreeSet<String> {
+    let re = regex::Regex::new(r"\b(?:weir|process)_[a-z0-9_]+").unwrap();
+    re.find_iter(text).map(|m| m.as_str().to_string()).collect()
+}
+
+#[test]
+fn dashboard_and_alert_rules_name_only_documented_metrics() {
+    let documented = documented_metrics();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(super::util::repo().join("deploy/grafana/weir.json")).unwrap()).unwrap();
+    // Every query: the panels' targets and the variables' queries.
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            queries.push(t["expr"].as_str().expect("a target with an expr").to_string());
+        }
+    }
+    for v in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["definition"].as_str() {
+            queries.push(q.to_string());
+        }
+    }
+    assert!(queries.len() > 30, "{queries:?}");
+    let rules = std::fs::read_to_string(super::util::repo().join("deploy/prometheus/alerts.yml")).unwrap();
+    let rules: String = rules.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
+    for (what, text) in [("deploy/grafana/weir.json", queries.join("\n")), ("deploy/prometheus/alerts.yml", rules)] {
+        let named = metric_names_in(&text);
+        assert!(named.len() > 5, "{what}: {named:?}");
+        let unknown: Vec<&String> = named.iter().filter(|n| !documented.contains(*n)).collect();
+        assert!(unknown.is_empty(), "{what} names metrics docs/metrics.md does not list: {unknown:?}");
+    }
+}
+
+/// A subtask stalled at its first barrier for longer than the test: every
+/// checkpoint times out, and Prometheus, evaluating deploy/prometheus/alerts.yml,
+/// reports WeirCheckpointRepeatedFailure firing.
+#[test]
+fn prometheus_fires_the_repeated_failure_alert_while_a_stalled_subtask_fails_checkpoints() {
+    let dir = tmp();
+    let port = free_port();
+    let rules = super::util::repo().join("deploy/prometheus/alerts.yml");
+    let Some(prom) = Prometheus::start_with(&dir.path().join("prometheus"), &[port], &["--rules", rules.to_str().unwrap()]) else {
+        eprintln!("skipped: `prometheus` is not installed (scripts/install-deps.sh installs it)");
+        return;
+    };
+    let ck = "checkpoint: {interval: 100ms, timeout: 300ms, tolerable_failures: 10000}\n";
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline(ck, None));
+    let run =
+        weir_run(&pipeline, 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=unique:0:120s").spawn();
+    let firing = r#"ALERTS{alertname="WeirCheckpointRepeatedFailure",alertstate="firing",pipeline="metered"}"#;
+    let fired = wait_until(Duration::from_secs(40), || prom.scalar(firing) == Some(1.0));
+    let failed = prom.query(r#"weir_checkpoints_failed_total{reason="timeout"}"#);
+    let completed = scrape(port).map(|t| must(&t, "weir_checkpoints_completed_total", &[]));
+    drop(run);
+    assert!(fired, "the alert did not fire within 40 s; failures by timeout in Prometheus: {failed:?}");
+    assert_eq!(completed, Some(0.0), "the stalled subtask let no checkpoint complete");
+    // The other rules stay quiet (WeirNoCheckpointCompleted waits for 5 intervals and 1m).
+    let others = prom.query(r#"ALERTS{alertstate="firing",alertname!="WeirCheckpointRepeatedFailure"}"#);
+    assert!(others.is_empty(), "{others:?}");
 }
