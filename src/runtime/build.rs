@@ -199,6 +199,9 @@ pub fn build(
                     if let Some(e) = source.extent() {
                         details.source_extents.push((plan.pipeline.nodes[head].name.clone(), i, e));
                     }
+                    if let Some(stats) = source.client_stats() {
+                        details.kafka_sources.push((plan.pipeline.nodes[head].name.clone(), i, stats));
+                    }
                     Task::Source(SourceTask {
                         source,
                         info: info(plan, head, i),

@@ -283,6 +283,7 @@ impl Collector for WeirCollector {
 
         sources_and_sinks(&mut enc, e)?;
         rocksdb_properties(&mut enc, e)?;
+        kafka_lag(&mut enc, e)?;
         let Some(c) = &e.checkpoints else { return Ok(()) };
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
@@ -406,6 +407,60 @@ fn sources_and_sinks(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), st
         }
     }
     Ok(())
+}
+
+/// Each Kafka source subtask's lag per assigned partition, from librdkafka's
+/// newest statistics: the partition's end (`ls_offset`, the last stable
+/// offset a `read_committed` consumer can reach, else `hi_offset`) minus
+/// the offset after the last record handed to the source (`app_offset`).
+/// librdkafka's own `consumer_lag` counts from committed offsets, which weir
+/// keeps in checkpoints instead. A partition the source has taken nothing
+/// from yet has no `app_offset` and is left out.
+fn kafka_lag(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    if e.details.kafka_sources.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(
+        "weir_kafka_consumer_lag",
+        "Records of a Kafka partition past a source subtask's position (last stable offset minus position).",
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (op, i, stats) in &e.details.kafka_sources {
+        let subtask = i.to_string();
+        for (topic, partition, lag) in consumer_lags(&stats.latest()) {
+            let partition = partition.to_string();
+            let labels = [
+                ("pipeline", e.pipeline.as_str()),
+                ("operator", op.as_str()),
+                ("subtask", subtask.as_str()),
+                ("topic", topic.as_str()),
+                ("partition", partition.as_str()),
+            ];
+            ConstGauge::new(lag).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// (topic, partition, lag) of librdkafka's statistics JSON; nothing from a
+/// document that does not parse.
+fn consumer_lags(json: &[u8]) -> Vec<(String, i64, i64)> {
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(json) else { return Vec::new() };
+    let mut out = Vec::new();
+    for (topic, t) in doc["topics"].as_object().into_iter().flatten() {
+        for p in t["partitions"].as_object().into_iter().flat_map(|m| m.values()) {
+            let field = |k: &str| p[k].as_i64().unwrap_or(-1);
+            let end = if field("ls_offset") >= 0 { field("ls_offset") } else { field("hi_offset") };
+            let (partition, taken) = (field("partition"), field("app_offset"));
+            // -1: librdkafka's internal unassigned partition; offsets below 0 are unknown.
+            if partition >= 0 && taken >= 0 && end >= 0 {
+                out.push((topic.clone(), partition, end.saturating_sub(taken).max(0)));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// RocksDB's own figures per bundle and column family (one per keyed
@@ -579,6 +634,19 @@ mod tests {
 
     fn text(reply: &[u8]) -> String {
         String::from_utf8(reply.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn consumer_lag_is_read_per_assigned_partition_from_librdkafka_statistics() {
+        // As librdkafka writes them: consumer_lag -1 without committed offsets.
+        let json = br#"{"name": "c", "topics": {"orders": {"topic": "orders", "partitions": {
+            "0": {"partition": 0, "consumer_lag": -1, "hi_offset": 3000, "ls_offset": 2900, "app_offset": 1200},
+            "1": {"partition": 1, "consumer_lag": -1, "hi_offset": 50, "ls_offset": 50, "app_offset": -1001},
+            "-1": {"partition": -1, "consumer_lag": -1, "hi_offset": -1001, "ls_offset": -1001, "app_offset": -1001}}},
+            "audit": {"partitions": {"3": {"partition": 3, "hi_offset": 7, "ls_offset": -1001, "app_offset": 7}}}}}"#;
+        assert_eq!(consumer_lags(json), vec![("audit".into(), 3, 0), ("orders".into(), 0, 1700)]);
+        assert_eq!(consumer_lags(b"{not json"), vec![]);
+        assert_eq!(consumer_lags(b""), vec![], "no statistics yet");
     }
 
     #[test]

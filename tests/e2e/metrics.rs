@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::util::{tmp, wait_until, weir, weir_run, Running};
 
 /// A port that was free a moment ago (the kernel picks it).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("binding a probe port").local_addr().unwrap().port()
 }
 
@@ -29,7 +29,7 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// The body of `/metrics` (200), or None if it does not answer.
-fn scrape(port: u16) -> Option<String> {
+pub fn scrape(port: u16) -> Option<String> {
     match get(port, "/metrics")? {
         (200, body) => Some(body),
         _ => None,
@@ -38,7 +38,7 @@ fn scrape(port: u16) -> Option<String> {
 
 /// The sum of the samples of `name` whose labels include every `want`
 /// (`key="value"`); None if there is none.
-fn value(text: &str, name: &str, want: &[&str]) -> Option<f64> {
+pub fn value(text: &str, name: &str, want: &[&str]) -> Option<f64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, v)) = line.rsplit_once(' ') else { continue };
@@ -600,6 +600,27 @@ fn metric_names_in(text: &str) -> std::collections::BTreeSet<String> {
     re.find_iter(text).map(|m| m.as_str().to_string()).collect()
 }
 
+/// The `expr:` of each rule (one line, or a `|` block of deeper lines).
+fn rule_exprs(yaml: &str) -> Vec<String> {
+    let mut exprs = Vec::new();
+    let mut lines = yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim_start().strip_prefix("expr:") else { continue };
+        if rest.trim() != "|" {
+            exprs.push(rest.trim().to_string());
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let mut block = String::new();
+        while let Some(next) = lines.next_if(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent) {
+            block.push_str(next.trim());
+            block.push('\n');
+        }
+        exprs.push(block);
+    }
+    exprs
+}
+
 #[test]
 fn dashboard_and_alert_rules_name_only_documented_metrics() {
     let documented = documented_metrics();
@@ -618,8 +639,16 @@ fn dashboard_and_alert_rules_name_only_documented_metrics() {
         }
     }
     assert!(queries.len() > 30, "{queries:?}");
+    let exprs = rule_exprs(&std::fs::read_to_string(super::util::repo().join("deploy/prometheus/alerts.yml")).unwrap());
+    assert_eq!(exprs.len(), 6, "{exprs:?}");
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e.contains("time() - weir_checkpoint_last_completed_timestamp_seconds") && e.contains("weir_pipeline_running")),
+        "{exprs:?}"
+    );
     let rules = std::fs::read_to_string(super::util::repo().join("deploy/prometheus/alerts.yml")).unwrap();
-    let rules: String = rules.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
+    let rules = rule_exprs(&rules).join("\n");
     for (what, text) in [("deploy/grafana/weir.json", queries.join("\n")), ("deploy/prometheus/alerts.yml", rules)] {
         let named = metric_names_in(&text);
         assert!(named.len() > 5, "{what}: {named:?}");
