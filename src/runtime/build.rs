@@ -248,6 +248,13 @@ pub fn build(
     if !details.state_dbs.is_empty() {
         details.column_families = plan.pipeline.nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
     }
+    details.transactional_kafka_sinks = plan
+        .pipeline
+        .nodes
+        .iter()
+        .filter(|n| matches!(&n.kind, NodeKind::Sink(SinkSpec::Kafka(k)) if k.delivery == crate::config::Delivery::ExactlyOnce))
+        .map(|n| n.name.clone())
+        .collect();
     details.file_sinks =
         plan.pipeline.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. }))).map(|n| n.name.clone()).collect();
     Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous, restore_clock: clock, details })

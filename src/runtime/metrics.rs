@@ -202,6 +202,8 @@ pub struct Details {
     pub source_extents: Vec<(String, u16, crate::connectors::source::Extent)>,
     /// The file sinks, whose subtasks count the part files they publish.
     pub file_sinks: Vec<String>,
+    /// The Kafka sinks with `delivery: exactly_once` (transactions).
+    pub transactional_kafka_sinks: Vec<String>,
     /// Each Kafka source subtask's consumer statistics: (source, subtask, stats).
     pub kafka_sources: Vec<(String, u16, Arc<ClientStats>)>,
 }

@@ -390,6 +390,7 @@ fn sources_and_sinks(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), st
             ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?;
         }
     }
+    kafka_transactions(enc, e)?;
     if e.details.file_sinks.is_empty() {
         return Ok(());
     }
@@ -461,6 +462,47 @@ fn consumer_lags(json: &[u8]) -> Vec<(String, i64, i64)> {
     }
     out.sort();
     out
+}
+
+/// Exactly-once Kafka sinks: records committed, open and pending transactions.
+fn kafka_transactions(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::MetricType;
+    if e.details.transactional_kafka_sinks.is_empty() {
+        return Ok(());
+    }
+    type Pick = fn(&crate::operators::OperatorMetrics) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, MetricType, Pick); 3] = [
+        ("weir_sink_records_committed", "Records in the Kafka transactions a sink subtask committed.", MetricType::Counter, |m| {
+            &m.records_committed
+        }),
+        (
+            "weir_sink_transactions_open",
+            "1 while a sink subtask's Kafka transaction is open (records sent, not committed).",
+            MetricType::Gauge,
+            |m| &m.transactions_open,
+        ),
+        (
+            "weir_sink_transactions_pending",
+            "1 while a sink subtask's transaction waits for its checkpoint to complete.",
+            MetricType::Gauge,
+            |m| &m.transactions_pending,
+        ),
+    ];
+    for (name, help, kind, pick) in families {
+        let mut m = enc.encode_descriptor(name, help, None, kind)?;
+        for node in e.nodes.iter().filter(|n| e.details.transactional_kafka_sinks.contains(&n.name)) {
+            for (i, sub) in node.subtasks.iter().enumerate() {
+                let subtask = i.to_string();
+                let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+                let v = pick(sub).load(Ordering::Relaxed);
+                match kind {
+                    MetricType::Counter => ConstCounter::new(v).encode(m.encode_family(&labels)?)?,
+                    _ => ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?,
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// RocksDB's own figures per bundle and column family (one per keyed

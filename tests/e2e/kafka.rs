@@ -970,3 +970,44 @@ fn kafka_consumer_lag_per_partition_is_exported_and_falls_to_zero() {
     assert!(lag(&behind, 0).unwrap() + lag(&behind, 1).unwrap() <= 2000.0, "{behind}");
     assert!(caught_up, "lag not 0 after reading everything; last scrape:\n{last}");
 }
+
+/// An exactly-once sink's committed records, open and pending transactions
+/// on the metrics endpoint: what it counted as committed a read_committed
+/// reader sees.
+#[test]
+fn kafka_sink_committed_records_and_transactions_are_exported() {
+    use super::metrics::{free_port, scrape, value};
+    let out = topic("committed");
+    create_topic(broker(), &out, 1);
+    let dir = tmp();
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name: committing\nstate: {{dir: {}}}\ncheckpoint: {{interval: 300ms}}\nsources:\n  - {{name: gen, type: datagen, rate_limit: 1000, fields: {{id: {{kind: sequence}}}}}}\nsinks:\n  - {{name: out, type: kafka, input: gen, brokers: {}, topic: {out}, key: [id], delivery: exactly_once}}\n",
+            dir.path().join("st").display(),
+            broker()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let run = weir_run(pipeline.to_str().unwrap(), 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let committed = |t: &str| value(t, "weir_sink_records_committed_total", &[r#"operator="out""#, r#"subtask="0""#]);
+    let mut text = String::new();
+    let seen = wait_until(Duration::from_secs(30), || {
+        text = scrape(port).unwrap_or_default();
+        committed(&text) >= Some(300.0)
+    });
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(seen, "300 committed records not seen within 30 s; last scrape:\n{text}\nlog:\n{}", o.stderr);
+    for gauge in ["weir_sink_transactions_open", "weir_sink_transactions_pending"] {
+        let v = value(&text, gauge, &[r#"operator="out""#]).unwrap_or_else(|| panic!("no {gauge} in:\n{text}"));
+        assert!(v == 0.0 || v == 1.0, "{gauge} {v}");
+    }
+    // Committed means visible: the final checkpoint committed more since.
+    let visible = read_committed(broker(), &out, Duration::from_secs(30)).len() as f64;
+    let counted = committed(&text).unwrap();
+    assert!(counted <= visible && visible > 0.0, "counted {counted} committed, {visible} visible");
+}
