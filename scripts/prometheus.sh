@@ -3,9 +3,10 @@
 # tests and demos: Debian's `prometheus` package (scripts/install-deps.sh
 # installs it), run in the background with its own data directory.
 #
-#   scripts/prometheus.sh start --target HOST:PORT[,HOST:PORT...] [--data-dir DIR] [--port PORT] [--interval D]
+#   scripts/prometheus.sh start --target HOST:PORT[,HOST:PORT...] [--data-dir DIR] [--port PORT] [--interval D] [--rules FILE]
 #       Writes DIR/prometheus.yml (job `weir`, the targets, scrape and
-#       evaluation interval D, default 1s), starts Prometheus, waits until
+#       evaluation interval D, default 1s, and with --rules the alert rules
+#       FILE, e.g. deploy/prometheus/alerts.yml), starts Prometheus, waits until
 #       /-/ready answers, and prints its address (127.0.0.1:PORT) on stdout.
 #       Without --port a free port is picked. Use a fresh DIR per run.
 #   scripts/prometheus.sh stop [--data-dir DIR]
@@ -18,6 +19,7 @@ DATA_DIR=${TMPDIR:-/tmp}/weir-prometheus
 PORT=
 TARGETS=
 INTERVAL=1s
+RULES=
 START_TIMEOUT=${WEIR_PROMETHEUS_START_TIMEOUT:-30}
 
 cmd=${1:-}
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
         --port) PORT=$2; shift 2 ;;
         --target) TARGETS=$2; shift 2 ;;
         --interval) INTERVAL=$2; shift 2 ;;
+        --rules) RULES=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
         *) echo "prometheus.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -69,6 +72,7 @@ scrape_configs:
     static_configs:
       - targets: [$list]
 EOF
+        [ -z "$RULES" ] || printf "rule_files: ['%s']\n" "$RULES" >>"$DATA_DIR/prometheus.yml"
         prometheus --config.file="$DATA_DIR/prometheus.yml" --storage.tsdb.path="$DATA_DIR/tsdb" \
             --web.listen-address="127.0.0.1:$PORT" >"$DATA_DIR/prometheus.log" 2>&1 </dev/null &
         echo $! >"$(pid_file)"
@@ -96,7 +100,7 @@ EOF
         running
         ;;
     *)
-        echo "usage: scripts/prometheus.sh start --target HOST:PORT [--data-dir DIR] [--port PORT] [--interval D] | stop [--data-dir DIR] | status [--data-dir DIR]" >&2
+        echo "usage: scripts/prometheus.sh start --target HOST:PORT [--data-dir DIR] [--port PORT] [--interval D] [--rules FILE] | stop [--data-dir DIR] | status [--data-dir DIR]" >&2
         exit 2
         ;;
 esac

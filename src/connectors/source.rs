@@ -50,6 +50,11 @@ pub trait Source: Send {
     /// Checkpoint `id` just recorded `position()`.
     fn on_checkpoint(&mut self, _id: u64) {}
 
+    /// A Kafka consumer's statistics (per-partition lag), for the metrics endpoint.
+    fn client_stats(&self) -> Option<std::sync::Arc<crate::runtime::metrics::ClientStats>> {
+        None
+    }
+
     /// Checkpoint `id` is complete (the Kafka source may commit its offsets
     /// to a consumer group, for monitoring).
     fn on_checkpoint_complete(&mut self, _id: u64) {}

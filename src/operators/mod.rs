@@ -44,6 +44,15 @@ pub struct OperatorMetrics {
     pub records_dropped: AtomicU64,
     /// Bytes consumed (sources only).
     pub bytes_in: AtomicU64,
+    /// Part files published (file sinks only).
+    pub parts_published: AtomicU64,
+    /// Exactly-once Kafka sinks: records in committed transactions.
+    pub records_committed: AtomicU64,
+    /// Exactly-once Kafka sinks: 1 while a transaction is open (records
+    /// sent, not committed), and 1 while one is staged in a checkpoint
+    /// that has not completed yet (pending). Gauges, set once per call.
+    pub transactions_open: AtomicU64,
+    pub transactions_pending: AtomicU64,
 }
 
 impl OperatorMetrics {

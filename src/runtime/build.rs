@@ -72,6 +72,10 @@ pub struct Built {
     pub bundles: Vec<Vec<TaskId>>,
     /// Native (incremental) RocksDB checkpoints: each bundle's rendezvous.
     pub rendezvous: Vec<Arc<Rendezvous>>,
+    /// Times the restore (None: a fresh start).
+    pub restore_clock: Option<Arc<super::restore::RestoreClock>>,
+    /// For the metrics endpoint.
+    pub details: super::metrics::Details,
 }
 
 /// The channels between tasks and the checkpoint driver.
@@ -151,6 +155,7 @@ pub fn build(
     let rendezvous = backends.rendezvous(plan, wiring.is_some());
     let mut tasks = Vec::new();
     let mut extents = Vec::new();
+    let mut details = super::metrics::Details::default();
     let mut controls = Vec::new();
     let bundle_size = plan.pipeline.bundle_size;
     let mut bundles: Vec<Vec<TaskId>> = vec![Vec::new(); plan.pipeline.bundles() as usize];
@@ -210,6 +215,12 @@ pub fn build(
                 NodeKind::Source(spec) => {
                     let source = src.expect("built above");
                     extents.push(source.extent());
+                    if let Some(e) = source.extent() {
+                        details.source_extents.push((plan.pipeline.nodes[head].name.clone(), i, e));
+                    }
+                    if let Some(stats) = source.client_stats() {
+                        details.kafka_sources.push((plan.pipeline.nodes[head].name.clone(), i, stats));
+                    }
                     Task::Source(SourceTask {
                         source,
                         info: info(plan, head, i),
@@ -254,7 +265,20 @@ pub fn build(
     for b in &mut bundles {
         b.sort();
     }
-    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous })
+    details.state_dbs = backends.dbs().iter().map(Arc::downgrade).collect();
+    if !details.state_dbs.is_empty() {
+        details.column_families = plan.pipeline.nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
+    }
+    details.transactional_kafka_sinks = plan
+        .pipeline
+        .nodes
+        .iter()
+        .filter(|n| matches!(&n.kind, NodeKind::Sink(SinkSpec::Kafka(k)) if k.delivery == crate::config::Delivery::ExactlyOnce))
+        .map(|n| n.name.clone())
+        .collect();
+    details.file_sinks =
+        plan.pipeline.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. }))).map(|n| n.name.clone()).collect();
+    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous, restore_clock: clock, details })
 }
 
 fn total_extent(extents: &[Option<Extent>]) -> Option<Extent> {
@@ -410,6 +434,14 @@ impl Backends {
             uploaders.push(uploader);
         }
         Ok(Backends::RocksDb { dbs, uploaders, incremental: spec.incremental })
+    }
+
+    /// The working DBs (none for memory state).
+    fn dbs(&self) -> &[Arc<BundleDb>] {
+        match self {
+            Backends::RocksDb { dbs, .. } => dbs,
+            Backends::Memory => &[],
+        }
     }
 
     /// One rendezvous per bundle when checkpoints are native: RocksDB,

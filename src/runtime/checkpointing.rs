@@ -28,7 +28,7 @@ use std::sync::Arc;
 use super::arbiter::{ArbiterDecision, BundleArbiter};
 use super::control::{Command, SavepointRequest, Status};
 use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
-use super::metrics::{CheckpointMetrics, Completed};
+use super::metrics::{CheckpointMetrics, Completed, FailureReason};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
@@ -119,6 +119,11 @@ struct Stats {
     bytes: u64,
     reused_bytes: u64,
     pause: Duration,
+    /// When the driver triggered it.
+    triggered: Option<Instant>,
+    /// The longest time from the trigger to the first barrier at a task.
+    start_delay: Duration,
+    in_flight_bytes: u64,
 }
 
 impl Driver {
@@ -140,6 +145,7 @@ impl Driver {
             retain: setup.spec.retain,
         };
         let first_completed = *completed.borrow();
+        setup.metrics.tolerable_failures.store(u64::from(setup.spec.tolerable_failures), std::sync::atomic::Ordering::Relaxed);
         let coordinator = Coordinator::new(config, setup.first_id, setup.retained.clone(), Instant::now());
         let arbiters = setup.bundles.iter().enumerate().map(|(b, m)| BundleArbiter::new(b as BundleId, m.iter().copied())).collect();
         Driver {
@@ -232,7 +238,7 @@ impl Driver {
                 _ = tokio::time::sleep_until(wake.into()) => {
                     let now = Instant::now();
                     if let Some(outcome) = self.coordinator.on_timeout(now) {
-                        self.aborted(outcome)?;
+                        self.aborted(outcome, FailureReason::Timeout)?;
                     }
                     if let Some(t) = self.coordinator.on_tick(now) {
                         self.trigger(t);
@@ -257,7 +263,8 @@ impl Driver {
                 }
             }
         });
-        self.stats = Stats { id: t.id, ..Stats::default() };
+        self.stats = Stats { id: t.id, triggered: Some(Instant::now()), ..Stats::default() };
+        self.setup.metrics.in_progress.store(t.id, std::sync::atomic::Ordering::Relaxed);
         if self.final_wanted {
             self.final_id = Some(t.id);
         }
@@ -280,6 +287,10 @@ impl Driver {
         self.stats.pause = self.stats.pause.max(s.pause);
         self.stats.bytes += s.bytes;
         self.stats.reused_bytes += s.reused_bytes;
+        self.stats.in_flight_bytes += s.in_flight_bytes;
+        if let (Some(triggered), Some(at)) = (self.stats.triggered, s.barrier_at) {
+            self.stats.start_delay = self.stats.start_delay.max(at.saturating_duration_since(triggered));
+        }
     }
 
     /// Act on an arbiter decision; returns the id of a checkpoint that just completed.
@@ -291,7 +302,7 @@ impl Driver {
                 if let Err(e) = write_atomic(path, doc).await {
                     let outcome = self.coordinator.on_bundle_aborted(id, bundle, &e.to_string(), Instant::now());
                     if let Ok(Some(o)) = outcome {
-                        self.aborted(o)?;
+                        self.aborted(o, FailureReason::Write)?;
                     }
                     return Ok(None);
                 }
@@ -302,8 +313,9 @@ impl Driver {
                 }
             }
             ArbiterDecision::Abort { id, reason } => {
+                let why = failure_reason(&reason);
                 if let Ok(Some(o)) = self.coordinator.on_bundle_aborted(id, bundle, &reason.to_string(), Instant::now()) {
-                    self.aborted(o)?;
+                    self.aborted(o, why)?;
                 }
                 Ok(None)
             }
@@ -353,13 +365,14 @@ impl Driver {
             Ok(dir) => dir,
             Err(e) => {
                 if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
-                    self.aborted(o)?;
+                    self.aborted(o, FailureReason::Write)?;
                 }
                 return Ok(None);
             }
         };
         faults::get().crash_point("after_metadata");
         let Some(done) = self.coordinator.on_metadata_written(id, Instant::now()) else { return Ok(None) };
+        self.note_progress();
         let s = &self.stats;
         if kind == Kind::Checkpoint {
             self.setup.metrics.on_completed(&Completed {
@@ -372,6 +385,8 @@ impl Driver {
                 pause: s.pause,
                 bytes: s.bytes,
                 reused_bytes: s.reused_bytes,
+                start_delay: s.start_delay,
+                in_flight_bytes: s.in_flight_bytes,
             });
         } else {
             self.setup.metrics.savepoints_completed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -522,12 +537,21 @@ impl Driver {
         self.savepoint = Some(PendingSavepoint { id: None, dir: request.dir, stop, drain, reply });
     }
 
-    fn aborted(&mut self, outcome: AbortOutcome) -> Result<(), DriverError> {
-        let (id, reason) = match &outcome {
-            AbortOutcome::Aborted { id, reason, .. } | AbortOutcome::Fail { id, reason, .. } => (*id, reason.clone()),
+    /// What the metrics endpoint shows of the coordinator, after a checkpoint ended.
+    fn note_progress(&self) {
+        let m = &self.setup.metrics;
+        m.in_progress.store(self.coordinator.running().unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+        m.consecutive_failures.store(u64::from(self.coordinator.consecutive_failures()), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn aborted(&mut self, outcome: AbortOutcome, why: FailureReason) -> Result<(), DriverError> {
+        let (id, reason, savepoint) = match &outcome {
+            AbortOutcome::Aborted { id, reason, kind } => (*id, reason.clone(), *kind == Kind::Savepoint),
+            AbortOutcome::Fail { id, reason, .. } => (*id, reason.clone(), false),
         };
-        tracing::warn!(checkpoint = id, %reason, "Checkpoint aborted.");
-        self.setup.metrics.on_failed();
+        tracing::warn!(checkpoint = id, %reason, reason_class = why.label(), "Checkpoint aborted.");
+        self.setup.metrics.on_failed(savepoint, why);
+        self.note_progress();
         // A final checkpoint that failed is asked for again.
         self.final_queued = false;
         for a in &mut self.arbiters {
@@ -555,6 +579,20 @@ impl Driver {
             AbortOutcome::Fail { id, reason, failures } => Err(DriverError::TooManyFailures { id, reason, failures }),
             AbortOutcome::Aborted { .. } => Ok(()),
         }
+    }
+}
+
+/// The `reason` label of a bundle's abort.
+fn failure_reason(reason: &super::arbiter::AbortReason) -> FailureReason {
+    use super::arbiter::AbortReason;
+    match reason {
+        AbortReason::Voter { .. } => FailureReason::Declined,
+        AbortReason::Timeout => FailureReason::Timeout,
+        // The coordinator aborts a bundle only after another bundle failed,
+        // and then this bundle's decision is not the one counted.
+        AbortReason::Coordinator(_) => FailureReason::Declined,
+        AbortReason::Superseded { .. } => FailureReason::Superseded,
+        AbortReason::DuplicateFile { .. } => FailureReason::Conflict,
     }
 }
 

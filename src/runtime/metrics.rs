@@ -52,8 +52,26 @@ impl NodeMetrics {
 #[derive(Debug, Default)]
 pub struct CheckpointMetrics {
     pub completed: AtomicU64,
-    /// Aborted checkpoints (declined, timed out, failed writes).
+    /// Aborted checkpoints and savepoints (declined, timed out, failed writes).
     pub failed: AtomicU64,
+    /// Aborted checkpoints (not savepoints) by [`FailureReason`].
+    pub failed_by: [AtomicU64; FailureReason::ALL.len()],
+    /// Aborted savepoints.
+    pub savepoints_failed: AtomicU64,
+    /// The coordinator's count of consecutive failures (reset by a completion).
+    pub consecutive_failures: AtomicU64,
+    /// The configured `tolerable_failures`.
+    pub tolerable_failures: AtomicU64,
+    /// Id of the checkpoint or savepoint in progress (0: none).
+    pub in_progress: AtomicU64,
+    /// Of the newest completed checkpoint: the longest time from the trigger
+    /// to the first barrier at a task.
+    pub last_start_delay_ms: AtomicU64,
+    /// Of the newest completed checkpoint: bytes of in-flight records
+    /// (unaligned channel state) it persisted.
+    pub last_in_flight_bytes: AtomicU64,
+    /// Set once a restore has brought back every task's state.
+    pub restore: std::sync::OnceLock<Arc<crate::runtime::restore::RestoreClock>>,
     pub savepoints_completed: AtomicU64,
     /// Of the newest completed checkpoint (0 before the first).
     pub last_id: AtomicU64,
@@ -86,6 +104,42 @@ pub struct Completed {
     pub pause: std::time::Duration,
     pub bytes: u64,
     pub reused_bytes: u64,
+    pub start_delay: std::time::Duration,
+    pub in_flight_bytes: u64,
+}
+
+/// Why a checkpoint failed: the `reason` label of `weir_checkpoints_failed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// A task voted to abort (its snapshot or upload failed).
+    Declined,
+    /// Not every bundle committed within `checkpoint.timeout`.
+    Timeout,
+    /// Writing a bundle MANIFEST or `_metadata` failed.
+    Write,
+    /// A newer checkpoint's vote arrived first.
+    Superseded,
+    /// Two subtasks wrote the same state file.
+    Conflict,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 5] =
+        [FailureReason::Declined, FailureReason::Timeout, FailureReason::Write, FailureReason::Superseded, FailureReason::Conflict];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            FailureReason::Declined => "declined",
+            FailureReason::Timeout => "timeout",
+            FailureReason::Write => "write",
+            FailureReason::Superseded => "superseded",
+            FailureReason::Conflict => "conflict",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl CheckpointMetrics {
@@ -101,18 +155,64 @@ impl CheckpointMetrics {
         set(&self.last_pause_ms, ms(c.pause));
         set(&self.last_bytes, c.bytes);
         set(&self.last_reused_bytes, c.reused_bytes);
+        set(&self.last_start_delay_ms, ms(c.start_delay));
+        set(&self.last_in_flight_bytes, c.in_flight_bytes);
         self.completed.fetch_add(1, Ordering::Relaxed);
         *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     }
 
-    pub fn on_failed(&self) {
+    /// A checkpoint (`savepoint` false) or savepoint aborted for `reason`.
+    pub fn on_failed(&self, savepoint: bool, reason: FailureReason) {
         self.failed.fetch_add(1, Ordering::Relaxed);
+        match savepoint {
+            true => self.savepoints_failed.fetch_add(1, Ordering::Relaxed),
+            false => self.failed_by[reason.index()].fetch_add(1, Ordering::Relaxed),
+        };
     }
 
     /// How long ago this process saw a checkpoint complete (None: never).
     pub fn since_last(&self) -> Option<std::time::Duration> {
         self.last_seen.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
     }
+}
+
+/// The newest statistics JSON a client library emitted (librdkafka's
+/// `statistics.interval.ms`), kept as it came: copying it costs the task
+/// thread that delivers it a memcpy; the metrics endpoint parses it at
+/// scrape time.
+#[derive(Debug, Default)]
+pub struct ClientStats(std::sync::Mutex<Vec<u8>>);
+
+impl ClientStats {
+    pub fn store(&self, json: &[u8]) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.clear();
+        v.extend_from_slice(json);
+    }
+
+    /// A copy of the newest statistics (empty: none yet).
+    pub fn latest(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What the metrics endpoint reads besides the counters, fixed when the
+/// pipeline is built.
+#[derive(Debug, Clone, Default)]
+pub struct Details {
+    /// Each bundle's working RocksDB (empty: memory state). Weak: the
+    /// endpoint must not keep a DB (and its directory) past its run.
+    pub state_dbs: Vec<std::sync::Weak<crate::state::rocks::BundleDb>>,
+    /// The column families of those DBs: the keyed operators' names.
+    pub column_families: Vec<String>,
+    /// The bounded input of each source subtask: (source, subtask, extent).
+    pub source_extents: Vec<(String, u16, crate::connectors::source::Extent)>,
+    /// The file sinks, whose subtasks count the part files they publish.
+    pub file_sinks: Vec<String>,
+    /// The Kafka sinks with `delivery: exactly_once` (transactions).
+    pub transactional_kafka_sinks: Vec<String>,
+    /// Each Kafka source subtask's consumer statistics: (source, subtask, stats).
+    pub kafka_sources: Vec<(String, u16, Arc<ClientStats>)>,
 }
 
 /// Everything the metrics endpoint reads, live while the engine runs.
@@ -125,4 +225,5 @@ pub struct Exported {
     pub checkpoint_interval: std::time::Duration,
     /// Set while the tasks run (after the build and restore, until the end).
     pub running: Arc<std::sync::atomic::AtomicBool>,
+    pub details: Arc<Details>,
 }

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::control::Limits;
-use super::metrics::Exported;
+use super::metrics::{CheckpointMetrics, Exported, FailureReason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -178,7 +178,10 @@ fn answer(site: &Site, head: &[u8]) -> Vec<u8> {
     match path {
         "/metrics" => {
             let mut text = String::new();
-            match prometheus_client::encoding::prometheus_text::encode(&mut text, &site.registry) {
+            // RocksDB's properties are read under its mutex: keep the other
+            // tasks of this worker going meanwhile.
+            let encoded = crate::blocking::call(|| prometheus_client::encoding::prometheus_text::encode(&mut text, &site.registry));
+            match encoded {
                 Ok(()) => response(200, prometheus_client::encoding::prometheus_text::CONTENT_TYPE, &text, with_body),
                 Err(_) => response(500, "text/plain", "encoding failed\n", with_body),
             }
@@ -243,6 +246,7 @@ impl Collector for WeirCollector {
         let pipeline = [("pipeline", e.pipeline.as_str())];
         let version = [("version", env!("CARGO_PKG_VERSION"))];
         gauge(&mut enc, "weir_build_info", "Always 1; the label is weir's version.", &version, 1i64)?;
+        process_metrics(&mut enc, &super::process::read())?;
         let running = i64::from(e.running.load(Ordering::Relaxed));
         gauge(
             &mut enc,
@@ -279,17 +283,14 @@ impl Collector for WeirCollector {
 
         subtask_load(&mut enc, e)?;
 
+        sources_and_sinks(&mut enc, e)?;
+        rocksdb_properties(&mut enc, e)?;
+        kafka_lag(&mut enc, e)?;
         let Some(c) = &e.checkpoints else { return Ok(()) };
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
         counter(&mut enc, "weir_checkpoints_completed", "Checkpoints completed by this process.", &pipeline, load(&c.completed))?;
-        counter(
-            &mut enc,
-            "weir_checkpoints_failed",
-            "Checkpoints aborted (declined, timed out, failed writes).",
-            &pipeline,
-            load(&c.failed),
-        )?;
+        checkpoint_failures(&mut enc, &e.pipeline, c)?;
         counter(&mut enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
         let seconds: [(&str, &str, f64); 7] = [
             (
@@ -332,6 +333,7 @@ impl Collector for WeirCollector {
         for (name, help, v) in whole {
             gauge(&mut enc, name, help, &pipeline, v)?;
         }
+        checkpoint_progress(&mut enc, &pipeline, c)?;
         Ok(())
     }
 }
@@ -403,6 +405,305 @@ fn subtask_load(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fm
     Ok(())
 }
 
+/// The `process_*` figures Prometheus' client libraries export, under
+/// their usual names (no labels); a figure that could not be read is left out.
+fn process_metrics(enc: &mut DescriptorEncoder, p: &super::process::ProcessFigures) -> Result<(), std::fmt::Error> {
+    let none: [(&str, &str); 0] = [];
+    if let Some(v) = p.cpu_seconds {
+        let c = ConstCounter::new(v);
+        let mut m =
+            enc.encode_descriptor("process_cpu_seconds", "User and system CPU time of the process, seconds.", None, c.metric_type())?;
+        c.encode(m.encode_family(&none)?)?;
+    }
+    let gauges: [(&str, &str, Option<f64>); 5] = [
+        ("process_resident_memory_bytes", "Resident memory size, bytes.", p.resident_bytes.map(|v| v as f64)),
+        ("process_virtual_memory_bytes", "Virtual memory size, bytes.", p.virtual_bytes.map(|v| v as f64)),
+        ("process_open_fds", "Open file descriptors.", p.open_fds.map(|v| v as f64)),
+        ("process_max_fds", "The soft limit of open file descriptors.", p.max_fds.map(|v| v as f64)),
+        ("process_start_time_seconds", "When the process started, Unix seconds.", p.start_time_seconds),
+    ];
+    for (name, help, v) in gauges {
+        if let Some(v) = v {
+            let g = ConstGauge::new(v);
+            let mut m = enc.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m.encode_family(&none)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each source subtask's bounded input (the total `weir_source_bytes_in_total`
+/// or `weir_records_out_total` reaches), and the part files file sinks published.
+fn sources_and_sinks(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use crate::connectors::source::Extent;
+    let families: [(&str, &str, fn(&Extent) -> Option<u64>); 2] = [
+        ("weir_source_input_size_bytes", "Bytes of bounded input a source subtask reads in all (files).", |x| match x {
+            Extent::Bytes(b) => Some(*b),
+            Extent::Rows(_) => None,
+        }),
+        ("weir_source_input_rows", "Rows of bounded input a source subtask emits in all (datagen with rows).", |x| match x {
+            Extent::Rows(r) => Some(*r),
+            Extent::Bytes(_) => None,
+        }),
+    ];
+    for (name, help, pick) in families {
+        let series: Vec<(&str, u16, u64)> =
+            e.details.source_extents.iter().filter_map(|(op, i, x)| Some((op.as_str(), *i, pick(x)?))).collect();
+        if series.is_empty() {
+            continue;
+        }
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+        for (op, i, v) in series {
+            let subtask = i.to_string();
+            let labels = [("pipeline", e.pipeline.as_str()), ("operator", op), ("subtask", subtask.as_str())];
+            ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    kafka_transactions(enc, e)?;
+    if e.details.file_sinks.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(
+        "weir_sink_parts_published",
+        "Part files a file sink subtask published (renamed to their final name).",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for node in e.nodes.iter().filter(|n| e.details.file_sinks.contains(&n.name)) {
+        for (i, sub) in node.subtasks.iter().enumerate() {
+            let subtask = i.to_string();
+            let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+            ConstCounter::new(sub.parts_published.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each Kafka source subtask's lag per assigned partition, from librdkafka's
+/// newest statistics: the partition's end (`ls_offset`, the last stable
+/// offset a `read_committed` consumer can reach, else `hi_offset`) minus
+/// the offset after the last record handed to the source (`app_offset`).
+/// librdkafka's own `consumer_lag` counts from committed offsets, which weir
+/// keeps in checkpoints instead. A partition the source has taken nothing
+/// from yet has no `app_offset` and is left out.
+fn kafka_lag(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    if e.details.kafka_sources.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(
+        "weir_kafka_consumer_lag",
+        "Records of a Kafka partition past a source subtask's position (last stable offset minus position).",
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (op, i, stats) in &e.details.kafka_sources {
+        let subtask = i.to_string();
+        for (topic, partition, lag) in consumer_lags(&stats.latest()) {
+            let partition = partition.to_string();
+            let labels = [
+                ("pipeline", e.pipeline.as_str()),
+                ("operator", op.as_str()),
+                ("subtask", subtask.as_str()),
+                ("topic", topic.as_str()),
+                ("partition", partition.as_str()),
+            ];
+            ConstGauge::new(lag).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// (topic, partition, lag) of librdkafka's statistics JSON; nothing from a
+/// document that does not parse.
+fn consumer_lags(json: &[u8]) -> Vec<(String, i64, i64)> {
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(json) else { return Vec::new() };
+    let mut out = Vec::new();
+    for (topic, t) in doc["topics"].as_object().into_iter().flatten() {
+        for p in t["partitions"].as_object().into_iter().flat_map(|m| m.values()) {
+            let field = |k: &str| p[k].as_i64().unwrap_or(-1);
+            let end = if field("ls_offset") >= 0 { field("ls_offset") } else { field("hi_offset") };
+            let (partition, taken) = (field("partition"), field("app_offset"));
+            // -1: librdkafka's internal unassigned partition; offsets below 0 are unknown.
+            if partition >= 0 && taken >= 0 && end >= 0 {
+                out.push((topic.clone(), partition, end.saturating_sub(taken).max(0)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Exactly-once Kafka sinks: records committed, open and pending transactions.
+fn kafka_transactions(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::MetricType;
+    if e.details.transactional_kafka_sinks.is_empty() {
+        return Ok(());
+    }
+    type Pick = fn(&crate::operators::OperatorMetrics) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, MetricType, Pick); 3] = [
+        ("weir_sink_records_committed", "Records in the Kafka transactions a sink subtask committed.", MetricType::Counter, |m| {
+            &m.records_committed
+        }),
+        (
+            "weir_sink_transactions_open",
+            "1 while a sink subtask's Kafka transaction is open (records sent, not committed).",
+            MetricType::Gauge,
+            |m| &m.transactions_open,
+        ),
+        (
+            "weir_sink_transactions_pending",
+            "1 while a sink subtask's transaction waits for its checkpoint to complete.",
+            MetricType::Gauge,
+            |m| &m.transactions_pending,
+        ),
+    ];
+    for (name, help, kind, pick) in families {
+        let mut m = enc.encode_descriptor(name, help, None, kind)?;
+        for node in e.nodes.iter().filter(|n| e.details.transactional_kafka_sinks.contains(&n.name)) {
+            for (i, sub) in node.subtasks.iter().enumerate() {
+                let subtask = i.to_string();
+                let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+                let v = pick(sub).load(Ordering::Relaxed);
+                match kind {
+                    MetricType::Counter => ConstCounter::new(v).encode(m.encode_family(&labels)?)?,
+                    _ => ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// RocksDB's own figures per bundle and column family (one per keyed
+/// operator), as `rocksdb.<property>` names them.
+const ROCKSDB_PROPERTIES: [(&str, &str, &str); 7] = [
+    ("weir_rocksdb_estimate_num_keys", "rocksdb.estimate-num-keys", "Estimated keys in the column family (RocksDB's estimate)."),
+    ("weir_rocksdb_size_all_mem_tables_bytes", "rocksdb.size-all-mem-tables", "Bytes of the active, unflushed and pinned memtables."),
+    (
+        "weir_rocksdb_estimate_pending_compaction_bytes",
+        "rocksdb.estimate-pending-compaction-bytes",
+        "Bytes compaction must rewrite to bring every level under its target.",
+    ),
+    (
+        "weir_rocksdb_actual_delayed_write_rate",
+        "rocksdb.actual-delayed-write-rate",
+        "The write rate RocksDB slows writes to, bytes per second (0: writes are not delayed).",
+    ),
+    (
+        "weir_rocksdb_is_write_stopped",
+        "rocksdb.is-write-stopped",
+        "1 while RocksDB stops writes (too many memtables or L0 files, too much pending compaction).",
+    ),
+    (
+        "weir_rocksdb_block_cache_usage_bytes",
+        "rocksdb.block-cache-usage",
+        "Bytes in the block cache (one cache per bundle, shared by its column families).",
+    ),
+    ("weir_rocksdb_live_sst_files_size_bytes", "rocksdb.live-sst-files-size", "Bytes of the SST files of the current version."),
+];
+
+fn rocksdb_properties(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    let dbs: Vec<(usize, Arc<crate::state::rocks::BundleDb>)> =
+        e.details.state_dbs.iter().enumerate().filter_map(|(b, db)| Some((b, db.upgrade()?))).collect();
+    if dbs.is_empty() {
+        return Ok(());
+    }
+    for (name, property, help) in ROCKSDB_PROPERTIES {
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+        for (b, db) in &dbs {
+            let bundle = b.to_string();
+            for cf in &e.details.column_families {
+                let Some(v) = db.int_property(cf, property) else { continue };
+                let labels = [("pipeline", e.pipeline.as_str()), ("bundle", bundle.as_str()), ("operator", cf.as_str())];
+                ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `weir_checkpoints_failed_total` by reason, and the aborts of savepoints.
+fn checkpoint_failures(enc: &mut DescriptorEncoder, pipeline: &str, c: &CheckpointMetrics) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "weir_checkpoints_failed",
+        "Checkpoints (not savepoints) aborted, by reason: declined by a task, timeout, a failed write, superseded, conflict.",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for r in FailureReason::ALL {
+        let labels = [("pipeline", pipeline), ("reason", r.label())];
+        ConstCounter::new(c.failed_by[r as usize].load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+    }
+    let pipeline = [("pipeline", pipeline)];
+    counter(
+        enc,
+        "weir_checkpoints_aborted",
+        "Checkpoints and savepoints aborted (each \"Checkpoint aborted.\" log line).",
+        &pipeline,
+        c.failed.load(Ordering::Relaxed),
+    )?;
+    counter(enc, "weir_savepoints_failed", "Savepoints aborted.", &pipeline, c.savepoints_failed.load(Ordering::Relaxed))
+}
+
+/// What is running now, the start delay and in-flight bytes of the newest
+/// checkpoint, and the restore.
+fn checkpoint_progress(enc: &mut DescriptorEncoder, pipeline: &[(&str, &str); 1], c: &CheckpointMetrics) -> Result<(), std::fmt::Error> {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let in_progress = u64::from(load(&c.in_progress) != 0);
+    gauge(
+        enc,
+        "weir_checkpoints_in_progress",
+        "Checkpoints or savepoints in progress (0 or 1: one runs at a time).",
+        pipeline,
+        in_progress,
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_in_progress_id",
+        "Id of the checkpoint or savepoint in progress (0: none).",
+        pipeline,
+        load(&c.in_progress),
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoints_consecutive_failures",
+        "Checkpoints failed in a row (reset by a completion); one more than weir_checkpoint_tolerable_failures stops the pipeline.",
+        pipeline,
+        load(&c.consecutive_failures),
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_tolerable_failures",
+        "The configured checkpoint.tolerable_failures.",
+        pipeline,
+        load(&c.tolerable_failures),
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_last_start_delay_seconds",
+        "The longest time from the trigger to the first barrier at a task, of the newest completed checkpoint.",
+        pipeline,
+        load(&c.last_start_delay_ms) as f64 / 1000.0,
+    )?;
+    gauge(
+        enc,
+        "weir_checkpoint_last_in_flight_size_bytes",
+        "Bytes of in-flight records (unaligned channel state) the newest completed checkpoint persisted.",
+        pipeline,
+        load(&c.last_in_flight_bytes),
+    )?;
+    if let Some(took) = c.restore.get().and_then(|clock| clock.took()) {
+        gauge(
+            enc,
+            "weir_restore_duration_seconds",
+            "Loading the restored checkpoint until the last task had its state back.",
+            pipeline,
+            took.as_secs_f64(),
+        )?;
+    }
+    Ok(())
+}
+
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, &str); 1], v: u64) -> Result<(), std::fmt::Error> {
     let c = ConstCounter::new(v);
     let mut m = enc.encode_descriptor(name, help, None, c.metric_type())?;
@@ -432,6 +733,7 @@ mod tests {
             checkpoints: checkpoints.then(Arc::<CheckpointMetrics>::default),
             checkpoint_interval: Duration::from_secs(60),
             running: Default::default(),
+            details: Default::default(),
         }
     }
 
@@ -475,6 +777,19 @@ mod tests {
     }
 
     #[test]
+    fn consumer_lag_is_read_per_assigned_partition_from_librdkafka_statistics() {
+        // As librdkafka writes them: consumer_lag -1 without committed offsets.
+        let json = br#"{"name": "c", "topics": {"orders": {"topic": "orders", "partitions": {
+            "0": {"partition": 0, "consumer_lag": -1, "hi_offset": 3000, "ls_offset": 2900, "app_offset": 1200},
+            "1": {"partition": 1, "consumer_lag": -1, "hi_offset": 50, "ls_offset": 50, "app_offset": -1001},
+            "-1": {"partition": -1, "consumer_lag": -1, "hi_offset": -1001, "ls_offset": -1001, "app_offset": -1001}}},
+            "audit": {"partitions": {"3": {"partition": 3, "hi_offset": 7, "ls_offset": -1001, "app_offset": 7}}}}}"#;
+        assert_eq!(consumer_lags(json), vec![("audit".into(), 3, 0), ("orders".into(), 0, 1700)]);
+        assert_eq!(consumer_lags(b"{not json"), vec![]);
+        assert_eq!(consumer_lags(b""), vec![], "no statistics yet");
+    }
+
+    #[test]
     fn ready_needs_a_running_pipeline_and_a_recent_checkpoint() {
         let e = exported(true);
         assert_eq!(not_ready(&e).as_deref(), Some("the pipeline is not running"));
@@ -514,11 +829,20 @@ mod tests {
         let e = exported(true);
         let c = e.checkpoints.clone().unwrap();
         c.on_completed(&Completed { id: 4, bytes: 1234, duration: Duration::from_millis(1500), created_ms: 2500, ..Completed::default() });
-        c.on_failed();
+        c.on_failed(false, FailureReason::Timeout);
+        c.on_failed(true, FailureReason::Declined);
         let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        #[cfg(target_os = "linux")]
+        for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_start_time_seconds "] {
+            assert!(body.lines().any(|l| l.starts_with(name)), "no {name} in\n{body}");
+        }
         for line in [
             r#"weir_checkpoints_completed_total{pipeline="p"} 1"#,
-            r#"weir_checkpoints_failed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoints_failed_total{pipeline="p",reason="timeout"} 1"#,
+            r#"weir_checkpoints_failed_total{pipeline="p",reason="declined"} 0"#,
+            r#"weir_checkpoints_aborted_total{pipeline="p"} 2"#,
+            r#"weir_savepoints_failed_total{pipeline="p"} 1"#,
+            r#"weir_checkpoints_in_progress{pipeline="p"} 0"#,
             r#"weir_checkpoint_last_completed_id{pipeline="p"} 4"#,
             r#"weir_checkpoint_last_size_bytes{pipeline="p"} 1234"#,
             r#"weir_checkpoint_last_duration_seconds{pipeline="p"} 1.5"#,

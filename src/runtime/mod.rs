@@ -18,6 +18,7 @@ pub mod message;
 pub mod metrics;
 pub mod metrics_http;
 pub mod output;
+pub mod process;
 pub mod rendezvous;
 pub mod restore;
 pub mod snapshot;
@@ -92,16 +93,19 @@ impl Engine {
     /// state comes from and where checkpoint ids continue.
     pub fn build(plan: &Plan, start: Option<restore::StartPoint>) -> Result<Engine, BuildError> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let exported = |nodes: &[NodeMetrics], checkpoints: Option<std::sync::Arc<metrics::CheckpointMetrics>>| metrics::Exported {
-            pipeline: plan.pipeline.name.clone(),
-            nodes: nodes.to_vec(),
-            checkpoint_interval: plan.pipeline.checkpoint.as_ref().map_or(Duration::ZERO, |c| c.interval),
-            checkpoints,
-            running: Default::default(),
+        let exported = |built: (&[NodeMetrics], &metrics::Details), checkpoints: Option<std::sync::Arc<metrics::CheckpointMetrics>>| {
+            metrics::Exported {
+                pipeline: plan.pipeline.name.clone(),
+                nodes: built.0.to_vec(),
+                checkpoint_interval: plan.pipeline.checkpoint.as_ref().map_or(Duration::ZERO, |c| c.interval),
+                checkpoints,
+                running: Default::default(),
+                details: std::sync::Arc::new(built.1.clone()),
+            }
         };
         let Some(spec) = plan.pipeline.checkpoint.clone() else {
             let built = build::build(plan, &stop_rx, None, None)?;
-            let exported = exported(&built.metrics, None);
+            let exported = exported((&built.metrics, &built.details), None);
             return Ok(Engine {
                 tasks: built.tasks,
                 driver: None,
@@ -123,6 +127,9 @@ impl Engine {
         let built = build::build(plan, &stop_rx, Some(&wiring), start.restored.as_mut())?;
         let checkpoint_metrics = std::sync::Arc::new(metrics::CheckpointMetrics::default());
         checkpoint_metrics.restored_id.store(restored_id, std::sync::atomic::Ordering::Relaxed);
+        if let Some(clock) = &built.restore_clock {
+            let _ = checkpoint_metrics.restore.set(clock.clone());
+        }
         let setup = checkpointing::DriverSetup {
             spec,
             layout,
@@ -140,7 +147,7 @@ impl Engine {
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();
         let control = Some((setup.layout.control_socket(), commands_tx));
         let driver = checkpointing::Driver::new(setup, events_rx, built.controls, completed_tx, done_tx, stop_rx, Some(commands_rx));
-        let exported = exported(&built.metrics, Some(checkpoint_metrics));
+        let exported = exported((&built.metrics, &built.details), Some(checkpoint_metrics));
         let status = status_channel(&exported, built.extent, &stop_tx);
         Ok(Engine {
             tasks: built.tasks,

@@ -547,16 +547,25 @@ pub struct RestoreClock {
     id: CheckpointId,
     started: std::time::Instant,
     remaining: std::sync::atomic::AtomicUsize,
+    /// Set when the last task has its state back.
+    took: std::sync::OnceLock<std::time::Duration>,
 }
 
 impl RestoreClock {
+    /// How long the restore took, once every task has its state back.
+    pub fn took(&self) -> Option<std::time::Duration> {
+        self.took.get().copied()
+    }
+
     pub fn new(id: CheckpointId, started: std::time::Instant, tasks: usize) -> Self {
-        RestoreClock { id, started, remaining: tasks.into() }
+        RestoreClock { id, started, remaining: tasks.into(), took: std::sync::OnceLock::new() }
     }
 
     pub fn task_done(&self) {
         if self.remaining.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
-            let ms = self.started.elapsed().as_millis() as u64;
+            let took = self.started.elapsed();
+            let _ = self.took.set(took);
+            let ms = took.as_millis() as u64;
             tracing::info!(checkpoint = self.id, restore_ms = ms, "State restored.");
         }
     }

@@ -86,6 +86,12 @@ pub fn older_format(buf: &[u8]) -> Option<String> {
 
 impl TaskSnapshot {
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_measured().0
+    }
+
+    /// The encoding, and how many of its bytes are in-flight records
+    /// (the channel state, written last).
+    pub fn encode_measured(&self) -> (Vec<u8>, usize) {
         let mut out = Vec::with_capacity(64 + self.operators.iter().map(|(_, s)| s.len()).sum::<usize>());
         out.extend_from_slice(MAGIC);
         out.put_i64(self.watermark);
@@ -102,6 +108,7 @@ impl TaskSnapshot {
             out.put_str(name);
             out.put_bytes(state);
         }
+        let channels_start = out.len();
         for channels in [&self.output_channels, &self.input_channels] {
             out.put_u64(channels.len() as u64);
             for c in channels {
@@ -116,7 +123,9 @@ impl TaskSnapshot {
                 }
             }
         }
-        out
+        // The two channel counts alone are no in-flight data.
+        let in_flight = if self.output_channels.is_empty() && self.input_channels.is_empty() { 0 } else { out.len() - channels_start };
+        (out, in_flight)
     }
 
     pub fn decode(buf: &[u8]) -> Result<TaskSnapshot, DecodeError> {

@@ -322,6 +322,7 @@ impl SourceTask {
     /// A trigger: record the position, snapshot the chain, emit the barrier.
     async fn on_control(&mut self, c: Control, watermark: Millis, producing: &mut bool) -> Result<(), TaskError> {
         let Control::Trigger { id, kind, then_stop, drain } = c;
+        let barrier_at = Instant::now();
         let Some(s) = &self.checkpointing else { return Ok(()) };
         // A savepoint's barrier never overtakes: savepoints are aligned.
         let unaligned = s.unaligned && kind == Kind::Checkpoint;
@@ -359,7 +360,7 @@ impl SourceTask {
         } else {
             Ok(())
         };
-        let stats = SnapshotStats { sync: sync.elapsed(), ..SnapshotStats::default() };
+        let stats = SnapshotStats { sync: sync.elapsed(), barrier_at: Some(barrier_at), ..SnapshotStats::default() };
         let s = self.checkpointing.as_ref().expect("checked above");
         s.ck.write_and_vote(id, snapshot, states, stats, None);
         if then_stop {

@@ -32,6 +32,10 @@ pub struct SnapshotStats {
     pub reused_bytes: u64,
     /// Native checkpoints: how long the task waited at its bundle's rendezvous.
     pub pause: Duration,
+    /// When the first barrier reached the task (a source: when it took the trigger).
+    pub barrier_at: Option<Instant>,
+    /// Bytes of in-flight records (unaligned channel state) in the task's file.
+    pub in_flight_bytes: u64,
 }
 
 /// A task's part in its bundle's native checkpoint.
@@ -126,8 +130,9 @@ impl TaskCheckpointing {
                     }
                 }
             }
-            let bytes = snap.encode();
+            let (bytes, in_flight) = snap.encode_measured();
             stats.bytes += bytes.len() as u64;
+            stats.in_flight_bytes += in_flight as u64;
             let name = snapshot::file_name(task);
             let vote = if faults::get().fail_state_write() {
                 Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
@@ -202,6 +207,7 @@ impl PendingSnapshot {
         let stats = SnapshotStats {
             sync: sync_started.elapsed(),
             alignment: sync_started.duration_since(first_barrier),
+            barrier_at: Some(first_barrier),
             ..SnapshotStats::default()
         };
         PendingSnapshot { id, unaligned, snapshot, states, stats, native: false, arrival: None }

@@ -34,6 +34,10 @@ impl Default for RocksOptions {
 pub enum BundleDb {}
 
 impl BundleDb {
+    pub fn int_property(&self, _cf: &str, _name: &str) -> Option<u64> {
+        match *self {}
+    }
+
     pub fn create(_path: &Path, _column_families: &[String], _options: &RocksOptions) -> Result<Arc<BundleDb>, StateError> {
         Err(unavailable())
     }

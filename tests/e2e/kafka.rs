@@ -924,3 +924,90 @@ fn kafka_sink_record_over_message_max_bytes_follows_on_error_and_names_both_size
     let ids: BTreeSet<String> = job.output().iter().map(|l| parse(l)["id"].to_string()).collect();
     assert_eq!(ids, BTreeSet::from(["1".to_string(), "3".to_string()]));
 }
+
+/// The metrics endpoint reports each assigned partition's lag from the
+/// consumer's statistics: above 0 while a rate-limited source is behind,
+/// 0 once it has read everything.
+#[test]
+fn kafka_consumer_lag_per_partition_is_exported_and_falls_to_zero() {
+    use super::metrics::{free_port, scrape, value};
+    let input = topic("lag");
+    create_topic(broker(), &input, 2);
+    let lines = lines_of(1, 2000);
+    produce(broker(), &input, &lines);
+    let dir = tmp();
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name: lagging\nstate: {{dir: {}}}\nsources:\n  - {{name: events, type: kafka, brokers: {}, topics: [{input}], rate_limit: 500, broker_timeout: 10s}}\nsinks:\n  - {{name: out, type: blackhole, input: events}}\n",
+            dir.path().join("st").display(),
+            broker()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let run = weir_run(pipeline.to_str().unwrap(), 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let lag = |t: &str, p: u32| value(t, "weir_kafka_consumer_lag", &[&format!(r#"topic="{input}""#), &format!(r#"partition="{p}""#)]);
+    let mut behind = None;
+    let saw_lag = wait_until(Duration::from_secs(30), || {
+        behind = scrape(port).filter(|t| lag(t, 0).is_some() && lag(t, 1).is_some() && lag(t, 0).unwrap() + lag(t, 1).unwrap() > 0.0);
+        behind.is_some()
+    });
+    let mut last = String::new();
+    let caught_up = wait_until(Duration::from_secs(30), || {
+        last = scrape(port).unwrap_or_default();
+        value(&last, "weir_records_out_total", &[r#"operator="events""#]) == Some(2000.0)
+            && lag(&last, 0) == Some(0.0)
+            && lag(&last, 1) == Some(0.0)
+    });
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(saw_lag, "no lag above 0 on both partitions within 30 s; log:\n{}", o.stderr);
+    let behind = behind.unwrap();
+    assert!(behind.contains(r#"operator="events",subtask="0""#), "{behind}");
+    assert!(lag(&behind, 0).unwrap() + lag(&behind, 1).unwrap() <= 2000.0, "{behind}");
+    assert!(caught_up, "lag not 0 after reading everything; last scrape:\n{last}");
+}
+
+/// An exactly-once sink's committed records, open and pending transactions
+/// on the metrics endpoint: what it counted as committed a read_committed
+/// reader sees.
+#[test]
+fn kafka_sink_committed_records_and_transactions_are_exported() {
+    use super::metrics::{free_port, scrape, value};
+    let out = topic("committed");
+    create_topic(broker(), &out, 1);
+    let dir = tmp();
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name: committing\nstate: {{dir: {}}}\ncheckpoint: {{interval: 300ms}}\nsources:\n  - {{name: gen, type: datagen, rate_limit: 1000, fields: {{id: {{kind: sequence}}}}}}\nsinks:\n  - {{name: out, type: kafka, input: gen, brokers: {}, topic: {out}, key: [id], delivery: exactly_once}}\n",
+            dir.path().join("st").display(),
+            broker()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let run = weir_run(pipeline.to_str().unwrap(), 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let committed = |t: &str| value(t, "weir_sink_records_committed_total", &[r#"operator="out""#, r#"subtask="0""#]);
+    let mut text = String::new();
+    let seen = wait_until(Duration::from_secs(30), || {
+        text = scrape(port).unwrap_or_default();
+        committed(&text) >= Some(300.0)
+    });
+    run.terminate();
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(seen, "300 committed records not seen within 30 s; last scrape:\n{text}\nlog:\n{}", o.stderr);
+    for gauge in ["weir_sink_transactions_open", "weir_sink_transactions_pending"] {
+        let v = value(&text, gauge, &[r#"operator="out""#]).unwrap_or_else(|| panic!("no {gauge} in:\n{text}"));
+        assert!(v == 0.0 || v == 1.0, "{gauge} {v}");
+    }
+    // Committed means visible: the final checkpoint committed more since.
+    let visible = read_committed(broker(), &out, Duration::from_secs(30)).len() as f64;
+    let counted = committed(&text).unwrap();
+    assert!(counted <= visible && visible > 0.0, "counted {counted} committed, {visible} visible");
+}

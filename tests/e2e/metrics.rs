@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::util::{tmp, wait_until, weir, weir_run, Running};
 
 /// A port that was free a moment ago (the kernel picks it).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("binding a probe port").local_addr().unwrap().port()
 }
 
@@ -29,7 +29,7 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// The body of `/metrics` (200), or None if it does not answer.
-fn scrape(port: u16) -> Option<String> {
+pub fn scrape(port: u16) -> Option<String> {
     match get(port, "/metrics")? {
         (200, body) => Some(body),
         _ => None,
@@ -38,7 +38,7 @@ fn scrape(port: u16) -> Option<String> {
 
 /// The sum of the samples of `name` whose labels include every `want`
 /// (`key="value"`); None if there is none.
-fn value(text: &str, name: &str, want: &[&str]) -> Option<f64> {
+pub fn value(text: &str, name: &str, want: &[&str]) -> Option<f64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, v)) = line.rsplit_once(' ') else { continue };
@@ -189,12 +189,113 @@ fn ready_is_503_while_checkpoints_fail_and_healthz_stays_200() {
     let run = weir_run(&pipeline, 1).env("WEIR_FAULTS", "state_write_fail=1").spawn();
     let text = wait_scrape(&run, port, "2 failed checkpoints", |t| value(t, "weir_checkpoints_failed_total", &[]) >= Some(2.0));
     assert_eq!(must(&text, "weir_checkpoints_completed_total", &[]), 0.0);
+    // A failed state write is a task declining; no other reason is counted.
+    let declined = must(&text, "weir_checkpoints_failed_total", &[r#"reason="declined""#]);
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[]), declined, "{text}");
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[r#"reason="timeout""#]), 0.0);
+    assert!(must(&text, "weir_checkpoints_aborted_total", &[]) >= declined);
+    assert_eq!(must(&text, "weir_savepoints_failed_total", &[]), 0.0);
+    // Nothing completes, so every failure is consecutive.
+    assert!(must(&text, "weir_checkpoints_consecutive_failures", &[]) >= 2.0, "{text}");
+    assert_eq!(must(&text, "weir_checkpoint_tolerable_failures", &[]), 10000.0);
     assert_eq!(must(&text, "weir_pipeline_running", &[]), 1.0);
     let (status, body) = get(port, "/ready").expect("/ready answers");
     assert_eq!((status, body.as_str()), (503, "not ready: no checkpoint completed yet\n"));
     assert_eq!(get(port, "/healthz"), Some((200, "ok\n".into())));
     assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
     drop(run);
+}
+
+/// Unaligned checkpoints behind a slow sink (the channels fill, so barriers
+/// overtake records), sources that hold each barrier 300 ms, and a dedup
+/// subtask stalled 2 s at its first barrier, longer than the timeout.
+#[test]
+fn checkpoint_start_delay_in_flight_bytes_timeouts_and_in_progress_are_reported() {
+    let dir = tmp();
+    let ck = "checkpoint: {interval: 200ms, timeout: 1s, alignment: unaligned, tolerable_failures: 100}\n";
+    let body = datagen_pipeline(ck, None).replace("type: blackhole, input: unique}", "type: blackhole, input: unique, rate_limit: 300}");
+    assert!(body.contains("rate_limit: 300"));
+    let pipeline = write_pipeline(dir.path(), &body);
+    let port = free_port();
+    let run = weir_run(&pipeline, 2)
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("WEIR_FAULTS", "barrier_delay=300ms,stall=unique:0:2s")
+        .spawn();
+    let busy = wait_scrape(&run, port, "a checkpoint in progress", |t| value(t, "weir_checkpoints_in_progress", &[]) == Some(1.0));
+    assert!(must(&busy, "weir_checkpoint_in_progress_id", &[]) >= 1.0, "{busy}");
+    let text = wait_scrape(&run, port, "a timeout, then 2 completed checkpoints", |t| {
+        value(t, "weir_checkpoints_failed_total", &[r#"reason="timeout""#]) >= Some(1.0)
+            && value(t, "weir_checkpoints_completed_total", &[]) >= Some(2.0)
+    });
+    drop(run);
+    // The trigger reaches the sources at once; the operators see the first
+    // barrier once a source let it go, 300 ms later.
+    let delay = must(&text, "weir_checkpoint_last_start_delay_seconds", &[r#"pipeline="metered""#]);
+    assert!((0.3..10.0).contains(&delay), "start delay {delay}");
+    let in_flight = must(&text, "weir_checkpoint_last_in_flight_size_bytes", &[]);
+    let size = must(&text, "weir_checkpoint_last_size_bytes", &[]);
+    assert!(in_flight > 0.0 && in_flight <= size, "in-flight {in_flight} of {size} bytes");
+    // The stall outlasted one checkpoint's timeout and nothing else failed.
+    assert_eq!(must(&text, "weir_checkpoints_failed_total", &[r#"reason="declined""#]), 0.0, "{text}");
+    assert_eq!(must(&text, "weir_checkpoints_consecutive_failures", &[]), 0.0, "a completion resets it");
+}
+
+/// A bounded file source beside an unbounded datagen, a keyed dedup on
+/// RocksDB, a file sink: the file's size and how much of it was read, the
+/// part files published, and RocksDB's own figures for every bundle.
+#[test]
+fn file_progress_parts_published_and_rocksdb_properties_are_exported() {
+    let dir = tmp();
+    let input = dir.path().join("in.jsonl");
+    let lines: String = (0..500).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+    std::fs::write(&input, &lines).unwrap();
+    let body = format!(
+        "name: metered\nbundles: {{size: 1}}\ncheckpoint: {{interval: 200ms}}\nsources:\n  - {{name: lines, type: file, path: {}}}\n  - name: events\n    type: datagen\n    rate_limit: 2000\n    fields:\n      n: {{kind: sequence}}\noperators:\n  - {{name: unique, type: dedup, input: events, key: [n]}}\nsinks:\n  - {{name: out, type: file, input: unique, path: {}}}\n  - {{name: drop, type: blackhole, input: lines}}\n",
+        input.display(),
+        dir.path().join("out").display()
+    );
+    let pipeline = dir.path().join("p.yaml");
+    std::fs::write(&pipeline, format!("state: {{backend: rocksdb, dir: {}}}\n{body}", dir.path().join("st").display())).unwrap();
+    let pipeline = pipeline.display().to_string();
+    let port = free_port();
+    let run = weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).spawn();
+    let size = lines.len() as f64;
+    let text = wait_scrape(&run, port, "the file read, parts published, keys in RocksDB", |t| {
+        value(t, "weir_source_bytes_in_total", &[r#"operator="lines""#]) == Some(size)
+            && value(t, "weir_sink_parts_published_total", &[r#"operator="out""#]) >= Some(1.0)
+            && value(t, "weir_rocksdb_estimate_num_keys", &[]) > Some(0.0)
+    });
+    drop(run);
+    assert_eq!(must(&text, "weir_source_input_size_bytes", &[r#"operator="lines""#]), size);
+    assert_eq!(value(&text, "weir_source_input_size_bytes", &[r#"operator="events""#]), None, "unbounded: no total");
+    assert_eq!(value(&text, "weir_sink_parts_published_total", &[r#"operator="drop""#]), None, "only file sinks publish parts");
+    let published =
+        std::fs::read_dir(dir.path().join("out")).unwrap().flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count();
+    assert!(published as f64 >= must(&text, "weir_sink_parts_published_total", &[]), "{published} part files on disk");
+    // Two bundles (bundles.size 1 at parallelism 2), one column family: the dedup's.
+    for bundle in ["0", "1"] {
+        let at = [format!(r#"bundle="{bundle}""#), r#"operator="unique""#.to_string(), r#"pipeline="metered""#.to_string()];
+        let at: Vec<&str> = at.iter().map(String::as_str).collect();
+        for name in [
+            "weir_rocksdb_estimate_num_keys",
+            "weir_rocksdb_size_all_mem_tables_bytes",
+            "weir_rocksdb_estimate_pending_compaction_bytes",
+            "weir_rocksdb_actual_delayed_write_rate",
+            "weir_rocksdb_block_cache_usage_bytes",
+            "weir_rocksdb_live_sst_files_size_bytes",
+        ] {
+            must(&text, name, &at);
+        }
+        assert_eq!(must(&text, "weir_rocksdb_is_write_stopped", &at), 0.0);
+        assert!(must(&text, "weir_rocksdb_estimate_num_keys", &at) > 0.0, "each bundle holds some of the keys");
+    }
+    // docs/metrics.md lists every series this run (RocksDB, checkpoints, file source and sink) exports.
+    let documented = documented_metrics();
+    let exported: std::collections::BTreeSet<&str> =
+        text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let undocumented: Vec<&&str> = exported.iter().filter(|n| !documented.contains(**n)).collect();
+    assert!(undocumented.is_empty(), "not in docs/metrics.md: {undocumented:?}");
 }
 
 #[test]
@@ -230,11 +331,14 @@ fn restored_run_reports_its_checkpoint_and_counts_from_zero() {
         .arg("latest")
         .arg("--metrics-addr")
         .arg(format!("127.0.0.1:{port}"))
-        .env("WEIR_FAULTS", "stall=unique:0:3s")
+        .env("WEIR_FAULTS", "stall=unique:0:3s,restore_stall=300ms")
         .spawn();
-    let text = wait_scrape(&run, port, "the restored id", |t| value(t, "weir_checkpoint_restored_id", &[]).is_some());
+    // Known once every task has its state back.
+    let text = wait_scrape(&run, port, "the restore duration", |t| value(t, "weir_restore_duration_seconds", &[]).is_some());
     run.wait_for(Duration::from_secs(30)).expect_code(0);
     assert_eq!(must(&text, "weir_checkpoint_restored_id", &[]), id as f64);
+    let took = must(&text, "weir_restore_duration_seconds", &[r#"pipeline="metered""#]);
+    assert!((0.3..30.0).contains(&took), "every task's restore stalls 300 ms, the restore took {took} s");
     // Counters are this process's: the input was all read before the restore.
     assert_eq!(must(&text, "weir_records_out_total", &[r#"operator="events""#]), 0.0);
 }
@@ -323,12 +427,18 @@ struct Prometheus {
 impl Prometheus {
     /// None when Debian's `prometheus` package is not installed.
     fn start(dir: &Path, targets: &[u16]) -> Option<Prometheus> {
+        Self::start_with(dir, targets, &[])
+    }
+
+    /// With more options of `scripts/prometheus.sh start` (`--rules FILE`).
+    fn start_with(dir: &Path, targets: &[u16], more: &[&str]) -> Option<Prometheus> {
         if std::process::Command::new("prometheus").arg("--version").output().is_err() {
             return None;
         }
         let targets: Vec<String> = targets.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = std::process::Command::new(super::util::repo().join("scripts/prometheus.sh"))
             .args(["start", "--data-dir", dir.to_str().unwrap(), "--interval", "500ms", "--target", &targets.join(",")])
+            .args(more)
             .output()
             .expect("running scripts/prometheus.sh");
         assert!(out.status.success(), "prometheus.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -446,4 +556,131 @@ fn prometheus_scrapes_weir_checkpoints_rise_and_records_equal_the_summary() {
         assert_eq!(v, Some(summary_count(&o.stderr, node, dir) as f64), "{node} {dir}:\n{}", o.stderr);
         assert_eq!(v, Some(ROWS as f64));
     }
+}
+
+/// `promtool`, or None (with a note) when it is not installed.
+fn promtool() -> Option<std::process::Command> {
+    if std::process::Command::new("promtool").arg("--version").output().is_err() {
+        eprintln!("skipped: `promtool` is not installed (scripts/install-deps.sh installs prometheus)");
+        return None;
+    }
+    let mut c = std::process::Command::new("promtool");
+    c.current_dir(super::util::repo().join("deploy/prometheus"));
+    Some(c)
+}
+
+#[test]
+fn alert_rules_pass_promtool_check_and_their_recorded_series_tests() {
+    for args in [["check", "rules", "alerts.yml"], ["test", "rules", "alerts_test.yml"]] {
+        let Some(mut c) = promtool() else { return };
+        let out = c.args(args).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "promtool {args:?}:\n{text}");
+        assert!(text.contains("SUCCESS"), "promtool {args:?}:\n{text}");
+    }
+}
+
+/// The metric names docs/metrics.md lists (first column of its tables).
+fn documented_metrics() -> std::collections::BTreeSet<String> {
+    let doc = std::fs::read_to_string(super::util::repo().join("docs/metrics.md")).unwrap();
+    let names: std::collections::BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(name, _)| name.to_string())
+        .filter(|n| n.starts_with("weir_") || n.starts_with("process_"))
+        .collect();
+    assert!(names.len() > 30, "{names:?}");
+    names
+}
+
+/// Every `weir_*` and `process_*` name in `text`.
+fn metric_names_in(text: &str) -> std::collections::BTreeSet<String> {
+    let re = regex::Regex::new(r"\b(?:weir|process)_[a-z0-9_]+").unwrap();
+    re.find_iter(text).map(|m| m.as_str().to_string()).collect()
+}
+
+/// The `expr:` of each rule (one line, or a `|` block of deeper lines).
+fn rule_exprs(yaml: &str) -> Vec<String> {
+    let mut exprs = Vec::new();
+    let mut lines = yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim_start().strip_prefix("expr:") else { continue };
+        if rest.trim() != "|" {
+            exprs.push(rest.trim().to_string());
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let mut block = String::new();
+        while let Some(next) = lines.next_if(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent) {
+            block.push_str(next.trim());
+            block.push('\n');
+        }
+        exprs.push(block);
+    }
+    exprs
+}
+
+#[test]
+fn dashboard_and_alert_rules_name_only_documented_metrics() {
+    let documented = documented_metrics();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(super::util::repo().join("deploy/grafana/weir.json")).unwrap()).unwrap();
+    // Every query: the panels' targets and the variables' queries.
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            queries.push(t["expr"].as_str().expect("a target with an expr").to_string());
+        }
+    }
+    for v in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["definition"].as_str() {
+            queries.push(q.to_string());
+        }
+    }
+    assert!(queries.len() > 30, "{queries:?}");
+    let exprs = rule_exprs(&std::fs::read_to_string(super::util::repo().join("deploy/prometheus/alerts.yml")).unwrap());
+    assert_eq!(exprs.len(), 6, "{exprs:?}");
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e.contains("time() - weir_checkpoint_last_completed_timestamp_seconds") && e.contains("weir_pipeline_running")),
+        "{exprs:?}"
+    );
+    let rules = std::fs::read_to_string(super::util::repo().join("deploy/prometheus/alerts.yml")).unwrap();
+    let rules = rule_exprs(&rules).join("\n");
+    for (what, text) in [("deploy/grafana/weir.json", queries.join("\n")), ("deploy/prometheus/alerts.yml", rules)] {
+        let named = metric_names_in(&text);
+        assert!(named.len() > 5, "{what}: {named:?}");
+        let unknown: Vec<&String> = named.iter().filter(|n| !documented.contains(*n)).collect();
+        assert!(unknown.is_empty(), "{what} names metrics docs/metrics.md does not list: {unknown:?}");
+    }
+}
+
+/// A subtask stalled at its first barrier for longer than the test: every
+/// checkpoint times out, and Prometheus, evaluating deploy/prometheus/alerts.yml,
+/// reports WeirCheckpointRepeatedFailure firing.
+#[test]
+fn prometheus_fires_the_repeated_failure_alert_while_a_stalled_subtask_fails_checkpoints() {
+    let dir = tmp();
+    let port = free_port();
+    let rules = super::util::repo().join("deploy/prometheus/alerts.yml");
+    let Some(prom) = Prometheus::start_with(&dir.path().join("prometheus"), &[port], &["--rules", rules.to_str().unwrap()]) else {
+        eprintln!("skipped: `prometheus` is not installed (scripts/install-deps.sh installs it)");
+        return;
+    };
+    let ck = "checkpoint: {interval: 100ms, timeout: 300ms, tolerable_failures: 10000}\n";
+    let pipeline = write_pipeline(dir.path(), &datagen_pipeline(ck, None));
+    let run =
+        weir_run(&pipeline, 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=unique:0:120s").spawn();
+    let firing = r#"ALERTS{alertname="WeirCheckpointRepeatedFailure",alertstate="firing",pipeline="metered"}"#;
+    let fired = wait_until(Duration::from_secs(40), || prom.scalar(firing) == Some(1.0));
+    let failed = prom.query(r#"weir_checkpoints_failed_total{reason="timeout"}"#);
+    let completed = scrape(port).map(|t| must(&t, "weir_checkpoints_completed_total", &[]));
+    drop(run);
+    assert!(fired, "the alert did not fire within 40 s; failures by timeout in Prometheus: {failed:?}");
+    assert_eq!(completed, Some(0.0), "the stalled subtask let no checkpoint complete");
+    // The other rules stay quiet (WeirNoCheckpointCompleted waits for 5 intervals and 1m).
+    let others = prom.query(r#"ALERTS{alertstate="firing",alertname!="WeirCheckpointRepeatedFailure"}"#);
+    assert!(others.is_empty(), "{others:?}");
 }

@@ -38,7 +38,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::faults;
-use crate::operators::{Context, OpError, OpResult, Operator};
+use crate::operators::{Context, OpError, OpResult, Operator, OperatorMetrics};
 use crate::state::{TableKind, TableSpec};
 use crate::types::{KeyGroup, Record};
 
@@ -134,7 +134,9 @@ impl FileSink {
             Ok(())
         } else {
             let to = self.dir.join(published_name(0, &part.stem));
-            fs::rename(&part.hidden, &to).map_err(|e| OpError::io(ctx_msg("publishing", &to), e))
+            fs::rename(&part.hidden, &to).map_err(|e| OpError::io(ctx_msg("publishing", &to), e))?;
+            OperatorMetrics::add(&ctx.metrics.parts_published, 1);
+            Ok(())
         }
     }
 
@@ -149,7 +151,7 @@ impl FileSink {
             let Some(stem) = stem_of(hidden) else { continue };
             let (from, to) = (self.dir.join(hidden), self.dir.join(published_name(*staged_in, stem)));
             match fs::rename(&from, &to) {
-                Ok(()) => {}
+                Ok(()) => OperatorMetrics::add(&ctx.metrics.parts_published, 1),
                 // A staged part of a completed checkpoint leaves its hidden
                 // name only by this rename: it was published before a crash
                 // (the final file may since have been moved away by a

@@ -55,11 +55,20 @@ pub struct WeirContext {
     outage: Mutex<Outage>,
     /// Mirrors `outage.since.is_some()` for a lock-free check per message.
     down: AtomicBool,
+    /// The newest statistics (with `statistics.interval.ms`), for the metrics endpoint.
+    pub stats: std::sync::Arc<crate::runtime::metrics::ClientStats>,
 }
 
 impl WeirContext {
     pub fn new(who: String, brokers: &str, broker_timeout: Duration) -> Self {
-        WeirContext { who, brokers: brokers.to_string(), broker_timeout, outage: Mutex::default(), down: AtomicBool::new(false) }
+        WeirContext {
+            who,
+            brokers: brokers.to_string(),
+            broker_timeout,
+            outage: Mutex::default(),
+            down: AtomicBool::new(false),
+            stats: Default::default(),
+        }
     }
 
     /// Record a failure to reach the brokers (from any client call).
@@ -152,6 +161,11 @@ impl ClientContext for WeirContext {
             Some(code) if is_connectivity(code) => self.broker_failed(reason),
             _ => tracing::warn!(who = %self.who, %error, reason, "Kafka client error."),
         }
+    }
+
+    /// Kept raw: parsing it is the metrics endpoint's work, at scrape time.
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.stats.store(statistics);
     }
 }
 

@@ -71,7 +71,7 @@ use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
 use crate::operators::dead_letter::reject;
 use crate::operators::DeadLetter;
-use crate::operators::{Context, OpError, OpResult, Operator};
+use crate::operators::{Context, OpError, OpResult, Operator, OperatorMetrics};
 use crate::state::{TableKind, TableSpec};
 use crate::types::Record;
 
@@ -442,6 +442,13 @@ impl KafkaSink {
         OpError::Data(format!("{}: {what}: {e}", self.who))
     }
 
+    /// The transaction gauges of the metrics endpoint.
+    fn show_transactions(&self, metrics: &OperatorMetrics) {
+        let Some(t) = &self.txn else { return };
+        metrics.transactions_open.store(u64::from(t.open), std::sync::atomic::Ordering::Relaxed);
+        metrics.transactions_pending.store(u64::from(t.staged.is_some()), std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Send into the open transaction, beginning one if needed.
     fn send_in_txn(&mut self, m: Msg) -> OpResult {
         let txn = self.txn.as_ref().expect("exactly-once");
@@ -625,6 +632,7 @@ impl Operator for KafkaSink {
                 Some(false) => self.send_in_txn(m)?,
             }
         }
+        self.show_transactions(ctx.metrics);
         Ok(())
     }
 
@@ -648,6 +656,7 @@ impl Operator for KafkaSink {
         t.staged = Some(id);
         let value = encode_staged(self.subtask, &t.run, id, &t.records);
         ctx.state.put(TXN, kg, TXN_KEY, &value)?;
+        self.show_transactions(ctx.metrics);
         Ok(())
     }
 
@@ -656,12 +665,15 @@ impl Operator for KafkaSink {
         if t.staged.is_none_or(|s| s > id) {
             return Ok(());
         }
+        let committed = t.records.len() as u64;
         self.commit()?;
+        OperatorMetrics::add(&ctx.metrics.records_committed, committed);
         ctx.state.delete(TXN, ctx.state.key_groups().start, TXN_KEY)?;
         let held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
         for m in held {
             self.send_in_txn(m)?;
         }
+        self.show_transactions(ctx.metrics);
         Ok(())
     }
 

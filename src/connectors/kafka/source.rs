@@ -77,6 +77,10 @@ impl Part {
     }
 }
 
+/// How often librdkafka reports the consumer's lag (a JSON document of a
+/// few KB per assigned broker and partition).
+const STATS_INTERVAL_MS: &str = "2000";
+
 pub struct KafkaSource {
     who: String,
     consumer: Arc<BaseConsumer<WeirContext>>,
@@ -167,6 +171,11 @@ impl KafkaSource {
         config.set("auto.offset.reset", "error");
         // Offsets live in checkpoints; the partition end is watched (bounded reads).
         config.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false").set("enable.partition.eof", "true");
+        // Consumer lag per partition for the metrics endpoint, delivered by
+        // the poll(0) of the main queue below (`WeirContext::stats_raw`).
+        if !spec.properties.iter().any(|(k, _)| k == "statistics.interval.ms") {
+            config.set("statistics.interval.ms", STATS_INTERVAL_MS);
+        }
         let context = WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout);
         let consumer: BaseConsumer<WeirContext> =
             config.create_with_context(context).map_err(|e| format!("creating the Kafka consumer: {e}"))?;
@@ -571,6 +580,10 @@ impl Source for KafkaSource {
     fn restore(&mut self, restored: &RestoredPositions) -> Result<(), String> {
         let all: Vec<&[u8]> = restored.by_subtask.iter().map(Vec::as_slice).filter(|p| !p.is_empty()).collect();
         self.restore_union(&all)
+    }
+
+    fn client_stats(&self) -> Option<std::sync::Arc<crate::runtime::metrics::ClientStats>> {
+        Some(self.consumer.context().stats.clone())
     }
 
     fn on_checkpoint(&mut self, id: u64) {

@@ -113,6 +113,14 @@ impl BundleDb {
         &self.path
     }
 
+    /// An integer property (`rocksdb.estimate-num-keys`, ...) of column
+    /// family `cf`; None if RocksDB has no such property or family. Reads
+    /// RocksDB's figures under its mutex for a moment; never waits for I/O.
+    pub fn int_property(&self, cf: &str, name: &str) -> Option<u64> {
+        let cf = self.db.cf_handle(cf)?;
+        self.db.property_int_value_cf(cf, name).ok().flatten()
+    }
+
     fn cf(&self, name: &str) -> Result<&ColumnFamily, StateError> {
         self.db.cf_handle(name).ok_or_else(|| StateError::Backend(format!("no column family `{name}` in {}", self.path.display())))
     }
