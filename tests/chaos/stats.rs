@@ -49,9 +49,9 @@ impl Stats {
     pub fn table(&self, seeds: &str, elapsed: std::time::Duration) -> String {
         let mut t = String::new();
         let row = |t: &mut String, k: &str, v: String| {
-            let _ = writeln!(t, "| {k:<36} | {v:<58} |");
+            let _ = writeln!(t, "| {k:<48} | {v:<58} |");
         };
-        let _ = writeln!(t, "| {:<36} | {:<58} |\n|{}|{}|", "chaos", seeds, "-".repeat(38), "-".repeat(60));
+        let _ = writeln!(t, "| {:<48} | {:<58} |\n|{}|{}|", "chaos", seeds, "-".repeat(50), "-".repeat(60));
         row(&mut t, "time", format!("{:.0} s", elapsed.as_secs_f64()));
         let total = elapsed.as_secs_f64().max(0.001);
         for p in PHASES {
