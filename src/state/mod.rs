@@ -135,6 +135,14 @@ pub trait KeyedState: Send {
         self.delete(table, kg, key)
     }
 
+    /// Write whatever the backend holds back (RocksDB's write-behind cache)
+    /// to where a checkpoint captures it. The runtime calls it at every
+    /// checkpoint's synchronous point, before the snapshot or the bundle's
+    /// native checkpoint.
+    fn flush(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
+
     /// The synchronous part of a canonical snapshot of this state (see
     /// [`StateSnapshot`]). The default copies every entry now.
     fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
