@@ -241,6 +241,12 @@ impl KeyedState for MemoryState {
         Ok(self.find(self.map(table, kg)?, key).is_some())
     }
 
+    fn prefetch(&self, table: TableId, kg: KeyGroup, key: &[u8]) {
+        if let Ok(map @ Map::Point(_)) = self.map(table, kg) {
+            std::hint::black_box(self.find(map, key).and_then(|v| v.first()));
+        }
+    }
+
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         match map {
