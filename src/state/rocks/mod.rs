@@ -280,9 +280,8 @@ impl RocksState {
         Ok(())
     }
 
-    /// The cached value of composed key `k`: Some(None) if known absent,
-    /// None if the cache does not know; else read from the DB into `out`
-    /// and cached. Returns whether the key is present, its value in `out`.
+    /// Look composed key `k` up in the cache, else in the DB (caching what
+    /// it finds). Returns whether the key is present, its value in `out`.
     fn read_through(&self, k: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
         out.clear();
         if let Some(slot) = self.cache.borrow().get(k) {
