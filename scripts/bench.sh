@@ -8,6 +8,9 @@
 #   scripts/bench.sh            # 10 M rows (generated once into target/bench/)
 #   BENCH_ROWS=1000000 scripts/bench.sh
 #   BENCH_ONLY=rocksdb scripts/bench.sh   # only the RocksDB part
+#   BENCH_ONLY=cpu BENCH_BASELINE=/tmp/old-weir scripts/bench.sh
+#       # rows per CPU-second of the issue's jobs (1 s aligned checkpoints),
+#       # this build and an older binary alternated in the same run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${BENCH_ROWS:-10000000}
@@ -78,6 +81,39 @@ $(cat "$log")"
   echo "|---|---|---|---|"
   echo "${restore_note#?}"
 }
+
+# One run of `bin` on `job` at parallelism `p` (env from the caller): a
+# table row with rows/s, rows per CPU-second (user + system of the whole
+# process), peak RSS and the checkpoints' count and median duration.
+cpu_row() {
+  local bin=$1 job=$2 p=$3 log out rate u s rss n med
+  rm -rf "$BENCH_STATE"
+  log=$(mktemp)
+  /usr/bin/time -o "$log.time" -f '%U %S %M' "$bin" run --no-progress --log-level info -p "$p" "scripts/bench/$job.yaml" 2>"$log" >/dev/null || true
+  rate=$(sed -n 's/^Finished in [0-9.]*s, \([0-9]*\) records\/s.*/\1/p' "$log")
+  [ -n "$rate" ] || { echo "run failed: $bin $job p=$p" >&2; tail -20 "$log" >&2; exit 1; }
+  read -r u s rss <"$log.time"
+  n=$(grep -c 'Checkpoint complete' "$log" || true)
+  med=$(sed -n 's/.*Checkpoint complete.* duration_ms=\([0-9]*\).*/\1/p' "$log" | sort -n | sed -n "$(( (n + 1) / 2 ))p")
+  echo "| $job | $(basename "$bin") | $p | $rate | $(python3 -c "print(int($rows / max($u + $s, 0.01)))") | $((rss / 1024)) | $n | ${med:--} |"
+  rm -f "$log" "$log.time"
+}
+
+# The issue's per-core table: every job with 1 s aligned checkpoints.
+cpu_bench() {
+  echo "| job | binary | parallelism | rows/s | rows per CPU-s | peak RSS (MiB) | checkpoints | median checkpoint ms |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for job in ${BENCH_JOBS:-count_users_rocks tumbling_rocks dedup_rocks}; do
+    for bin in $weir ${BENCH_BASELINE:-}; do
+      CHECKPOINT_INTERVAL=1s cpu_row "$bin" "$job" 1
+    done
+  done
+}
+
+if [ "${BENCH_ONLY:-}" = cpu ]; then
+  cpu_bench
+  exit 0
+fi
 
 if [ "${BENCH_ONLY:-}" = rocksdb ]; then
   rocksdb_bench

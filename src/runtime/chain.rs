@@ -194,6 +194,8 @@ impl Chain {
         for op in &mut self.ops {
             let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now };
             op.op.on_checkpoint(id, &mut ctx).map_err(|e| TaskError::new(&op.info, e))?;
+            // Held-back writes first: the native checkpoint captures the DB as it is.
+            op.state.flush().map_err(|e| TaskError::new(&op.info, e.into()))?;
             let snap = if native && op.state.is_native() {
                 StateSnapshot::Bytes(NATIVE_MARKER.to_vec())
             } else {

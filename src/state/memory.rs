@@ -21,13 +21,13 @@ const INLINE: usize = 22;
 
 /// A byte string, inline when short.
 #[derive(Clone)]
-enum Bytes {
+pub(super) enum Bytes {
     Inline { len: u8, data: [u8; INLINE] },
     Heap(Box<[u8]>),
 }
 
 impl Bytes {
-    fn new(b: &[u8]) -> Self {
+    pub(super) fn new(b: &[u8]) -> Self {
         if b.len() <= INLINE {
             let mut data = [0; INLINE];
             data[..b.len()].copy_from_slice(b);
@@ -37,7 +37,7 @@ impl Bytes {
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    pub(super) fn as_slice(&self) -> &[u8] {
         match self {
             Bytes::Inline { len, data } => &data[..*len as usize],
             Bytes::Heap(b) => b,
@@ -45,7 +45,7 @@ impl Bytes {
     }
 
     /// Overwrite in place when the new value fits the old storage.
-    fn set(&mut self, b: &[u8]) {
+    pub(super) fn set(&mut self, b: &[u8]) {
         match self {
             Bytes::Inline { len, data } if b.len() <= INLINE => {
                 data[..b.len()].copy_from_slice(b);
@@ -239,6 +239,12 @@ impl KeyedState for MemoryState {
 
     fn contains(&self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
         Ok(self.find(self.map(table, kg)?, key).is_some())
+    }
+
+    fn prefetch(&self, table: TableId, kg: KeyGroup, key: &[u8]) {
+        if let Ok(map @ Map::Point(_)) = self.map(table, kg) {
+            std::hint::black_box(self.find(map, key).and_then(|v| v.first()));
+        }
     }
 
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {

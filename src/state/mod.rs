@@ -135,6 +135,20 @@ pub trait KeyedState: Send {
         self.delete(table, kg, key)
     }
 
+    /// A hint that `key` is about to be read or written: a backend may pull
+    /// its entry into the CPU cache now. Called for every record of a batch
+    /// before the batch is processed, so the memory waits of independent
+    /// lookups overlap instead of coming one after another.
+    fn prefetch(&self, _table: TableId, _kg: KeyGroup, _key: &[u8]) {}
+
+    /// Write whatever the backend holds back (RocksDB's write-behind cache)
+    /// to where a checkpoint captures it. The runtime calls it at every
+    /// checkpoint's synchronous point, before the snapshot or the bundle's
+    /// native checkpoint.
+    fn flush(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
+
     /// The synchronous part of a canonical snapshot of this state (see
     /// [`StateSnapshot`]). The default copies every entry now.
     fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {

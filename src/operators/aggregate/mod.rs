@@ -556,6 +556,14 @@ impl Operator for Aggregate {
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        if self.window.is_none() {
+            // Touch every key's entries first: their memory waits overlap.
+            for r in &batch {
+                encode_key(&r.fields, &self.key_indices, &mut self.key);
+                ctx.state.prefetch(ACCS, r.key_group, &self.key);
+                ctx.state.prefetch(DIRTY, r.key_group, &self.key);
+            }
+        }
         match self.window {
             Some(assigner) => batch.iter().try_for_each(|r| self.process_windowed(assigner, r, ctx)),
             None => batch.iter().try_for_each(|r| self.process_running(r, ctx)),

@@ -12,6 +12,7 @@
 //! checkpoints) read under a RocksDB snapshot taken at the synchronous
 //! point, on a thread of their own (see [`snapshot`]).
 
+mod cache;
 pub mod native;
 mod snapshot;
 
@@ -20,7 +21,11 @@ use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, ReadOptions, WriteOptions, DB};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions, DB,
+};
+
+use cache::{Change, WriteCache};
 
 use super::{KeyedState, ScanFn, StateError, StateSnapshot, TableId, TableKind, TableSpec};
 use crate::config::Compression;
@@ -41,6 +46,9 @@ pub struct RocksOptions {
     /// size. Without a bound it grows with every flush and compaction, and
     /// it is copied whole into each incremental checkpoint.
     pub max_manifest_bytes: usize,
+    /// Budget of each subtask's write-behind cache of point-table entries
+    /// (see [`cache`]), in approximate bytes.
+    pub write_cache: usize,
 }
 
 /// The info LOG rolls past this size; two old ones are kept.
@@ -48,7 +56,13 @@ pub const MAX_INFO_LOG_BYTES: usize = 1 << 20;
 
 impl Default for RocksOptions {
     fn default() -> Self {
-        RocksOptions { block_cache: 256 << 20, write_buffer: 64 << 20, compression: Compression::Lz4, max_manifest_bytes: 64 << 10 }
+        RocksOptions {
+            block_cache: 256 << 20,
+            write_buffer: 64 << 20,
+            compression: Compression::Lz4,
+            max_manifest_bytes: 64 << 10,
+            write_cache: 64 << 20,
+        }
     }
 }
 
@@ -62,6 +76,7 @@ pub struct BundleDb {
     db: DB,
     path: PathBuf,
     write: WriteOptions,
+    write_cache: usize,
     // Declared after `db`, so it runs once the DB is closed.
     _remove: RemoveOnDrop,
 }
@@ -106,7 +121,13 @@ impl BundleDb {
         let db = DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| backend_error("cannot open RocksDB at", path, e))?;
         let mut write = WriteOptions::default();
         write.disable_wal(true);
-        Ok(Arc::new(BundleDb { db, path: path.to_path_buf(), write, _remove: RemoveOnDrop(path.to_path_buf()) }))
+        Ok(Arc::new(BundleDb {
+            db,
+            path: path.to_path_buf(),
+            write,
+            write_cache: options.write_cache,
+            _remove: RemoveOnDrop(path.to_path_buf()),
+        }))
     }
 
     pub fn path(&self) -> &Path {
@@ -177,6 +198,9 @@ pub struct RocksState {
     read_key: RefCell<Vec<u8>>,
     /// The buffer `update` hands out.
     scratch: Vec<u8>,
+    /// Point-table entries, written to the DB at [`KeyedState::flush`].
+    /// A cell: reads through `&self` cache what they read, scans flush.
+    cache: RefCell<WriteCache>,
 }
 
 impl RocksState {
@@ -189,7 +213,6 @@ impl RocksState {
         let mut read = ReadOptions::default();
         read.set_verify_checksums(false);
         Ok(RocksState {
-            db,
             cf: cf.to_string(),
             key_groups,
             tables: tables.to_vec(),
@@ -197,6 +220,8 @@ impl RocksState {
             key: Vec::with_capacity(64),
             read_key: RefCell::new(Vec::with_capacity(64)),
             scratch: Vec::new(),
+            cache: RefCell::new(WriteCache::new(db.write_cache)),
+            db,
         })
     }
 
@@ -227,6 +252,67 @@ impl RocksState {
     fn delete_key(&self) -> Result<(), StateError> {
         let cf = self.db.cf(&self.cf)?;
         self.db.db.delete_cf_opt(cf, &self.key, &self.db.write).map_err(|e| self.err("delete failed", e))
+    }
+
+    /// Point tables go through the write-behind cache; ordered tables
+    /// (scanned in key order) straight to the DB.
+    fn cached(&self, table: TableId) -> bool {
+        self.tables.get(table).is_some_and(|t| t.kind == TableKind::Point)
+    }
+
+    /// Write the cache's dirty entries to the DB in one batch.
+    fn flush_cache(&self) -> Result<(), StateError> {
+        let mut cache = self.cache.borrow_mut();
+        if !cache.is_dirty() {
+            return Ok(());
+        }
+        let cf = self.db.cf(&self.cf)?;
+        cache.flush(|changes| {
+            let mut batch = WriteBatch::default();
+            for change in changes {
+                match change {
+                    Change::Put(k, v) => batch.put_cf(cf, k, v),
+                    Change::Delete(k) => batch.delete_cf(cf, k),
+                }
+            }
+            self.db.db.write_opt(batch, &self.db.write).map_err(|e| self.err("write failed", e))
+        })
+    }
+
+    /// Empty the cache (after writing it out) once it outgrows its budget.
+    fn bound_cache(&self) -> Result<(), StateError> {
+        if self.cache.borrow().over_budget() {
+            self.flush_cache()?;
+            self.cache.borrow_mut().clear();
+        }
+        Ok(())
+    }
+
+    /// Look composed key `k` up in the cache, else in the DB (caching what
+    /// it finds). Returns whether the key is present, its value in `out`.
+    fn read_through(&self, k: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
+        out.clear();
+        if let Some(slot) = self.cache.borrow().get(k) {
+            return Ok(match slot.value() {
+                Some(v) => {
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            });
+        }
+        let cf = self.db.cf(&self.cf)?;
+        let v = self.db.db.get_pinned_cf_opt(cf, k, &self.read).map_err(|e| self.err("read failed", e))?;
+        let Some(v) = v else { return Ok(false) };
+        out.extend_from_slice(&v);
+        self.cache.borrow_mut().set_clean(k, &v);
+        self.bound_cache()?;
+        Ok(true)
+    }
+
+    /// Whether the cache knows composed key `k` (and then whether it is present).
+    fn known(&self, k: &[u8]) -> Option<bool> {
+        self.cache.borrow().get(k).map(|slot| slot.value().is_some())
     }
 
     /// Visit (kg, table) entries with `lower <= key < upper` in order.
@@ -270,6 +356,9 @@ impl KeyedState for RocksState {
         self.check(kg)?;
         let mut k = self.read_key.borrow_mut();
         compose(&mut k, kg, table, key);
+        if self.cached(table) {
+            return self.read_through(&k, out);
+        }
         let cf = self.db.cf(&self.cf)?;
         let v = self.db.db.get_pinned_cf_opt(cf, &*k, &self.read).map_err(|e| self.err("read failed", e))?;
         out.clear();
@@ -286,20 +375,53 @@ impl KeyedState for RocksState {
         self.check(kg)?;
         let mut k = self.read_key.borrow_mut();
         compose(&mut k, kg, table, key);
+        if self.cached(table) {
+            if let Some(present) = self.known(&k) {
+                return Ok(present);
+            }
+            let mut scratch = Vec::new();
+            return self.read_through(&k, &mut scratch);
+        }
         let cf = self.db.cf(&self.cf)?;
         let v = self.db.db.get_pinned_cf_opt(cf, &*k, &self.read).map_err(|e| self.err("read failed", e))?;
         Ok(v.is_some())
     }
 
+    /// A probe of the cache whose result is dropped: the loads of the
+    /// prefetch pass over a batch overlap; the real lookups then hit.
+    fn prefetch(&self, table: TableId, kg: KeyGroup, key: &[u8]) {
+        if !self.cached(table) || !self.key_groups.contains(&kg) {
+            return;
+        }
+        let mut k = self.read_key.borrow_mut();
+        compose(&mut k, kg, table, key);
+        std::hint::black_box(self.cache.borrow().get(&k).and_then(|slot| slot.value()).and_then(|v| v.first()));
+    }
+
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         self.check(kg)?;
         compose(&mut self.key, kg, table, key);
+        if self.cached(table) {
+            // Whether the DB holds the key is unknown: assume it may.
+            self.cache.get_mut().set(&self.key, Some(value), true);
+            return self.bound_cache();
+        }
         self.write_value(value)
     }
 
     fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
         self.check(kg)?;
         compose(&mut self.key, kg, table, key);
+        if self.cached(table) {
+            let present = match self.known(&self.key) {
+                Some(present) => present,
+                None => self.with_value(|v| v.is_some())?,
+            };
+            if present {
+                self.cache.get_mut().set(&self.key, None, true);
+            }
+            return Ok(present);
+        }
         if !self.with_value(|v| v.is_some())? {
             return Ok(false);
         }
@@ -317,11 +439,17 @@ impl KeyedState for RocksState {
 
     fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut ScanFn<'_>) -> Result<(), StateError> {
         self.check(kg)?;
+        if self.cached(table) {
+            self.flush_cache()?;
+        }
         self.scan(kg, table, &[], None, f)
     }
 
     /// Counts by scanning: O(entries), for tests and diagnostics.
     fn len(&self, table: TableId) -> usize {
+        if self.cached(table) && self.flush_cache().is_err() {
+            return 0;
+        }
         let mut n = 0;
         for kg in self.key_groups.clone() {
             let _ = self.scan(kg, table, &[], None, &mut |_, _| {
@@ -343,11 +471,28 @@ impl KeyedState for RocksState {
         compose(&mut self.key, kg, table, key);
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
-        let found = self.with_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some());
-        let result = match found {
-            Ok(found) if f(&mut buf, found) => self.write_value(&buf),
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
+        let result = if self.cached(table) {
+            // `f` works on a copy: it may change the buffer and then decline.
+            let known = self.cache.get_mut().get(&self.key).map(|slot| slot.value().map(|v| buf.extend_from_slice(v)).is_some());
+            let found = match known {
+                Some(found) => Ok(found),
+                None => self.with_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some()),
+            };
+            match found {
+                Ok(found) if f(&mut buf, found) => {
+                    // A key the cache did not know is in the DB only if it was found there.
+                    self.cache.get_mut().set(&self.key, Some(&buf), found);
+                    self.bound_cache()
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            match self.with_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some()) {
+                Ok(found) if f(&mut buf, found) => self.write_value(&buf),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            }
         };
         self.scratch = buf;
         result
@@ -357,6 +502,16 @@ impl KeyedState for RocksState {
         self.check(kg)?;
         compose(&mut self.key, kg, table, key);
         out.clear();
+        if self.cached(table) {
+            let found = match self.cache.get_mut().get(&self.key) {
+                Some(slot) => slot.value().map(|v| out.extend_from_slice(v)).is_some(),
+                None => self.with_value(|v| v.map(|v| out.extend_from_slice(v)).is_some())?,
+            };
+            if found {
+                self.cache.get_mut().set(&self.key, None, true);
+            }
+            return Ok(found);
+        }
         if !self.with_value(|v| v.map(|v| out.extend_from_slice(v)).is_some())? {
             return Ok(false);
         }
@@ -367,6 +522,24 @@ impl KeyedState for RocksState {
     fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
         self.check(kg)?;
         compose(&mut self.key, kg, table, key);
+        if self.cached(table) {
+            let present = match self.known(&self.key) {
+                Some(present) => present,
+                None => {
+                    let mut existing = std::mem::take(&mut self.scratch);
+                    let found = self.read_through(&self.key, &mut existing);
+                    self.scratch = existing;
+                    found?
+                }
+            };
+            if present {
+                return Ok(false);
+            }
+            // Absent from the cache's view: if the cache knew the key (deleted), `in_db` is kept.
+            self.cache.get_mut().set(&self.key, Some(value), false);
+            self.bound_cache()?;
+            return Ok(true);
+        }
         if self.with_value(|v| v.is_some())? {
             return Ok(false);
         }
@@ -374,7 +547,12 @@ impl KeyedState for RocksState {
         Ok(true)
     }
 
+    fn flush(&mut self) -> Result<(), StateError> {
+        self.flush_cache()
+    }
+
     fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
+        self.flush_cache()?;
         snapshot::start(self.db.clone(), &self.cf, tables, self.key_groups.clone())
     }
 

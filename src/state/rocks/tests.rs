@@ -201,6 +201,7 @@ fn incremental_checkpoints_copy_little_after_small_changes_and_restore_exactly()
                 s.delete(0, (i % 8) as KeyGroup, &(i * 8 + (i % 8)).to_be_bytes()).unwrap();
             }
         }
+        s.flush().unwrap();
         let local = t.db.local_checkpoint(id).unwrap();
         let bundle_dir = store.join(format!("chk-{id}"));
         std::fs::create_dir_all(&bundle_dir).unwrap();
@@ -246,6 +247,7 @@ fn local_recovery_refuses_a_local_file_damaged_in_place() {
     let store = t.dir.path().join("checkpoints");
     let (shared, bundle_dir) = (store.join("shared"), store.join("chk-1"));
     std::fs::create_dir_all(&bundle_dir).unwrap();
+    s.flush().unwrap();
     let local = t.db.local_checkpoint(1).unwrap();
     let (files, _) = Uploader::new(0).upload(&local, &bundle_dir, &shared).unwrap();
     drop(s);
@@ -299,6 +301,7 @@ fn manifest_and_log_stay_bounded_over_many_checkpoints() {
                 s.delete(0, (old % 8) as KeyGroup, &old.to_be_bytes()).unwrap();
             }
         }
+        s.flush().unwrap();
         let local = db.local_checkpoint(id).unwrap();
         let bundle_dir = store.join(format!("chk-{id}"));
         std::fs::create_dir_all(&bundle_dir).unwrap();
@@ -313,4 +316,133 @@ fn manifest_and_log_stay_bounded_over_many_checkpoints() {
     // The options dump at open is written at any level; nothing after it.
     let grown = log_bytes(&db) - log_at_open;
     assert!(grown < 1 << 10, "the info LOG grew by {grown} bytes over 100 checkpoints");
+}
+
+/// A small deterministic generator for the model tests.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u32) -> u32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % below as u64) as u32
+    }
+}
+
+/// Every answer of the RocksDB state equals the memory backend's over a
+/// random mix of operations, with the write-behind cache flushed at random
+/// points and emptied whenever it outgrows a tiny budget (every few dozen
+/// writes): reads after an eviction, deletes of flushed and of never
+/// flushed keys, values growing past the inline size.
+#[test]
+fn write_cache_answers_like_the_memory_backend_through_flushes_and_evictions() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RocksOptions { write_cache: 4 << 10, ..RocksOptions::default() };
+    let db = BundleDb::create(&dir.path().join("db"), &["a".into()], &options).unwrap();
+    let mut s = RocksState::new(db.clone(), "a", &T, 0..4).unwrap();
+    let mut mem = MemoryState::new(&T, 0..4);
+    let mut rng = Lcg(7);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for step in 0..20_000 {
+        let table = rng.next(2) as TableId;
+        let kg = rng.next(4) as KeyGroup;
+        let key = rng.next(300).to_be_bytes();
+        let len = [1, 8, 40][rng.next(3) as usize];
+        let value = vec![step as u8; len];
+        let what = rng.next(9);
+        match what {
+            0 | 1 => {
+                s.put(table, kg, &key, &value).unwrap();
+                mem.put(table, kg, &key, &value).unwrap();
+            }
+            2 => assert_eq!(s.delete(table, kg, &key).unwrap(), mem.delete(table, kg, &key).unwrap(), "delete at {step}"),
+            3 => assert_eq!(s.take(table, kg, &key, &mut a).unwrap(), mem.take(table, kg, &key, &mut b).unwrap(), "take at {step}"),
+            4 => assert_eq!(
+                s.put_if_absent(table, kg, &key, &value).unwrap(),
+                mem.put_if_absent(table, kg, &key, &value).unwrap(),
+                "put_if_absent at {step}"
+            ),
+            5 => {
+                let append = |v: &mut Vec<u8>, found: bool| {
+                    if found && v.len() > 60 {
+                        // Change the buffer, then decline: nothing is stored.
+                        v.clear();
+                        return false;
+                    }
+                    v.push(step as u8);
+                    true
+                };
+                let mut f = append;
+                s.update(table, kg, &key, &mut f).unwrap();
+                mem.update(table, kg, &key, &mut f).unwrap();
+            }
+            6 => assert_eq!(s.contains(table, kg, &key).unwrap(), mem.contains(table, kg, &key).unwrap(), "contains at {step}"),
+            7 if step % 7 == 0 => s.flush().unwrap(),
+            _ => {}
+        }
+        if what == 3 || what == 8 {
+            let (x, y) = (s.get(table, kg, &key, &mut a).unwrap(), mem.get(table, kg, &key, &mut b).unwrap());
+            assert_eq!((x, &a), (y, &b), "get at {step}");
+        }
+    }
+    for table in [0, 1] {
+        for kg in 0..4 {
+            let mut want = entries(&mem, table, kg);
+            want.sort();
+            assert_eq!(entries(&s, table, kg), want, "table {table} kg {kg}");
+        }
+    }
+}
+
+/// The runtime flushes each state at the synchronous point; a native
+/// checkpoint taken then holds every write made before it (cached ones
+/// included: updates of hot keys, deletes of keys already in the DB) and
+/// none made after.
+#[test]
+fn a_native_checkpoint_after_flush_holds_every_cached_write() {
+    use native::Uploader;
+    let t = test_db();
+    let mut s = state(&t, "a", 0..8);
+    for i in 0..1_000u32 {
+        s.put(0, (i % 8) as KeyGroup, &i.to_be_bytes(), b"first").unwrap();
+    }
+    s.flush().unwrap();
+    for i in 0..1_000u32 {
+        let kg = (i % 8) as KeyGroup;
+        match i % 3 {
+            0 => assert!(s.delete(0, kg, &i.to_be_bytes()).unwrap()),
+            1 => s
+                .update(0, kg, &i.to_be_bytes(), &mut |v, found| {
+                    assert!(found);
+                    v.extend_from_slice(b"+1");
+                    true
+                })
+                .unwrap(),
+            _ => {}
+        }
+        // Created and deleted between two flushes: never reaches the DB.
+        s.put(0, kg, &(10_000 + i).to_be_bytes(), b"brief").unwrap();
+        assert!(s.take(0, kg, &(10_000 + i).to_be_bytes(), &mut Vec::new()).unwrap());
+    }
+    s.flush().unwrap();
+    let store = t.dir.path().join("checkpoints");
+    let (shared, bundle_dir) = (store.join("shared"), store.join("chk-1"));
+    std::fs::create_dir_all(&bundle_dir).unwrap();
+    let local = t.db.local_checkpoint(1).unwrap();
+    let (files, _) = Uploader::new(0).upload(&local, &bundle_dir, &shared).unwrap();
+    let from = native::NativeCheckpoint { id: 1, bundle: 0, files: &files, bundle_dir: &bundle_dir, shared_dir: &shared };
+    let cfs = ["a".to_string(), "b".to_string()];
+    let (db, _, _) = native::restore(&from, &t.db.local_root().join("restored"), &cfs, &RocksOptions::default()).unwrap();
+    let back = RocksState::new(db, "a", &T, 0..8).unwrap();
+    let mut out = Vec::new();
+    for i in 0..1_000u32 {
+        let kg = (i % 8) as KeyGroup;
+        let found = back.get(0, kg, &i.to_be_bytes(), &mut out).unwrap();
+        match i % 3 {
+            0 => assert!(!found, "deleted key {i} is back"),
+            1 => assert_eq!((found, &out[..]), (true, &b"first+1"[..]), "key {i}"),
+            _ => assert_eq!((found, &out[..]), (true, &b"first"[..]), "key {i}"),
+        }
+        assert!(!back.contains(0, kg, &(10_000 + i).to_be_bytes()).unwrap());
+    }
+    assert_eq!(back.len(0), 1_000 - 334);
 }
