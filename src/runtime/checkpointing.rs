@@ -33,7 +33,8 @@ use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
-use crate::checkpoint::{store, target, BundleId, CheckpointId};
+use crate::checkpoint::storage::{LocalStorage, Storage};
+use crate::checkpoint::{publish, store, target, BundleId, CheckpointId};
 use crate::config::CheckpointSpec;
 use crate::faults;
 
@@ -58,8 +59,10 @@ pub struct DriverSetup {
     /// Members of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
     pub first_id: CheckpointId,
-    /// Completed checkpoints already on disk, oldest first.
+    /// Completed checkpoints already on disk (or in the store), oldest first.
     pub retained: Vec<CheckpointId>,
+    /// `checkpoint.storage` (None: the state directory holds the checkpoints).
+    pub storage: Option<Arc<dyn Storage>>,
     /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
     pub rendezvous: Vec<Arc<Rendezvous>>,
     /// Where completions and failures are counted (the metrics endpoint).
@@ -337,14 +340,14 @@ impl Driver {
         let written = match kind {
             Kind::Checkpoint => {
                 let dir = self.setup.layout.checkpoint_dir(id);
-                write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await.map(|()| dir)
+                commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), id, md.to_bytes()).await.map(|()| dir)
             }
-            Kind::Savepoint => self.write_savepoint(id, md).await,
+            Kind::Savepoint => self.write_savepoint(id, md).await.map_err(|e| e.to_string()),
         };
         let dir = match written {
             Ok(dir) => dir,
             Err(e) => {
-                if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
+                if let Some(o) = self.coordinator.on_metadata_failed(id, &e, Instant::now()) {
                     self.aborted(o)?;
                 }
                 return Ok(None);
@@ -395,6 +398,14 @@ impl Driver {
         let deleted = !done.delete.is_empty();
         crate::blocking::call(|| {
             for old in done.delete {
+                // The store's copy first: its `_metadata` goes first, so a
+                // crash midway leaves an unfinished checkpoint, never a torn one.
+                if let Some(storage) = &self.setup.storage {
+                    if let Err(e) = publish::remove(storage.as_ref(), &crate::checkpoint::layout::checkpoint_dir_name(old)) {
+                        tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint from the store.");
+                        continue;
+                    }
+                }
                 if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
                     tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
                 }
@@ -419,6 +430,13 @@ impl Driver {
         };
         let from = self.setup.layout.checkpoint_dir(id);
         let bytes = md.to_bytes();
+        if let Some(url) = parent.to_str().filter(|p| crate::checkpoint::remote::is_url(p)).map(str::to_string) {
+            let options = self.setup.spec.storage.as_ref().map(|s| s.options.clone()).unwrap_or_default();
+            let staging_parent = self.setup.layout.savepoints_dir();
+            return tokio::task::spawn_blocking(move || upload_savepoint(&url, &options, &staging_parent, &name, &from, &bytes))
+                .await
+                .expect("savepoint upload does not panic");
+        }
         tokio::task::spawn_blocking(move || {
             let staging = target::Staging::begin(&parent, &name)?;
             staging.fill_from(&from)?;
@@ -482,7 +500,7 @@ impl Driver {
 
     fn request_savepoint(&mut self, mut request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
         // Resolved once: the savepoint goes where the check looked.
-        if let Some(t) = &request.dir {
+        if let Some(t) = request.dir.as_ref().filter(|t| !t.to_str().is_some_and(crate::checkpoint::remote::is_url)) {
             match target::check(&self.setup.layout, t) {
                 Ok(resolved) => request.dir = Some(resolved),
                 Err(e) => {
@@ -549,6 +567,62 @@ async fn recv_opt(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -> Op
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Commit checkpoint `id` (its bundles are in the state directory) with
+/// `_metadata` = `bytes`, off the task threads: into the state directory
+/// itself, or uploaded to `storage` (every file, then `_metadata` with a
+/// conditional put), after which the local copy gets its `_metadata` too
+/// (local recovery). Sinks are told only after this returned Ok.
+async fn commit_checkpoint(layout: Layout, storage: Option<Arc<dyn Storage>>, id: CheckpointId, bytes: Vec<u8>) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || {
+        let prefix = crate::checkpoint::layout::checkpoint_dir_name(id);
+        let dir = layout.checkpoint_dir(id);
+        match storage {
+            None => publish::commit(&LocalStorage::new(layout.checkpoints_dir()), &dir, &prefix, &bytes).map_err(|e| e.to_string()),
+            Some(storage) => {
+                let started = Instant::now();
+                publish::commit(storage.as_ref(), &dir, &prefix, &bytes).map_err(|e| e.to_string())?;
+                tracing::debug!(checkpoint = id, upload_ms = started.elapsed().as_millis() as u64, "Checkpoint uploaded.");
+                if let Err(e) = store::write_atomic(&layout.metadata(id), &bytes) {
+                    tracing::warn!(checkpoint = id, error = %e, "Cannot mark the local copy complete; a restore downloads it.");
+                }
+                Ok(())
+            }
+        }
+    })
+    .await
+    .expect("checkpoint commit does not panic")
+}
+
+/// Savepoint `name` of the committed bundles in `from`, put under the
+/// parent `url` in the store: built in a temp directory of
+/// `staging_parent`, uploaded, and committed with its `_metadata` last
+/// (`NAME-N` when the name is taken). Returns its URL.
+fn upload_savepoint(
+    url: &str,
+    options: &[(String, String)],
+    staging_parent: &std::path::Path,
+    name: &str,
+    from: &std::path::Path,
+    md: &[u8],
+) -> Result<PathBuf, store::StoreError> {
+    let failed =
+        |e: String| store::StoreError::Io { op: "upload a savepoint to", path: PathBuf::from(url), source: std::io::Error::other(e) };
+    let storage = crate::checkpoint::remote::ObjectStorage::open(url, options).map_err(failed)?;
+    let staging = target::Staging::begin(staging_parent, name)?;
+    staging.fill_from(from)?;
+    for n in 0..=100u32 {
+        let child = if n == 0 { name.to_string() } else { format!("{name}-{n}") };
+        if !storage.list(&format!("{child}/")).map_err(|e| failed(e.to_string()))?.is_empty() {
+            continue;
+        }
+        return match publish::commit(&storage, staging.dir(), &child, md) {
+            Ok(()) => Ok(PathBuf::from(storage.url(&child))),
+            Err(e) => Err(failed(e.to_string())),
+        };
+    }
+    Err(failed(format!("{name} and its successors up to -100 are all taken")))
 }
 
 async fn write_atomic(path: std::path::PathBuf, bytes: Vec<u8>) -> Result<(), store::StoreError> {
