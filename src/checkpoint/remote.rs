@@ -95,23 +95,31 @@ impl ObjectStorage {
     /// `options` (object_store's `aws_*` keys). Sends no request.
     pub fn open(url: &str, options: &[(String, String)]) -> Result<ObjectStorage, String> {
         let (bucket, prefix) = parse_url(url)?;
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
-        if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
-            builder = builder.with_region("us-east-1");
-        }
-        for (key, value) in options {
-            let k = key.parse().map_err(|_| format!("`storage_options.{key}`: not an S3 option (e.g. aws_endpoint, aws_region)"))?;
-            builder = builder.with_config(k, value);
-        }
         let retry = RetryConfig {
             backoff: BackoffConfig { init_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(1), base: 2.0 },
             max_retries: 2,
             retry_timeout: Duration::from_secs(10),
         };
         let client = ClientOptions::new().with_timeout(Duration::from_secs(30)).with_connect_timeout(Duration::from_secs(3));
+        // Client options first: the environment's (AWS_ALLOW_HTTP, ...) go on top.
+        let mut builder = AmazonS3Builder::new().with_client_options(client).with_retry(retry).with_bucket_name(&bucket);
+        if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+            builder = builder.with_region("us-east-1");
+        }
+        // What `AmazonS3Builder::from_env` reads.
+        for (key, value) in std::env::vars() {
+            if key.starts_with("AWS_") {
+                if let Ok(k) = key.to_ascii_lowercase().parse() {
+                    builder = builder.with_config(k, value);
+                }
+            }
+        }
+        for (key, value) in options {
+            let k = key.parse().map_err(|_| format!("`storage_options.{key}`: not an S3 option (e.g. aws_endpoint, aws_region)"))?;
+            builder = builder.with_config(k, value);
+        }
         // The error may quote a configured value: say only which URL failed.
-        let store =
-            builder.with_retry(retry).with_client_options(client).build().map_err(|e| format!("{url}: {}", redact(&e.to_string())))?;
+        let store = builder.with_bucket_name(&bucket).build().map_err(|e| format!("{url}: {}", redact(&e.to_string())))?;
         Ok(ObjectStorage { store: Arc::new(store), bucket, prefix })
     }
 
