@@ -17,11 +17,13 @@
 //! `_metadata` and MANIFESTs are the stored ones byte for byte; the
 //! validator then checks every file against the MANIFESTs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::layout::{self, MANIFEST_FILE, METADATA_FILE};
+use super::manifest::{BundleManifest, Document};
 use super::storage::{Storage, StorageError};
+use super::validate;
 use super::CheckpointId;
 
 /// `chk-0000007/_metadata`.
@@ -40,12 +42,18 @@ fn local_files(dir: &Path, prefix: &str) -> Result<Vec<(String, PathBuf)>, Stora
 }
 
 /// Put the checkpoint written in `dir` under `prefix` and commit it with
-/// `metadata`. On failure before the commit point, what was put is
-/// deleted again (best effort: the next start removes the rest).
+/// `metadata`. The shared files its MANIFESTs reference (SSTs of an
+/// incremental RocksDB checkpoint, in `dir/../shared/`) that the store
+/// does not have yet are put first, to `shared/NAME`: each SST is uploaded
+/// once and referenced by every MANIFEST that needs it. On failure before
+/// the commit point, what was put under `prefix` is deleted again (best
+/// effort: the next start removes the rest; unreferenced shared objects go
+/// with the next [`collect_shared_garbage`]).
 pub fn commit(storage: &dyn Storage, dir: &Path, prefix: &str, metadata: &[u8]) -> Result<(), StorageError> {
     let files = local_files(dir, prefix)?;
     let (manifests, state): (Vec<_>, Vec<_>) = files.into_iter().partition(|(k, _)| k.ends_with(MANIFEST_FILE));
-    let result = put_all(storage, state)
+    let result = put_shared(storage, dir, &manifests)
+        .and_then(|()| put_all(storage, state))
         .and_then(|()| put_all(storage, manifests))
         .and_then(|()| storage.put_if_absent(&metadata_key(prefix), metadata));
     if let Err(e) = &result {
@@ -60,6 +68,74 @@ pub fn commit(storage: &dyn Storage, dir: &Path, prefix: &str, metadata: &[u8]) 
 
 fn put_all(storage: &dyn Storage, files: Vec<(String, PathBuf)>) -> Result<(), StorageError> {
     storage.put_many(files)
+}
+
+/// The shared file names the MANIFEST files at `paths` reference.
+fn shared_names(paths: impl IntoIterator<Item = PathBuf>) -> Result<BTreeSet<String>, StorageError> {
+    let mut names = BTreeSet::new();
+    for path in paths {
+        let bytes = super::store::read_regular(&path)
+            .map_err(|source| StorageError::Local(super::store::StoreError::Io { op: "read", path: path.clone(), source }))?;
+        // An unreadable MANIFEST is the validator's to report.
+        if let Ok(m) = BundleManifest::from_bytes(&bytes) {
+            names.extend(m.files.into_iter().filter(|f| f.shared).map(|f| f.name));
+        }
+    }
+    Ok(names)
+}
+
+/// Put the shared files the checkpoint's MANIFESTs reference that the store lacks.
+fn put_shared(storage: &dyn Storage, dir: &Path, manifests: &[(String, PathBuf)]) -> Result<(), StorageError> {
+    let wanted = shared_names(manifests.iter().map(|(_, p)| p.clone()))?;
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let stored: BTreeSet<String> = storage.list(SHARED_PREFIX)?.into_iter().map(|o| o.key[SHARED_PREFIX.len()..].to_string()).collect();
+    let local = validate::shared_dir_of(dir);
+    let missing: Vec<(String, PathBuf)> =
+        wanted.difference(&stored).map(|name| (format!("{SHARED_PREFIX}{name}"), local.join(name))).collect();
+    if !missing.is_empty() {
+        tracing::debug!(files = missing.len(), reused = wanted.len() - missing.len(), "Uploading shared files.");
+    }
+    storage.put_many(missing)
+}
+
+/// `shared/`: where the SSTs of incremental checkpoints are stored.
+pub const SHARED_PREFIX: &str = "shared/";
+
+/// Delete the shared objects no complete checkpoint in the store
+/// references; returns their keys. Run only while no checkpoint is being
+/// uploaded (between checkpoints, and at start after
+/// [`remove_unfinished`]).
+pub fn collect_shared_garbage(storage: &dyn Storage) -> Result<Vec<String>, StorageError> {
+    let objects = storage.list("")?;
+    let shared: Vec<&str> = objects.iter().map(|o| o.key.as_str()).filter(|k| k.starts_with(SHARED_PREFIX)).collect();
+    if shared.is_empty() {
+        return Ok(Vec::new());
+    }
+    let complete: BTreeSet<&str> = objects
+        .iter()
+        .filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}")))
+        .filter(|d| layout::parse_checkpoint_dir_name(d).is_some())
+        .collect();
+    let mut referenced = BTreeSet::new();
+    for o in objects.iter().filter(|o| o.key.ends_with(&format!("/{MANIFEST_FILE}"))) {
+        if !o.key.split('/').next().is_some_and(|d| complete.contains(d)) {
+            continue;
+        }
+        // A MANIFEST that cannot be read keeps everything: deleting on a guess could break a checkpoint.
+        let m = BundleManifest::from_bytes(&storage.get(&o.key)?).map_err(|e| StorageError::Failed {
+            op: "read",
+            url: storage.url(&o.key),
+            message: e.to_string(),
+        })?;
+        referenced.extend(m.files.into_iter().filter(|f| f.shared).map(|f| f.name));
+    }
+    let doomed: Vec<String> = shared.into_iter().filter(|k| !referenced.contains(&k[SHARED_PREFIX.len()..])).map(str::to_string).collect();
+    for key in &doomed {
+        storage.delete(key)?;
+    }
+    Ok(doomed)
 }
 
 /// Delete a checkpoint or savepoint: `_metadata` first, so that a crash
@@ -102,18 +178,33 @@ pub fn remove_unfinished(storage: &dyn Storage) -> Result<Vec<CheckpointId>, Sto
 }
 
 /// Download everything under `prefix` into the new directory `to`, as it
-/// is laid out in the store.
+/// is laid out in the store, and the shared files its MANIFESTs reference
+/// into `to/../shared/` (a missing one is left for the validator to name).
 pub fn fetch(storage: &dyn Storage, prefix: &str, to: &Path) -> Result<(), StorageError> {
     let objects = storage.list(&format!("{prefix}/"))?;
     if objects.is_empty() {
         return Err(StorageError::NotFound { url: storage.url(&metadata_key(prefix)) });
     }
+    let mut manifests = Vec::new();
     for o in objects {
         let rel = &o.key[prefix.len() + 1..];
         if !layout::is_safe_relative(rel) {
             continue;
         }
         storage.get_to_file(&o.key, &to.join(rel))?;
+        if rel.ends_with(MANIFEST_FILE) {
+            manifests.push(to.join(rel));
+        }
+    }
+    let shared = validate::shared_dir_of(to);
+    for name in shared_names(manifests)? {
+        if !layout::is_safe_relative(&name) || name.contains('/') {
+            continue;
+        }
+        match storage.get_to_file(&format!("{SHARED_PREFIX}{name}"), &shared.join(&name)) {
+            Err(e) if e.is_not_found() => {}
+            other => other?,
+        }
     }
     Ok(())
 }

@@ -170,8 +170,13 @@ impl Storage for LocalStorage {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<Object>, StorageError> {
+        // Only below the directory part of the prefix (`chk-0000007/`, `shared/`).
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        if !dir.is_empty() && !layout::is_safe_relative(dir) {
+            return Ok(Vec::new());
+        }
         let mut out = Vec::new();
-        walk(&self.root, "", &mut out)?;
+        walk(&self.root.join(dir), dir, &mut out)?;
         out.retain(|o| o.key.starts_with(prefix));
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)

@@ -49,13 +49,6 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let checkpoint = raw.checkpoint.as_ref().and_then(|c| specs::checkpoint(&mut cx, c));
     let savepoint_dir = specs::savepoint_dir(&mut cx, raw);
     let bundle_size = specs::bundle_size(&mut cx, raw, parallelism);
-    if let (Some(c), Backend::RocksDb(r)) = (checkpoint.as_ref(), &state.backend) {
-        if c.storage.is_some() && r.incremental {
-            // Its shared SST files are not uploaded yet (docs/checkpoints.md).
-            let at = [Seg::Key("checkpoint".into()), Seg::Key("storage".into())];
-            cx.err(&at, "incremental RocksDB checkpoints are not supported on object storage yet; set `state.incremental: false` (full checkpoints)");
-        }
-    }
     let metrics = raw.metrics.as_ref().and_then(|m| specs::metrics(&mut cx, m));
     let items = items(parsed);
     check_names(&mut cx, &items);

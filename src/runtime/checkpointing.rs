@@ -449,6 +449,9 @@ impl Driver {
     /// Delete the shared files no checkpoint on disk references any more.
     /// Runs between checkpoints: no upload of a live checkpoint is in flight.
     async fn collect_garbage(&self) {
+        if let Some(storage) = self.setup.storage.clone() {
+            collect_stored_garbage(storage).await;
+        }
         let layout = self.setup.layout.clone();
         let result = tokio::task::spawn_blocking(move || crate::checkpoint::shared::collect_garbage(&layout, false)).await;
         match result {
@@ -548,6 +551,11 @@ impl Driver {
             if let Err(e) = crate::blocking::call(|| crate::checkpoint::shared::collect_garbage(&layout, false)) {
                 tracing::warn!(error = %e, "Cannot clean up shared checkpoint files.");
             }
+            if let Some(storage) = &self.setup.storage {
+                if let Err(e) = crate::blocking::call(|| publish::collect_shared_garbage(storage.as_ref())) {
+                    tracing::warn!(error = %e, "Cannot clean up shared objects in the store.");
+                }
+            }
         }
         match outcome {
             AbortOutcome::Fail { id, reason, failures } => Err(DriverError::TooManyFailures { id, reason, failures }),
@@ -566,6 +574,18 @@ async fn recv_opt(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -> Op
     match commands {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Delete the shared objects (SSTs) no checkpoint in the store references.
+async fn collect_stored_garbage(storage: Arc<dyn Storage>) {
+    match tokio::task::spawn_blocking(move || publish::collect_shared_garbage(storage.as_ref())).await {
+        Ok(Ok(removed)) if !removed.is_empty() => {
+            tracing::debug!(objects = removed.len(), "Deleted subsumed shared objects from the store.")
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "Cannot clean up shared objects in the store."),
+        Err(e) => tracing::warn!(error = %e, "Shared object cleanup panicked."),
     }
 }
 

@@ -271,6 +271,13 @@ fn commit(
         for id in crate::checkpoint::publish::remove_unfinished(s).map_err(storage_err)? {
             tracing::info!(checkpoint = id, url = %s.url(&crate::checkpoint::layout::checkpoint_dir_name(id)), "Removed an unfinished checkpoint from the store.");
         }
+        match crate::checkpoint::publish::collect_shared_garbage(s) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(objects = removed.len(), "Removed shared objects no checkpoint in the store references.")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "Cannot clean up shared objects in the store; keeping them all."),
+        }
         // The store decides what is retained; local copies go with them.
         let stored = crate::checkpoint::publish::checkpoints(s).map_err(storage_err)?;
         retained = stored.into_iter().filter(|&(_, done)| done).map(|(id, _)| id).collect();

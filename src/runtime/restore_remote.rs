@@ -107,8 +107,11 @@ fn download(storage: &dyn Storage, prefix: &str) -> Result<(Result<ValidCheckpoi
         Err(e) => return Err(storage_error(e)),
     }
     let valid = validate::validate_dir(&dir).map_err(|mut why| {
+        // The temp directory mirrors the store: `<prefix>/...` and `shared/...`.
         if let Ok(rel) = why.path.strip_prefix(&dir) {
             why.path = PathBuf::from(storage.url(&format!("{prefix}/{}", rel.display())));
+        } else if let Ok(rel) = why.path.strip_prefix(tmp.path()) {
+            why.path = PathBuf::from(storage.url(&rel.display().to_string()));
         }
         why
     });

@@ -85,10 +85,8 @@ impl Bucket {
 
 /// `weir run pipelines/checkpointed.yaml -p 2` with its checkpoints in `bucket`.
 fn on_bucket(bucket: &Bucket, backend: Backend, state: &std::path::Path, out: &std::path::Path) -> Weir {
-    let w = backend.apply(super::util::weir_run(super::ckpt::PIPELINE, 2).set("state.dir", state).set("sinks.out.path", out));
-    // Full RocksDB checkpoints: incremental ones on object storage are not supported yet.
-    let w = if backend == Backend::RocksDb { w.set("state.incremental", "false") } else { w };
-    bucket.apply(w)
+    // RocksDB: incremental checkpoints (the default), SSTs under `shared/`.
+    bucket.apply(backend.apply(super::util::weir_run(super::ckpt::PIPELINE, 2).set("state.dir", state).set("sinks.out.path", out)))
 }
 
 fn job_on(bucket: &Bucket, backend: Backend) -> (Job, impl Fn() -> Weir + '_, impl Fn() -> Weir + '_) {
@@ -100,29 +98,51 @@ fn job_on(bucket: &Bucket, backend: Backend) -> (Job, impl Fn() -> Weir + '_, im
     (job, cmd, restore)
 }
 
-fn clean_run_is_golden(backend: Backend) {
-    let Some(bucket) = Bucket::new(&format!("clean-{backend:?}")) else { return };
+fn clean_run_is_golden(backend: Backend, incremental: bool) {
+    let Some(bucket) = Bucket::new(&format!("clean-{backend:?}-{incremental}")) else { return };
     let (job, cmd, _) = job_on(&bucket, backend);
-    let o = fast(cmd()).ok();
+    let cmd = || if incremental || backend == Backend::Memory { cmd() } else { cmd().set("state.incremental", "false") };
+    // Slow enough for several checkpoints (SSTs shared between them, subsumed ones deleted).
+    let o = cmd().set("sources.events.rate_limit", "3000").ok();
     job.assert_no_in_progress_files();
-    assert_exactly_once(&format!("clean run on S3 ({backend:?})"), job.lines());
+    assert_exactly_once(&format!("clean run on S3 ({backend:?}, incremental {incremental})"), job.lines());
     let complete = bucket.complete();
     assert!(!complete.is_empty() && complete.len() <= 3, "retain 3 in the store: {complete:?}\n{}", o.stderr);
     assert_eq!(complete.last().copied(), completed(&o.stderr).last().copied(), "the last completed checkpoint is in the store");
-    let unfinished: Vec<_> =
-        bucket.objects().into_iter().filter(|(k, _)| !complete.iter().any(|id| k.starts_with(&format!("chk-{id:07}/")))).collect();
-    assert!(unfinished.is_empty(), "objects of no retained checkpoint: {unfinished:?}");
+    let stray: Vec<_> = bucket
+        .objects()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("shared/") && !complete.iter().any(|id| k.starts_with(&format!("chk-{id:07}/"))))
+        .collect();
+    assert!(stray.is_empty(), "objects of no retained checkpoint: {stray:?}");
+    // Shared SSTs: exactly those the retained MANIFESTs reference.
+    let mut referenced = std::collections::BTreeSet::new();
+    for (k, _) in bucket.objects().iter().filter(|(k, _)| k.ends_with("/MANIFEST")) {
+        let m: serde_json::Value = serde_json::from_slice(&bucket.storage.get(k).unwrap()).unwrap();
+        for f in m["files"].as_array().unwrap().iter().filter(|f| f["shared"] == true) {
+            referenced.insert(format!("shared/{}", f["name"].as_str().unwrap()));
+        }
+    }
+    let shared: std::collections::BTreeSet<String> =
+        bucket.objects().into_iter().map(|(k, _)| k).filter(|k| k.starts_with("shared/")).collect();
+    assert_eq!(shared, referenced, "shared objects in the store vs referenced ones");
+    assert_eq!(!shared.is_empty(), backend == Backend::RocksDb && incremental, "shared SSTs only for incremental RocksDB: {shared:?}");
     assert!(!o.stderr.contains("weir-test-secret") && !o.stderr.contains("AWS_SECRET"), "a credential reached the log:\n{}", o.stderr);
 }
 
 #[test]
 fn clean_run_on_s3_is_golden_memory() {
-    clean_run_is_golden(Backend::Memory);
+    clean_run_is_golden(Backend::Memory, false);
 }
 
 #[test]
-fn clean_run_on_s3_is_golden_rocksdb() {
-    clean_run_is_golden(Backend::RocksDb);
+fn clean_run_on_s3_is_golden_rocksdb_incremental() {
+    clean_run_is_golden(Backend::RocksDb, true);
+}
+
+#[test]
+fn clean_run_on_s3_is_golden_rocksdb_full() {
+    clean_run_is_golden(Backend::RocksDb, false);
 }
 
 /// Run, kill -9 once checkpoints are in the store, return the job.
@@ -137,15 +157,21 @@ fn killed_midway<'a>(bucket: &'a Bucket, backend: Backend) -> (Job, impl Fn() ->
 
 #[test]
 fn restore_on_a_new_machine_gives_the_clean_output() {
-    let Some(bucket) = Bucket::new("new-machine") else { return };
-    let (job, restore) = killed_midway(&bucket, Backend::Memory);
+    for backend in [Backend::Memory, Backend::RocksDb] {
+        restore_on_a_new_machine(backend);
+    }
+}
+
+fn restore_on_a_new_machine(backend: Backend) {
+    let Some(bucket) = Bucket::new(&format!("new-machine-{backend:?}")) else { return };
+    let (job, restore) = killed_midway(&bucket, backend);
     // The machine is gone: nothing of the state directory is left.
     std::fs::remove_dir_all(&job.state).unwrap();
     let o = fast(restore()).ok();
     assert!(o.stderr.contains("Downloaded the checkpoint from the store."), "{}", o.stderr);
     assert!(restored_from(&o.stderr).is_some(), "{}", o.stderr);
     assert!(hidden_files(&job.out).is_empty());
-    assert_exactly_once("restore on a new machine", job.lines());
+    assert_exactly_once(&format!("restore on a new machine ({backend:?})"), job.lines());
 }
 
 #[test]
