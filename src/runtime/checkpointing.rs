@@ -83,6 +83,10 @@ pub struct Driver {
     /// Aborted checkpoints whose directory could not be removed yet (a task
     /// was still writing into it).
     unremoved: Vec<CheckpointId>,
+    /// Aborted checkpoints whose objects may be left in the store (a failed
+    /// upload's cleanup failed too): removed after the next commit, when
+    /// the store answers again.
+    unremoved_stored: Vec<CheckpointId>,
     /// Stop requested or input exhausted: the next checkpoint is the last.
     final_wanted: bool,
     /// The final checkpoint is requested from the coordinator (again after an abort).
@@ -154,6 +158,7 @@ impl Driver {
             stop,
             finished_tasks: 0,
             unremoved: Vec::new(),
+            unremoved_stored: Vec::new(),
             final_wanted: false,
             final_queued: false,
             final_id: None,
@@ -396,7 +401,15 @@ impl Driver {
             let _ = self.completed.send(id);
         }
         let deleted = !done.delete.is_empty();
+        let unremoved_stored = std::mem::take(&mut self.unremoved_stored);
         crate::blocking::call(|| {
+            if let Some(storage) = &self.setup.storage {
+                for id in unremoved_stored {
+                    if let Err(e) = publish::remove(storage.as_ref(), &crate::checkpoint::layout::checkpoint_dir_name(id)) {
+                        tracing::warn!(checkpoint = id, error = %e, "Cannot remove an aborted checkpoint from the store; the next start removes it.");
+                    }
+                }
+            }
             for old in done.delete {
                 // The store's copy first: its `_metadata` goes first, so a
                 // crash midway leaves an unfinished checkpoint, never a torn one.
@@ -544,6 +557,9 @@ impl Driver {
             rv.cancel(id, &reason);
         }
         self.unremoved.push(id);
+        if self.setup.storage.is_some() {
+            self.unremoved_stored.push(id);
+        }
         self.remove_unremoved();
         if !self.setup.rendezvous.is_empty() {
             // The shared files the aborted checkpoint copied that nothing references.

@@ -389,7 +389,7 @@ fn server_killed_during_checkpoints_aborts_them_then_they_succeed_again() {
     let bucket = Bucket::at("outage", server.env.clone());
     let (job, cmd, _) = job_on(&bucket, Backend::Memory);
     let run = cmd().set("sources.events.rate_limit", "700").set("checkpoint.tolerable_failures", "1000").spawn();
-    assert!(wait_until(Duration::from_secs(20), || bucket.complete().len() >= 1), "no checkpoint reached the store");
+    assert!(wait_until(Duration::from_secs(20), || !bucket.complete().is_empty()), "no checkpoint reached the store");
     server.stop();
     std::thread::sleep(Duration::from_millis(1500));
     server.start_again();
@@ -398,4 +398,9 @@ fn server_killed_during_checkpoints_aborts_them_then_they_succeed_again() {
     assert!(o.stderr.contains("Checkpoint aborted."), "no checkpoint aborted during the outage:\n{}", o.stderr);
     job.assert_no_in_progress_files();
     assert_exactly_once("S3 server outage", job.lines());
+    // What the failed uploads left was removed once the store answered again.
+    let complete = bucket.complete();
+    let stray: Vec<_> =
+        bucket.objects().into_iter().filter(|(k, _)| !complete.iter().any(|id| k.starts_with(&format!("chk-{id:07}/")))).collect();
+    assert!(stray.is_empty(), "objects of aborted checkpoints left in the store: {stray:?}");
 }
