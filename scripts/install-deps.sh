@@ -33,3 +33,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found. Install a Rust toolchain >= 1.88 (https://rustup.rs) and rerun." >&2
   exit 1
 fi
+
+# The S3-compatible test server (s3s-fs, pinned), built once with cargo into
+# ~/.cache/weir/s3s-fs (a few minutes cold; nothing when cached).
+"$(dirname "$0")/s3-server.sh" install

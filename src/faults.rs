@@ -5,6 +5,10 @@
 //!   (0..=1); the checkpoint aborts and a later one must succeed.
 //! - `shared_copy_fail=P`: each copy of an SST into `checkpoints/shared/`
 //!   (RocksDB incremental checkpoints) fails with probability P.
+//! - `storage_fail=P`: each request to object storage (`checkpoint.storage:
+//!   s3://...`) fails with probability P before it is sent, as a transient
+//!   error: it is tried again with backoff, and a checkpoint whose upload
+//!   still fails aborts.
 //! - `crash=POINT` or `crash=POINT:N`: abort the process (like kill -9) the
 //!   Nth time (default 1st) the protocol reaches POINT, one of
 //!   `after_prepare` (a task wrote its snapshot, before voting),
@@ -29,6 +33,7 @@ use std::time::Duration;
 pub struct Faults {
     state_write_fail: f64,
     shared_copy_fail: f64,
+    storage_fail: f64,
     crash: Option<(String, u64)>,
     crash_seen: AtomicU64,
     stall: Option<(String, u16, Duration)>,
@@ -56,6 +61,13 @@ impl Faults {
                 }
                 "shared_copy_fail" => {
                     f.shared_copy_fail = value
+                        .parse()
+                        .ok()
+                        .filter(|p| (0.0..=1.0).contains(p))
+                        .ok_or_else(|| format!("`{item}`: expected a probability between 0 and 1"))?
+                }
+                "storage_fail" => {
+                    f.storage_fail = value
                         .parse()
                         .ok()
                         .filter(|p| (0.0..=1.0).contains(p))
@@ -96,6 +108,11 @@ impl Faults {
     /// Should this copy of a shared file fail?
     pub fn fail_shared_copy(&self) -> bool {
         self.shared_copy_fail > 0.0 && self.random() < self.shared_copy_fail
+    }
+
+    /// Should this object storage request fail?
+    pub fn fail_storage(&self) -> bool {
+        self.storage_fail > 0.0 && self.random() < self.storage_fail
     }
 
     /// Abort the process if the configured crash point is reached for the Nth time.

@@ -39,6 +39,8 @@ pub enum Ending {
 pub fn trigger(layout: &Layout, pipeline: &str, parent: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
     let socket = layout.control_socket();
     let dir = match parent {
+        // Object storage: the running process checks it when it uploads.
+        Some(t) if t.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(t.to_path_buf()),
         Some(t) => {
             let abs = std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?;
             crate::checkpoint::target::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
@@ -101,6 +103,9 @@ fn error_of(response: &serde_json::Value) -> String {
 /// a symbolic link, with or without a trailing slash) that is exactly a
 /// savepoint root. Everything is checked before anything is deleted.
 pub fn dispose(path: &Path) -> Result<PathBuf, SavepointError> {
+    if let Some(url) = path.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
+        return dispose_url(url);
+    }
     let refused = |why: String| SavepointError::Refused(format!("not disposing {}: {why}", path.display()));
     let (parent, name) = split_savepoint_path(path).map_err(refused)?;
     // The parent is resolved once; the last component is never followed.
@@ -121,6 +126,29 @@ pub fn dispose(path: &Path) -> Result<PathBuf, SavepointError> {
     }
     std::fs::remove_dir_all(&doomed).map_err(|e| SavepointError::Failed(format!("removing {}: {e}", doomed.display())))?;
     Ok(dir)
+}
+
+/// Remove the savepoint at `url` in object storage (`s3://.../NAME` or its
+/// `_metadata`): only when its `_metadata` says savepoint; `_metadata`
+/// goes first, so an interrupted dispose leaves no savepoint that looks
+/// complete. Credentials come from the AWS environment.
+fn dispose_url(url: &str) -> Result<PathBuf, SavepointError> {
+    use crate::checkpoint::storage::Storage;
+    let refused = |why: String| SavepointError::Refused(format!("not disposing {url}: {why}"));
+    let trimmed = url.trim_end_matches('/');
+    let trimmed = trimmed.strip_suffix("/_metadata").unwrap_or(trimmed);
+    let Some((root, name)) = trimmed.rsplit_once('/').filter(|(r, _)| r.len() > "s3://".len()) else {
+        return Err(refused("names a bucket, not a savepoint in it".into()));
+    };
+    let storage = crate::checkpoint::remote::ObjectStorage::open(root, &[]).map_err(refused)?;
+    let bytes = storage.get(&crate::checkpoint::publish::metadata_key(name)).map_err(|e| refused(e.to_string()))?;
+    let md: crate::checkpoint::manifest::Metadata =
+        crate::checkpoint::manifest::Document::from_bytes(&bytes).map_err(|e| refused(format!("its _metadata: {e}")))?;
+    if md.kind != crate::checkpoint::manifest::Kind::Savepoint {
+        return Err(refused("its _metadata says checkpoint, not savepoint".into()));
+    }
+    crate::checkpoint::publish::remove(&storage, name).map_err(|e| SavepointError::Failed(e.to_string()))?;
+    Ok(PathBuf::from(trimmed))
 }
 
 /// The directory a dispose `path` names, as (parent, last component),

@@ -76,6 +76,24 @@ pub struct CheckpointSpec {
     pub min_pause: Duration,
     pub retain: std::num::NonZeroUsize,
     pub tolerable_failures: u32,
+    /// `checkpoint.storage`: None keeps checkpoints in the state directory.
+    pub storage: Option<RemoteStorage>,
+}
+
+/// Checkpoints on object storage: the URL and the object store's options.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RemoteStorage {
+    /// `s3://bucket/prefix`.
+    pub url: String,
+    /// `storage_options`; may hold credentials, so never printed.
+    pub options: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for RemoteStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
+        write!(f, "RemoteStorage({}, options {keys:?})", self.url)
+    }
 }
 
 /// How a task lines up barriers from its inputs.

@@ -423,6 +423,13 @@ pub struct RawCheckpoint {
     pub retain: Option<u32>,
     #[serde(default)]
     pub tolerable_failures: Option<u32>,
+    /// Where checkpoints are stored: `s3://bucket/prefix` (default: the
+    /// state directory's `checkpoints/`).
+    #[serde(default)]
+    pub storage: Option<String>,
+    /// Options of the object store (`aws_region`, `aws_endpoint`, ...).
+    #[serde(default)]
+    pub storage_options: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `savepoint:`: defaults of `weir savepoint trigger`.

@@ -221,7 +221,27 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
         (_, _, Some(t)) => Alignment::AlignedTimeout(t),
         (_, _, None) => Alignment::Aligned,
     };
+    let storage = match &raw.storage {
+        None => {
+            if raw.storage_options.is_some() {
+                cx.err(&child(&at, "storage_options"), "`storage_options` needs `storage: s3://BUCKET/PREFIX`");
+                return None;
+            }
+            None
+        }
+        Some(url) => match crate::checkpoint::remote::parse_url(url) {
+            Ok(_) => Some(RemoteStorage {
+                url: url.trim_end_matches('/').to_string(),
+                options: raw.storage_options.clone().unwrap_or_default().into_iter().collect(),
+            }),
+            Err(e) => {
+                cx.err(&child(&at, "storage"), format!("{e}; without `storage` checkpoints stay in `state.dir`"));
+                return None;
+            }
+        },
+    };
     Some(CheckpointSpec {
+        storage,
         interval: interval?,
         alignment,
         timeout: timeout?,

@@ -33,7 +33,8 @@ use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
-use crate::checkpoint::{store, target, BundleId, CheckpointId};
+use crate::checkpoint::storage::{LocalStorage, Storage};
+use crate::checkpoint::{publish, store, target, BundleId, CheckpointId};
 use crate::config::CheckpointSpec;
 use crate::faults;
 
@@ -58,8 +59,10 @@ pub struct DriverSetup {
     /// Members of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
     pub first_id: CheckpointId,
-    /// Completed checkpoints already on disk, oldest first.
+    /// Completed checkpoints already on disk (or in the store), oldest first.
     pub retained: Vec<CheckpointId>,
+    /// `checkpoint.storage` (None: the state directory holds the checkpoints).
+    pub storage: Option<Arc<dyn Storage>>,
     /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
     pub rendezvous: Vec<Arc<Rendezvous>>,
     /// Where completions and failures are counted (the metrics endpoint).
@@ -80,6 +83,10 @@ pub struct Driver {
     /// Aborted checkpoints whose directory could not be removed yet (a task
     /// was still writing into it).
     unremoved: Vec<CheckpointId>,
+    /// Aborted checkpoints whose objects may be left in the store (a failed
+    /// upload's cleanup failed too): removed after the next commit, when
+    /// the store answers again.
+    unremoved_stored: Vec<CheckpointId>,
     /// Stop requested or input exhausted: the next checkpoint is the last.
     final_wanted: bool,
     /// The final checkpoint is requested from the coordinator (again after an abort).
@@ -159,6 +166,7 @@ impl Driver {
             stop,
             finished_tasks: 0,
             unremoved: Vec::new(),
+            unremoved_stored: Vec::new(),
             final_wanted: false,
             final_queued: false,
             final_id: None,
@@ -357,14 +365,14 @@ impl Driver {
         let written = match kind {
             Kind::Checkpoint => {
                 let dir = self.setup.layout.checkpoint_dir(id);
-                write_atomic(self.setup.layout.metadata(id), md.to_bytes()).await.map(|()| dir)
+                commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), id, md.to_bytes()).await.map(|()| dir)
             }
-            Kind::Savepoint => self.write_savepoint(id, md).await,
+            Kind::Savepoint => self.write_savepoint(id, md).await.map_err(|e| e.to_string()),
         };
         let dir = match written {
             Ok(dir) => dir,
             Err(e) => {
-                if let Some(o) = self.coordinator.on_metadata_failed(id, &e.to_string(), Instant::now()) {
+                if let Some(o) = self.coordinator.on_metadata_failed(id, &e, Instant::now()) {
                     self.aborted(o, FailureReason::Write)?;
                 }
                 return Ok(None);
@@ -427,8 +435,24 @@ impl Driver {
             let _ = self.completed.send(id);
         }
         let deleted = !done.delete.is_empty();
+        let unremoved_stored = std::mem::take(&mut self.unremoved_stored);
         crate::blocking::call(|| {
+            if let Some(storage) = &self.setup.storage {
+                for id in unremoved_stored {
+                    if let Err(e) = publish::remove(storage.as_ref(), &crate::checkpoint::layout::checkpoint_dir_name(id)) {
+                        tracing::warn!(checkpoint = id, error = %e, "Cannot remove an aborted checkpoint from the store; the next start removes it.");
+                    }
+                }
+            }
             for old in done.delete {
+                // The store's copy first: its `_metadata` goes first, so a
+                // crash midway leaves an unfinished checkpoint, never a torn one.
+                if let Some(storage) = &self.setup.storage {
+                    if let Err(e) = publish::remove(storage.as_ref(), &crate::checkpoint::layout::checkpoint_dir_name(old)) {
+                        tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint from the store.");
+                        continue;
+                    }
+                }
                 if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
                     tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
                 }
@@ -453,6 +477,13 @@ impl Driver {
         };
         let from = self.setup.layout.checkpoint_dir(id);
         let bytes = md.to_bytes();
+        if let Some(url) = parent.to_str().filter(|p| crate::checkpoint::remote::is_url(p)).map(str::to_string) {
+            let options = self.setup.spec.storage.as_ref().map(|s| s.options.clone()).unwrap_or_default();
+            let staging_parent = self.setup.layout.savepoints_dir();
+            return tokio::task::spawn_blocking(move || upload_savepoint(&url, &options, &staging_parent, &name, &from, &bytes))
+                .await
+                .expect("savepoint upload does not panic");
+        }
         tokio::task::spawn_blocking(move || {
             let staging = target::Staging::begin(&parent, &name)?;
             staging.fill_from(&from)?;
@@ -465,6 +496,9 @@ impl Driver {
     /// Delete the shared files no checkpoint on disk references any more.
     /// Runs between checkpoints: no upload of a live checkpoint is in flight.
     async fn collect_garbage(&self) {
+        if let Some(storage) = self.setup.storage.clone() {
+            collect_stored_garbage(storage).await;
+        }
         let layout = self.setup.layout.clone();
         let result = tokio::task::spawn_blocking(move || crate::checkpoint::shared::collect_garbage(&layout, false)).await;
         match result {
@@ -517,7 +551,7 @@ impl Driver {
 
     fn request_savepoint(&mut self, mut request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
         // Resolved once: the savepoint goes where the check looked.
-        if let Some(t) = &request.dir {
+        if let Some(t) = request.dir.as_ref().filter(|t| !t.to_str().is_some_and(crate::checkpoint::remote::is_url)) {
             match target::check(&self.setup.layout, t) {
                 Ok(resolved) => request.dir = Some(resolved),
                 Err(e) => {
@@ -567,12 +601,20 @@ impl Driver {
             rv.cancel(id, &reason);
         }
         self.unremoved.push(id);
+        if self.setup.storage.is_some() {
+            self.unremoved_stored.push(id);
+        }
         self.remove_unremoved();
         if !self.setup.rendezvous.is_empty() {
             // The shared files the aborted checkpoint copied that nothing references.
             let layout = self.setup.layout.clone();
             if let Err(e) = crate::blocking::call(|| crate::checkpoint::shared::collect_garbage(&layout, false)) {
                 tracing::warn!(error = %e, "Cannot clean up shared checkpoint files.");
+            }
+            if let Some(storage) = &self.setup.storage {
+                if let Err(e) = crate::blocking::call(|| publish::collect_shared_garbage(storage.as_ref())) {
+                    tracing::warn!(error = %e, "Cannot clean up shared objects in the store.");
+                }
             }
         }
         match outcome {
@@ -607,6 +649,74 @@ async fn recv_opt(commands: &mut Option<mpsc::UnboundedReceiver<Command>>) -> Op
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Delete the shared objects (SSTs) no checkpoint in the store references.
+async fn collect_stored_garbage(storage: Arc<dyn Storage>) {
+    match tokio::task::spawn_blocking(move || publish::collect_shared_garbage(storage.as_ref())).await {
+        Ok(Ok(removed)) if !removed.is_empty() => {
+            tracing::debug!(objects = removed.len(), "Deleted subsumed shared objects from the store.")
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "Cannot clean up shared objects in the store."),
+        Err(e) => tracing::warn!(error = %e, "Shared object cleanup panicked."),
+    }
+}
+
+/// Commit checkpoint `id` (its bundles are in the state directory) with
+/// `_metadata` = `bytes`, off the task threads: into the state directory
+/// itself, or uploaded to `storage` (every file, then `_metadata` with a
+/// conditional put), after which the local copy gets its `_metadata` too
+/// (local recovery). Sinks are told only after this returned Ok.
+async fn commit_checkpoint(layout: Layout, storage: Option<Arc<dyn Storage>>, id: CheckpointId, bytes: Vec<u8>) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || {
+        let prefix = crate::checkpoint::layout::checkpoint_dir_name(id);
+        let dir = layout.checkpoint_dir(id);
+        match storage {
+            None => publish::commit(&LocalStorage::new(layout.checkpoints_dir()), &dir, &prefix, &bytes).map_err(|e| e.to_string()),
+            Some(storage) => {
+                let started = Instant::now();
+                publish::commit(storage.as_ref(), &dir, &prefix, &bytes).map_err(|e| e.to_string())?;
+                tracing::debug!(checkpoint = id, upload_ms = started.elapsed().as_millis() as u64, "Checkpoint uploaded.");
+                if let Err(e) = store::write_atomic(&layout.metadata(id), &bytes) {
+                    tracing::warn!(checkpoint = id, error = %e, "Cannot mark the local copy complete; a restore downloads it.");
+                }
+                Ok(())
+            }
+        }
+    })
+    .await
+    .expect("checkpoint commit does not panic")
+}
+
+/// Savepoint `name` of the committed bundles in `from`, put under the
+/// parent `url` in the store: built in a temp directory of
+/// `staging_parent`, uploaded, and committed with its `_metadata` last
+/// (`NAME-N` when the name is taken). Returns its URL.
+fn upload_savepoint(
+    url: &str,
+    options: &[(String, String)],
+    staging_parent: &std::path::Path,
+    name: &str,
+    from: &std::path::Path,
+    md: &[u8],
+) -> Result<PathBuf, store::StoreError> {
+    let failed =
+        |e: String| store::StoreError::Io { op: "upload a savepoint to", path: PathBuf::from(url), source: std::io::Error::other(e) };
+    let storage = crate::checkpoint::remote::ObjectStorage::open(url, options).map_err(failed)?;
+    let staging = target::Staging::begin(staging_parent, name)?;
+    staging.fill_from(from)?;
+    for n in 0..=100u32 {
+        let child = if n == 0 { name.to_string() } else { format!("{name}-{n}") };
+        if !storage.list(&format!("{child}/")).map_err(|e| failed(e.to_string()))?.is_empty() {
+            continue;
+        }
+        return match publish::commit(&storage, staging.dir(), &child, md) {
+            Ok(()) => Ok(PathBuf::from(storage.url(&child))),
+            Err(e) => Err(failed(e.to_string())),
+        };
+    }
+    Err(failed(format!("{name} and its successors up to -100 are all taken")))
 }
 
 async fn write_atomic(path: std::path::PathBuf, bytes: Vec<u8>) -> Result<(), store::StoreError> {

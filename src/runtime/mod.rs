@@ -21,6 +21,7 @@ pub mod output;
 pub mod process;
 pub mod rendezvous;
 pub mod restore;
+mod restore_remote;
 pub mod snapshot;
 pub mod status;
 pub mod task;
@@ -117,7 +118,7 @@ impl Engine {
                 exported,
             });
         };
-        let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new() });
+        let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new(), storage: None });
         let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (completed_tx, completed_rx) = watch::channel(start.restored.as_ref().map_or(0, |r| r.id));
@@ -141,6 +142,7 @@ impl Engine {
             bundles: built.bundles,
             first_id: start.first_id,
             retained: start.retained,
+            storage: start.storage.clone(),
             rendezvous: built.rendezvous,
             metrics: checkpoint_metrics.clone(),
         };

@@ -68,14 +68,18 @@ pub enum RestoreError {
     Lock(#[from] lock::LockError),
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
+    #[error("checkpoint storage: {0}")]
+    Storage(String),
 }
 
 /// Where a run starts from, and where its checkpoints continue.
 pub struct StartPoint {
     pub restored: Option<RestoredState>,
     pub first_id: CheckpointId,
-    /// Completed checkpoints on disk, oldest first.
+    /// Completed checkpoints on disk (or in the store), oldest first.
     pub retained: Vec<CheckpointId>,
+    /// `checkpoint.storage` opened (None: checkpoints stay in the state directory).
+    pub storage: Option<std::sync::Arc<dyn crate::checkpoint::storage::Storage>>,
 }
 
 pub struct RestoredState {
@@ -95,6 +99,8 @@ pub struct RestoredState {
     pub started: std::time::Instant,
     /// The bundle MANIFESTs, in bundle order.
     pub manifests: Vec<BundleManifest>,
+    /// The download `dir` is in, removed with it (None: a local directory).
+    _download: Option<crate::checkpoint::publish::TempDir>,
 }
 
 impl RestoredState {
@@ -130,9 +136,14 @@ pub struct Prepared {
 /// can refuse it, and only then write (see the module comment).
 pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<Prepared, RestoreError> {
     let layout = Layout::new(&pipeline.state.dir);
+    let opened = match pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()) {
+        Some(spec) => Some(super::restore_remote::open(spec)?),
+        None => None,
+    };
+    let storage = opened.as_deref();
     let empty_before = is_empty_or_absent(layout.state_dir())?;
     let locked = StateDirLock::lock_existing(&layout)?;
-    let decision = decide(pipeline, &layout, restore, policy)?;
+    let decision = decide(pipeline, &layout, storage, restore, policy)?;
     let (mut lock, decision) = match locked {
         Some(lock) => (lock, decision),
         None => {
@@ -144,13 +155,14 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
                 (lock, decision)
             } else {
                 drop(decision);
-                (lock, decide(pipeline, &layout, restore, policy)?)
+                (lock, decide(pipeline, &layout, storage, restore, policy)?)
             }
         }
     };
     // The first write: from here on the start is decided.
     lock.record_pid()?;
-    let start = commit(pipeline, &layout, decision)?;
+    let mut start = commit(pipeline, &layout, storage, decision)?;
+    start.storage = opened.clone();
     Ok(Prepared { start, lock })
 }
 
@@ -175,18 +187,35 @@ enum Owner {
 /// Phase 2, reading only. Every check that can refuse the start runs here,
 /// before anything is written: the owner, validation, compatibility,
 /// native RocksDB and in-flight records at another layout (in `load`).
-fn decide(pipeline: &Pipeline, layout: &Layout, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<Decision, RestoreError> {
+fn decide(
+    pipeline: &Pipeline,
+    layout: &Layout,
+    storage: Option<&dyn crate::checkpoint::storage::Storage>,
+    restore: Option<&RestoreFrom>,
+    policy: RestorePolicy,
+) -> Result<Decision, RestoreError> {
     let owner = check_owner(layout, &pipeline.name, policy.force)?;
-    let ids = store::list_checkpoint_ids(layout)?;
+    let mut ids = store::list_checkpoint_ids(layout)?;
+    if let Some(s) = storage {
+        // Ids continue past everything in the store too (finished or not):
+        // a commit point is never put twice.
+        let stored = crate::checkpoint::publish::checkpoints(s).map_err(|e| RestoreError::Storage(e.to_string()))?;
+        ids.extend(stored.keys());
+        ids.sort_unstable();
+    }
     let next_id = ids.last().map_or(1, |m| m + 1);
     let (chosen, begins_lineage) = match restore {
-        Some(RestoreFrom::Path(p)) => (Some(validate_path(p)?), true),
-        Some(RestoreFrom::Latest) => (resolve_latest(pipeline, layout)?, false),
+        Some(RestoreFrom::Path(p)) => (Some(validate_path(pipeline, p)?), true),
+        Some(RestoreFrom::Latest) => (resolve_latest(pipeline, layout, storage)?, false),
         None => (None, true),
     };
-    let origin = chosen.as_ref().map(|c| (c.dir.clone(), c.metadata.checkpoint_id, c.metadata.kind));
+    let origin = chosen.as_ref().map(|c| (c.origin.clone(), c.valid.metadata.checkpoint_id, c.valid.metadata.kind));
     let restored = match chosen {
-        Some(valid) => Some(load(pipeline, valid, policy)?),
+        Some(c) => {
+            let mut r = load(pipeline, c.valid, policy)?;
+            r._download = c.download;
+            Some(r)
+        }
         None => None,
     };
     // Further checks of the restored state against the pipeline belong
@@ -195,7 +224,7 @@ fn decide(pipeline: &Pipeline, layout: &Layout, restore: Option<&RestoreFrom>, p
     let keep = restored.as_ref().filter(|r| is_checkpoint_of(layout, r)).map(|r| r.id).into_iter().collect();
     let lineage = begins_lineage.then(|| {
         let from = origin.map(|(dir, checkpoint_id, kind)| lineage::RestoredFrom {
-            path: lineage::record_path(layout, &dir),
+            path: if is_url(&dir) { dir } else { lineage::record_path(layout, &dir) },
             checkpoint_id,
             kind,
         });
@@ -205,7 +234,12 @@ fn decide(pipeline: &Pipeline, layout: &Layout, restore: Option<&RestoreFrom>, p
 }
 
 /// Phase 3: the writes, under the lock.
-fn commit(pipeline: &Pipeline, layout: &Layout, d: Decision) -> Result<StartPoint, RestoreError> {
+fn commit(
+    pipeline: &Pipeline,
+    layout: &Layout,
+    storage: Option<&dyn crate::checkpoint::storage::Storage>,
+    d: Decision,
+) -> Result<StartPoint, RestoreError> {
     match &d.owner {
         Owner::Ours => {}
         Owner::Unclaimed => store::write_owner(layout, &pipeline.name)?,
@@ -232,8 +266,24 @@ fn commit(pipeline: &Pipeline, layout: &Layout, d: Decision) -> Result<StartPoin
         Err(e) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files; keeping them all."),
     }
     let mut retained = store::list_checkpoint_ids(layout)?;
+    if let Some(s) = storage {
+        let storage_err = |e: crate::checkpoint::storage::StorageError| RestoreError::Storage(e.to_string());
+        for id in crate::checkpoint::publish::remove_unfinished(s).map_err(storage_err)? {
+            tracing::info!(checkpoint = id, url = %s.url(&crate::checkpoint::layout::checkpoint_dir_name(id)), "Removed an unfinished checkpoint from the store.");
+        }
+        match crate::checkpoint::publish::collect_shared_garbage(s) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(objects = removed.len(), "Removed shared objects no checkpoint in the store references.")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "Cannot clean up shared objects in the store; keeping them all."),
+        }
+        // The store decides what is retained; local copies go with them.
+        let stored = crate::checkpoint::publish::checkpoints(s).map_err(storage_err)?;
+        retained = stored.into_iter().filter(|&(_, done)| done).map(|(id, _)| id).collect();
+    }
     retained.sort_unstable();
-    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained })
+    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained, storage: None })
 }
 
 /// Refuse a directory of another pipeline unless `force`. Reads only.
@@ -252,24 +302,41 @@ fn check_owner(layout: &Layout, pipeline: &str, force: bool) -> Result<Owner, Re
 /// `--restore latest`: the newest valid checkpoint of the current lineage;
 /// with none, where the lineage began (the beginning, or the same
 /// checkpoint or savepoint again).
-fn resolve_latest(pipeline: &Pipeline, layout: &Layout) -> Result<Option<ValidCheckpoint>, RestoreError> {
+fn resolve_latest(
+    pipeline: &Pipeline,
+    layout: &Layout,
+    storage: Option<&dyn crate::checkpoint::storage::Storage>,
+) -> Result<Option<Chosen>, RestoreError> {
     // A record of another pipeline (before a take-over with --force) says
     // nothing about this one.
     let current = lineage::read(layout)?.filter(|l| l.pipeline == pipeline.name);
-    let validator = BundleStateValidator::new(layout.clone(), pipeline.name.clone());
-    let skipped = match validator.find_latest_from(current.as_ref().map_or(0, |l| l.first_id)) {
-        Ok(latest) => {
-            log_skipped(&latest.skipped);
-            return Ok(Some(latest.checkpoint));
+    let first_id = current.as_ref().map_or(0, |l| l.first_id);
+    if let Some(s) = storage {
+        if let Some(f) = super::restore_remote::latest(s, layout, &pipeline.name, first_id)? {
+            return Ok(Some(Chosen { origin: PathBuf::from(f.url), valid: f.valid, download: f.download }));
         }
-        Err(FindError::NoneValid { skipped, .. }) => skipped,
-        Err(FindError::Store(e)) => return Err(e.into()),
-    };
-    log_skipped(&skipped);
+    } else {
+        let validator = BundleStateValidator::new(layout.clone(), pipeline.name.clone());
+        let skipped = match validator.find_latest_from(first_id) {
+            Ok(latest) => {
+                log_skipped(&latest.skipped);
+                return Ok(Some(Chosen::local(latest.checkpoint)));
+            }
+            Err(FindError::NoneValid { skipped, .. }) => skipped,
+            Err(FindError::Store(e)) => return Err(e.into()),
+        };
+        log_skipped(&skipped);
+    }
     let Some((l, from)) = current.as_ref().and_then(|l| l.restored.as_ref().map(|r| (l, r))) else {
         tracing::info!("No complete checkpoint to restore; starting from the beginning.");
         return Ok(None);
     };
+    if is_url(&from.path) {
+        let options = pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
+        let f = super::restore_remote::by_url(&from.path.to_string_lossy(), &options)?;
+        tracing::info!(checkpoint = from.checkpoint_id, url = %f.url, "No checkpoint completed since this state directory was restored from it; restoring it again.");
+        return Ok(Some(Chosen { origin: from.path.clone(), valid: f.valid, download: f.download }));
+    }
     let dir = l.restored_dir(layout).unwrap_or_default();
     let kind = match from.kind {
         Kind::Checkpoint => "checkpoint",
@@ -286,7 +353,25 @@ fn resolve_latest(pipeline: &Pipeline, layout: &Layout) -> Result<Option<ValidCh
         dir = %dir.display(),
         "No checkpoint completed since this state directory was restored from it; restoring it again."
     );
-    Ok(Some(valid))
+    Ok(Some(Chosen::local(valid)))
+}
+
+/// The checkpoint a start restores, and where it came from.
+struct Chosen {
+    /// Its directory, or its URL in the store (what the lineage records).
+    origin: PathBuf,
+    valid: ValidCheckpoint,
+    download: Option<crate::checkpoint::publish::TempDir>,
+}
+
+impl Chosen {
+    fn local(valid: ValidCheckpoint) -> Chosen {
+        Chosen { origin: valid.dir.clone(), valid, download: None }
+    }
+}
+
+fn is_url(path: &Path) -> bool {
+    path.to_str().is_some_and(crate::checkpoint::remote::is_url)
 }
 
 fn log_skipped(skipped: &[(CheckpointId, validate::Invalid)]) {
@@ -324,7 +409,16 @@ fn holds_only_the_lock(layout: &Layout) -> Result<bool, RestoreError> {
 }
 
 /// `--restore PATH`: a checkpoint directory or its `_metadata` file.
-fn validate_path(path: &Path) -> Result<ValidCheckpoint, RestoreError> {
+fn validate_path(pipeline: &Pipeline, path: &Path) -> Result<Chosen, RestoreError> {
+    if let Some(url) = path.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
+        let options = pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
+        let f = super::restore_remote::by_url(url, &options)?;
+        return Ok(Chosen { origin: PathBuf::from(&f.url), valid: f.valid, download: f.download });
+    }
+    validate_local_path(path).map(Chosen::local)
+}
+
+fn validate_local_path(path: &Path) -> Result<ValidCheckpoint, RestoreError> {
     let dir = if path.file_name().is_some_and(|n| n == METADATA_FILE) { path.parent().unwrap_or(path) } else { path };
     validate::validate_dir(dir).map_err(|e| {
         let mut reason = e.reason.to_string();
@@ -473,6 +567,7 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         positions,
         started,
         manifests: valid.manifests,
+        _download: None,
     })
 }
 
@@ -767,6 +862,7 @@ sinks:
             positions: HashMap::new(),
             started: std::time::Instant::now(),
             manifests: Vec::new(),
+            _download: None,
         };
         // New chaining (s2 reads gen): [gen], [unique, s1], [s2].
         let mut r = restored(old_tasks());
@@ -808,6 +904,7 @@ sinks:
             positions: HashMap::new(),
             started: std::time::Instant::now(),
             manifests: Vec::new(),
+            _download: None,
         };
         let (chain, commits) = (["gen".to_string()], [commit_operator_name("gen")]);
         let (snap, _) = r.for_task(TaskId { chain: 0, subtask: 1 }, &chain, &commits, Some("gen"));

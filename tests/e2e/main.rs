@@ -25,6 +25,7 @@ mod reference;
 #[path = "../common/rng.rs"]
 #[allow(dead_code)]
 mod rng;
+mod s3;
 mod savepoint;
 mod signals;
 mod state_dir;

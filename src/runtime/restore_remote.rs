@@ -1,0 +1,141 @@
+//! Restoring from checkpoints and savepoints on object storage
+//! (`checkpoint.storage: s3://...`, `--restore s3://...`).
+//!
+//! The store is the truth: `latest` lists the `_metadata` objects there
+//! (S3 lists are strongly consistent), newest first. Each candidate is
+//! validated as a local checkpoint is, on a local copy: the one the run
+//! that wrote it left in `checkpoints/chk-n/` when its `_metadata` and
+//! MANIFESTs are the stored ones byte for byte (local recovery), else a
+//! download into a temp directory that goes when the restore is done. A
+//! refusal names the object (its URL), and nothing in the store or the
+//! state directory has changed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::restore::RestoreError;
+use crate::checkpoint::layout::{self, Layout, METADATA_FILE};
+use crate::checkpoint::publish::{self, TempDir};
+use crate::checkpoint::remote::{self, ObjectStorage};
+use crate::checkpoint::storage::{Storage, StorageError};
+use crate::checkpoint::validate::{self, Invalid, ValidCheckpoint};
+use crate::checkpoint::CheckpointId;
+use crate::config::RemoteStorage;
+
+/// A validated checkpoint and the download holding it (None: the local copy).
+pub struct Fetched {
+    pub valid: ValidCheckpoint,
+    /// Where it came from: the URL of its directory in the store.
+    pub url: String,
+    pub download: Option<TempDir>,
+}
+
+/// Open the checkpoint storage of a pipeline.
+pub fn open(spec: &RemoteStorage) -> Result<Arc<dyn Storage>, RestoreError> {
+    let s = ObjectStorage::open(&spec.url, &spec.options).map_err(RestoreError::Storage)?;
+    Ok(Arc::new(s))
+}
+
+fn storage_error(e: StorageError) -> RestoreError {
+    RestoreError::Storage(e.to_string())
+}
+
+/// The newest checkpoint in the store with an id of at least `first_id`
+/// that validates; the others newer than it are logged with the reason.
+/// A store that cannot be read fails the start (falling back past a
+/// checkpoint that only could not be read would restore older state).
+pub fn latest(storage: &dyn Storage, layout: &Layout, pipeline: &str, first_id: CheckpointId) -> Result<Option<Fetched>, RestoreError> {
+    let complete: Vec<CheckpointId> = publish::checkpoints(storage)
+        .map_err(storage_error)?
+        .into_iter()
+        .filter(|&(id, done)| done && id >= first_id)
+        .map(|(id, _)| id)
+        .collect();
+    for id in complete.into_iter().rev() {
+        match checkpoint(storage, layout, pipeline, id)? {
+            Ok(fetched) => return Ok(Some(fetched)),
+            Err(why) => tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint."),
+        }
+    }
+    Ok(None)
+}
+
+/// Checkpoint `id` of the store, validated (Err inside: why it is invalid).
+fn checkpoint(storage: &dyn Storage, layout: &Layout, pipeline: &str, id: CheckpointId) -> Result<Result<Fetched, Invalid>, RestoreError> {
+    let prefix = layout::checkpoint_dir_name(id);
+    let url = storage.url(&prefix);
+    let local = layout.checkpoint_dir(id);
+    if publish::local_copy_matches(storage, &prefix, &local).map_err(storage_error)? {
+        if let Ok(valid) = validate::validate_dir(&local) {
+            tracing::info!(checkpoint = id, dir = %local.display(), "Local copy matches the store; restoring from it (local recovery).");
+            return Ok(check_id(valid, id, pipeline, &url, &local).map(|valid| Fetched { valid, url, download: None }));
+        }
+    }
+    let (valid, download) = match download(storage, &prefix)? {
+        (Ok(valid), tmp) => (valid, tmp),
+        (Err(why), _) => return Ok(Err(why)),
+    };
+    tracing::info!(checkpoint = id, url = %url, "Downloaded the checkpoint from the store.");
+    let dir = valid.dir.clone();
+    Ok(check_id(valid, id, pipeline, &url, &dir).map(|valid| Fetched { valid, url, download: Some(download) }))
+}
+
+fn check_id(valid: ValidCheckpoint, id: CheckpointId, pipeline: &str, url: &str, _dir: &Path) -> Result<ValidCheckpoint, Invalid> {
+    let path = PathBuf::from(format!("{url}/{METADATA_FILE}"));
+    let md = &valid.metadata;
+    if md.checkpoint_id != id {
+        return Err(Invalid { path, reason: validate::Reason::WrongCheckpointId { expected: id, found: md.checkpoint_id } });
+    }
+    if md.pipeline != pipeline {
+        return Err(Invalid { path, reason: validate::Reason::WrongPipeline { expected: pipeline.into(), found: md.pipeline.clone() } });
+    }
+    Ok(valid)
+}
+
+/// Download `prefix` into a temp directory (as `TMP/<prefix>`, so a
+/// checkpoint's `shared/` sits next to it) and validate it there; an
+/// invalid one names the object's URL.
+fn download(storage: &dyn Storage, prefix: &str) -> Result<(Result<ValidCheckpoint, Invalid>, TempDir), RestoreError> {
+    let tmp = TempDir::new("restore").map_err(storage_error)?;
+    let name = prefix.rsplit('/').next().unwrap_or(prefix);
+    let dir = tmp.path().join(name);
+    match publish::fetch(storage, prefix, &dir) {
+        Ok(()) => {}
+        Err(StorageError::NotFound { url }) => {
+            return Ok((Err(Invalid { path: url.into(), reason: validate::Reason::Missing }), tmp));
+        }
+        Err(e) => return Err(storage_error(e)),
+    }
+    let valid = validate::validate_dir(&dir).map_err(|mut why| {
+        // The temp directory mirrors the store: `<prefix>/...` and `shared/...`.
+        if let Ok(rel) = why.path.strip_prefix(&dir) {
+            why.path = PathBuf::from(storage.url(&format!("{prefix}/{}", rel.display())));
+        } else if let Ok(rel) = why.path.strip_prefix(tmp.path()) {
+            why.path = PathBuf::from(storage.url(&rel.display().to_string()));
+        }
+        why
+    });
+    Ok((valid, tmp))
+}
+
+/// `--restore s3://bucket/prefix/NAME` (or `.../NAME/_metadata`): the
+/// checkpoint or savepoint there, validated.
+pub fn by_url(url: &str, options: &[(String, String)]) -> Result<Fetched, RestoreError> {
+    let trimmed = url.trim_end_matches('/');
+    let trimmed = trimmed.strip_suffix(&format!("/{METADATA_FILE}")).unwrap_or(trimmed);
+    let invalid = |reason: String| RestoreError::Invalid { path: PathBuf::from(url), reason };
+    let (bucket, prefix) = remote::parse_url(trimmed).map_err(invalid)?;
+    let Some((parent, name)) = prefix
+        .rsplit_once('/')
+        .map(|(p, n)| (p.to_string(), n.to_string()))
+        .or_else(|| (!prefix.is_empty()).then(|| (String::new(), prefix.clone())))
+    else {
+        return Err(invalid("names a bucket, not a checkpoint or savepoint in it".into()));
+    };
+    let root = if parent.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{parent}") };
+    let storage = ObjectStorage::open(&root, options).map_err(RestoreError::Storage)?;
+    let (valid, tmp) = download(&storage, &name)?;
+    let valid = valid.map_err(|why| RestoreError::Invalid { path: why.path.clone(), reason: why.reason.to_string() })?;
+    tracing::info!(url = %trimmed, checkpoint = valid.metadata.checkpoint_id, "Downloaded from the store.");
+    Ok(Fetched { valid, url: trimmed.to_string(), download: Some(tmp) })
+}
