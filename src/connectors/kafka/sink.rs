@@ -83,10 +83,29 @@ const TXN_KEY: &[u8] = b"txn";
 /// runs (origin, id, records), checked against the group without a run.
 const STAGED_MAGIC: &[u8; 4] = b"WKT2";
 
-/// The producer's context: the shared one plus the first delivery error.
+/// The producer's context: the shared one plus the delivery error to report.
 pub struct SinkContext {
     base: WeirContext,
-    failed: Mutex<Option<String>>,
+    failed: Mutex<Option<Failed>>,
+}
+
+/// A delivery error, and whether it only tells that librdkafka dropped the
+/// message after something else failed (`PurgeQueue`, e.g. once a
+/// transaction failed because messages timed out while the brokers were
+/// away): that one is reported only when no cause was delivered.
+struct Failed {
+    error: String,
+    consequence: bool,
+    connectivity: bool,
+}
+
+impl Failed {
+    /// Keep the first error, unless it was only a consequence and this is not.
+    fn record(self, slot: &mut Option<Failed>) {
+        if slot.as_ref().is_none_or(|old| old.consequence && !self.consequence) {
+            *slot = Some(self);
+        }
+    }
 }
 
 impl ClientContext for SinkContext {
@@ -106,13 +125,13 @@ impl ProducerContext for SinkContext {
         match result {
             Ok(_) => self.base.broker_ok(),
             Err((e, _)) => {
-                if e.rdkafka_error_code().is_some_and(is_connectivity) {
+                let code = e.rdkafka_error_code();
+                let connectivity = code.is_some_and(is_connectivity);
+                if connectivity {
                     self.base.broker_failed(&e.to_string());
                 }
-                let mut f = self.failed.lock().expect("failed lock");
-                if f.is_none() {
-                    *f = Some(e.to_string());
-                }
+                let consequence = code == Some(RDKafkaErrorCode::PurgeQueue);
+                Failed { error: e.to_string(), consequence, connectivity }.record(&mut self.failed.lock().expect("failed lock"));
             }
         }
     }
@@ -432,8 +451,12 @@ impl KafkaSink {
                 }
             }
         }
-        if let Some(e) = self.producer.context().failed.lock().expect("failed lock").take() {
-            return Err(OpError::Data(format!("{}: delivery to `{}` failed: {e}", self.who, self.topic)));
+        if let Some(f) = self.producer.context().failed.lock().expect("failed lock").take() {
+            let brokers = match f.connectivity {
+                true => format!(" (brokers {} not reachable)", self.producer.context().base.brokers),
+                false => String::new(),
+            };
+            return Err(OpError::Data(format!("{}: delivery to `{}` failed{brokers}: {}", self.who, self.topic, f.error)));
         }
         Ok(())
     }
@@ -716,6 +739,18 @@ impl Operator for KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_error_names_the_cause_not_the_purge_that_followed_it() {
+        let f = |error: &str, consequence: bool| Failed { error: error.into(), consequence, connectivity: !consequence };
+        let mut slot = None;
+        f("PurgeQueue (Local: Purged in queue)", true).record(&mut slot);
+        f("MessageTimedOut (Local: Message timed out)", false).record(&mut slot);
+        f("PurgeQueue (Local: Purged in queue)", true).record(&mut slot);
+        f("MsgSizeTooLarge", false).record(&mut slot);
+        let kept = slot.expect("an error");
+        assert_eq!((kept.error.as_str(), kept.connectivity), ("MessageTimedOut (Local: Message timed out)", true));
+    }
 
     #[test]
     fn oversize_records_are_found_before_sending_and_name_both_sizes() {
