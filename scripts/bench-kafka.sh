@@ -7,19 +7,9 @@
 #   BENCH_ROWS=200000 KAFKA_BOOTSTRAP=host:port scripts/bench-kafka.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rows=${BENCH_ROWS:-1000000}
-export BENCH_ROWS=$rows
-export BENCH_DATA=$PWD/target/bench/data-$rows
+source scripts/bench/input.sh
+bench_input 1000000
 export BENCH_STATE=$PWD/target/bench/kafka-state
-cargo build --release -q
-weir=target/release/weir
-
-if [ ! -f "$BENCH_DATA/.complete" ]; then
-  rm -rf "$BENCH_DATA"
-  echo "Generating $rows rows into $BENCH_DATA ..." >&2
-  $weir run --no-progress --log-level warn scripts/bench/gen.yaml
-  touch "$BENCH_DATA/.complete"
-fi
 
 broker_pid=
 if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then

@@ -11,21 +11,12 @@
 #   BENCH_ROWS=5000000 RUNS=3 SCRAPE=1 scripts/bench-metrics.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rows=${BENCH_ROWS:-10000000}
+source scripts/bench/input.sh
+bench_input 10000000
 runs=${RUNS:-3}
 scrape=${SCRAPE:-1}
-export BENCH_ROWS=$rows
-export BENCH_DATA=$PWD/target/bench/data-$rows
 command -v /usr/bin/time >/dev/null || { echo "bench-metrics.sh needs GNU time: apt-get install time" >&2; exit 1; }
 command -v curl >/dev/null || { echo "bench-metrics.sh needs curl" >&2; exit 1; }
-cargo build --release -q
-weir=target/release/weir
-if [ ! -f "$BENCH_DATA/.complete" ]; then
-  rm -rf "$BENCH_DATA"
-  echo "Generating $rows rows into $BENCH_DATA ..." >&2
-  $weir run --no-progress --log-level warn scripts/bench/gen.yaml
-  touch "$BENCH_DATA/.complete"
-fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 # One run; prints "records/s cpu_seconds scrapes".

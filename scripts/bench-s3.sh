@@ -6,17 +6,9 @@
 # local copy (`--restore latest`, the state directory deleted for the latter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rows=${BENCH_ROWS:-2000000}
-export BENCH_ROWS=$rows
-export BENCH_DATA=$PWD/target/bench/data-$rows
+source scripts/bench/input.sh
+bench_input 2000000
 command -v /usr/bin/time >/dev/null || { echo "bench-s3.sh needs GNU time: apt-get install time" >&2; exit 1; }
-cargo build --release -q
-weir=target/release/weir
-if [ ! -f "$BENCH_DATA/.complete" ]; then
-  rm -rf "$BENCH_DATA"
-  $weir run --no-progress --log-level warn scripts/bench/gen.yaml
-  touch "$BENCH_DATA/.complete"
-fi
 export BENCH_STATE=$PWD/target/bench/state-s3
 s3_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-s3-bench.XXXXXX")
 trap 'scripts/s3-server.sh stop --data-dir "$s3_dir"; rm -rf "$s3_dir"' EXIT

@@ -13,19 +13,10 @@
 #       # this build and an older binary alternated in the same run
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rows=${BENCH_ROWS:-10000000}
-export BENCH_ROWS=$rows
-export BENCH_DATA=$PWD/target/bench/data-$rows
+source scripts/bench/input.sh
+bench_input 10000000
 command -v /usr/bin/time >/dev/null || { echo "bench.sh needs GNU time: apt-get install time" >&2; exit 1; }
-cargo build --release -q
-weir=target/release/weir
 
-if [ ! -f "$BENCH_DATA/.complete" ]; then
-  rm -rf "$BENCH_DATA"
-  echo "Generating $rows rows into $BENCH_DATA ..." >&2
-  $weir run --no-progress --log-level warn scripts/bench/gen.yaml
-  touch "$BENCH_DATA/.complete"
-fi
 bytes=$(cat "$BENCH_DATA"/part-* | wc -c)
 export BENCH_STATE=$PWD/target/bench/state
 
