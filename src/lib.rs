@@ -10,6 +10,7 @@
 pub mod blocking;
 pub mod checkpoint;
 pub mod cli;
+pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod connectors;

@@ -95,7 +95,28 @@ pub struct Metadata {
     /// What each keyed operator's state is keyed by (`Pipeline::state_keys`).
     #[serde(default)]
     pub keys: std::collections::BTreeMap<String, String>,
+    /// In a cluster: which instance of how many wrote it, of which pipeline
+    /// (left out for one instance, so those documents read as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterRecord>,
     pub crc32c: u32,
+}
+
+/// The instance that wrote a checkpoint: instance `index` of `instances`,
+/// and the identity of the pipeline (`cluster::identity`: its name, key
+/// groups and repartition edges), which every instance shares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterRecord {
+    pub index: u16,
+    pub instances: u16,
+    pub identity: String,
+}
+
+impl fmt::Display for ClusterRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "instance {} of {} (pipeline identity {})", self.index, self.instances, self.identity)
+    }
 }
 
 /// Why a document could not be read.
@@ -184,6 +205,7 @@ pub(crate) mod tests {
             bundles,
             operators: vec!["orders".into(), "unique".into()],
             keys: [("unique".to_string(), "dedup by [order_id]".to_string())].into(),
+            cluster: None,
             crc32c: 0,
         }
     }

@@ -131,6 +131,11 @@ pub struct PipelineArgs {
     /// `--set sources.orders.rate_limit=100` (list items by index or name).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+
+    /// Run (or address) instance I of a cluster of N (0 <= I < N), over the
+    /// file's `cluster.index` and `cluster.instances`; see docs/scaling.md.
+    #[arg(long, value_name = "I/N")]
+    pub instance: Option<config::Instance>,
 }
 
 #[derive(Debug, Args)]
@@ -306,7 +311,9 @@ fn checkpointed(args: &PipelineArgs) -> anyhow::Result<config::Pipeline> {
 fn load(args: &PipelineArgs, extra: &[String]) -> anyhow::Result<config::Pipeline> {
     let mut overrides = args.overrides.clone();
     overrides.extend_from_slice(extra);
-    Ok(config::load_file(&args.pipeline, &overrides)?)
+    let pipeline = config::load_file_as(&args.pipeline, &overrides, args.instance)?;
+    // Instance I of N: its own prefix, and hash edges through Kafka.
+    Ok(crate::cluster::lay_out(pipeline).map_err(UsageError)?)
 }
 
 fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
@@ -343,6 +350,8 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     // With checkpoints, the state directory is locked first (before any
     // connector is opened) and stays locked until this function returns,
     // after the runtime and everything on it is gone.
+    // An instance never starts on the checkpoints of another cluster shape.
+    crate::cluster::check_prefix(&pipeline).map_err(UsageError)?;
     let (start, _lock) = match (&pipeline.checkpoint, &restore) {
         (Some(_), _) => {
             let policy =

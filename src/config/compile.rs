@@ -56,7 +56,11 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     require_source_and_sink(&mut cx, &items);
     let in_cycle = find_cycles(&mut cx, &items, &inputs);
     check_read(&mut cx, &items, &inputs, &in_cycle);
-    let kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
+    let mut kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
+    let cluster = super::cluster::apply(specs::cluster(&mut cx, raw), &mut kinds);
+    let in_cluster: Vec<super::cluster::ClusterNode> =
+        items.iter().zip(&kinds).filter_map(|(it, k)| Some(super::cluster::ClusterNode { path: &it.path, kind: k.as_ref()? })).collect();
+    super::cluster::check(&mut cx, &cluster, checkpoint.as_ref(), &in_cluster);
     check_kafka_transactions(&mut cx, &items, &kinds, checkpoint.as_ref());
     for (at, message) in features::unmet(&needs(&state, &items, &kinds), features) {
         cx.err(at, message);
@@ -78,7 +82,18 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
             Some(Node { name: items[i].name.unwrap_or_default().to_string(), input: inputs[i].map(|j| id[j]), kind: kinds[i].clone()? })
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Pipeline { name: raw.name.clone(), parallelism, max_parallelism, nodes, state, checkpoint, savepoint_dir, bundle_size, metrics })
+    Some(Pipeline {
+        name: raw.name.clone(),
+        parallelism,
+        max_parallelism,
+        nodes,
+        state,
+        checkpoint,
+        savepoint_dir,
+        bundle_size,
+        metrics,
+        cluster,
+    })
 }
 
 fn items(parsed: &Parsed) -> Vec<Item<'_>> {

@@ -17,10 +17,55 @@ use super::{ConfigError, ConfigErrors, MAX_PIPELINE_BYTES};
 /// Load and validate the pipeline file at `path`, with `--set KEY=VALUE`
 /// overrides applied. Errors name `path` as given.
 pub fn load_file(path: &Path, overrides: &[String]) -> Result<Pipeline, ConfigErrors> {
+    load_file_as(path, overrides, None)
+}
+
+/// `load_file` for instance `instance` of a cluster (`--instance I/N`),
+/// which takes the place of the file's `cluster.index` and `cluster.instances`.
+pub fn load_file_as(path: &Path, overrides: &[String], instance: Option<Instance>) -> Result<Pipeline, ConfigErrors> {
     let origin = path.display().to_string();
     let whole = |message: String| ConfigErrors(vec![ConfigError { origin: origin.clone(), line: 0, col: 0, message }]);
     let text = read_capped(path, MAX_PIPELINE_BYTES).map_err(whole)?;
-    load_str(&text, &origin, overrides)
+    load_with(&text, &origin, overrides, instance, &|name| std::env::var(name).ok(), Features::COMPILED)
+}
+
+/// `--instance I/N`: instance `index` of `instances` (checked with the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance {
+    pub index: u64,
+    pub instances: u64,
+}
+
+impl std::str::FromStr for Instance {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("expected I/N (instance I of N, 0 <= I < N), e.g. `0/3`, got `{s}`");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        Ok(Instance { index: i.trim().parse().map_err(|_| bad())?, instances: n.trim().parse().map_err(|_| bad())? })
+    }
+}
+
+impl std::fmt::Display for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.instances)
+    }
+}
+
+/// Put `instance` into the tree as `cluster.index` and `cluster.instances`;
+/// returns the paths set, for locating errors at `--instance`.
+fn set_instance(doc: &mut Value, instance: Instance) -> Vec<(super::locate::YPath, String)> {
+    use super::locate::Seg;
+    let Value::Mapping(top) = doc else { return Vec::new() };
+    let key = Value::String("cluster".into());
+    if !matches!(top.get(&key), Some(Value::Mapping(_))) {
+        top.insert(key.clone(), Value::Mapping(Default::default()));
+    }
+    let Some(Value::Mapping(cluster)) = top.get_mut(&key) else { return Vec::new() };
+    cluster.insert(Value::String("index".into()), Value::from(instance.index));
+    cluster.insert(Value::String("instances".into()), Value::from(instance.instances));
+    let origin = format!("--instance {instance}");
+    ["index", "instances"].iter().map(|k| (vec![Seg::Key("cluster".into()), Seg::Key(k.to_string())], origin.clone())).collect()
 }
 
 /// Read at most `cap` bytes of `path` as UTF-8 text; more is an error. Reads
@@ -49,19 +94,20 @@ pub(crate) fn load_with_env(
     overrides: &[String],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Pipeline, ConfigErrors> {
-    load_with(text, origin, overrides, env, Features::COMPILED)
+    load_with(text, origin, overrides, None, env, Features::COMPILED)
 }
 
 /// `load_str` as a weir built with `features` would do it.
 #[cfg(test)]
 pub(crate) fn load_with_features(text: &str, origin: &str, features: Features) -> Result<Pipeline, ConfigErrors> {
-    load_with(text, origin, &[], &|_| None, features)
+    load_with(text, origin, &[], None, &|_| None, features)
 }
 
 fn load_with(
     text: &str,
     origin: &str,
     overrides: &[String],
+    instance: Option<Instance>,
     env: &dyn Fn(&str) -> Option<String>,
     features: Features,
 ) -> Result<Pipeline, ConfigErrors> {
@@ -89,7 +135,10 @@ fn load_with(
         };
         ConfigErrors(vec![ConfigError { origin: origin.to_string(), line, col, message: format!("invalid YAML: {message}") }])
     })?;
-    let (applied, mut errors) = overrides::apply(&mut doc, overrides);
+    let (mut applied, mut errors) = overrides::apply(&mut doc, overrides);
+    if let Some(i) = instance {
+        applied.extend(set_instance(&mut doc, i));
+    }
     let loc = Locator::new(origin, &expanded, applied);
     let pipeline = deserialize(&doc, &loc, &mut errors).and_then(|parsed| compile(&parsed, &loc, features, &mut errors));
     match pipeline {

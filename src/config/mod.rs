@@ -4,6 +4,7 @@
 //! `raw` serde types → `compile` (semantic checks) → `pipeline` types. Every
 //! problem is collected and reported together, each with file:line:col.
 
+mod cluster;
 mod compile;
 mod deser;
 mod duration;
@@ -22,7 +23,7 @@ mod specs;
 
 pub use duration::parse_duration;
 pub use limits::{MAX_PIPELINE_BYTES, MAX_WINDOWS_PER_RECORD};
-pub use load::{load_file, load_str};
+pub use load::{load_file, load_file_as, load_str, Instance};
 pub use pipeline::*;
 pub use specs::parse_metrics_address;
 

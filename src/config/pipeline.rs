@@ -28,6 +28,41 @@ pub struct Pipeline {
     pub bundle_size: u16,
     /// None: no metrics endpoint.
     pub metrics: Option<MetricsSpec>,
+    /// Which instance of how many this process runs (`0 of 1`: no cluster).
+    pub cluster: ClusterSpec,
+}
+
+/// `cluster:` or `--instance I/N`: instance `index` of `instances`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSpec {
+    pub index: u16,
+    pub instances: u16,
+    /// Brokers of the repartition topics (None: no Kafka source to take them from).
+    pub brokers: Option<String>,
+    /// What every instance of the cluster must share (`cluster::identity`;
+    /// empty until the pipeline is laid out for its instance).
+    pub identity: String,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec { index: 0, instances: 1, brokers: None, identity: String::new() }
+    }
+}
+
+impl ClusterSpec {
+    /// More than one instance: edges between instances go through Kafka.
+    pub fn is_cluster(&self) -> bool {
+        self.instances > 1
+    }
+}
+
+/// A repartition topic as a Kafka source reads it: partition k holds key
+/// group k; this instance reads the partitions of its own key groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepartitionIn {
+    pub partitions: u16,
+    pub owned: std::ops::Range<u16>,
 }
 
 /// The HTTP endpoint serving `/metrics`, `/healthz` and `/ready`.
@@ -166,6 +201,10 @@ pub struct KafkaSourceSpec {
     pub broker_timeout: Duration,
     /// librdkafka settings passed through, as strings.
     pub properties: Vec<(String, String)>,
+    /// (index, instances): this instance reads every `instances`-th partition.
+    pub instance: (u16, u16),
+    /// A repartition topic weir created (between two operators of a cluster).
+    pub repartition: Option<RepartitionIn>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +250,11 @@ pub struct KafkaSinkSpec {
     pub properties: Vec<(String, String)>,
     /// What to do with a record the producer refuses (too large).
     pub on_error: OnError,
+    /// In a cluster: the instance, part of the transactional ids.
+    pub instance: Option<u16>,
+    /// A repartition topic: created with this many partitions, and each
+    /// record goes to the partition of its key's key group.
+    pub repartition: Option<u16>,
 }
 
 #[derive(Debug, Clone)]
@@ -340,6 +384,16 @@ impl Pipeline {
     }
 
     /// True if any source of the pipeline declares event time.
+    /// What its checkpoints record of the cluster (None: one instance).
+    pub fn cluster_record(&self) -> Option<crate::checkpoint::manifest::ClusterRecord> {
+        let c = &self.cluster;
+        c.is_cluster().then(|| crate::checkpoint::manifest::ClusterRecord {
+            index: c.index,
+            instances: c.instances,
+            identity: c.identity.clone(),
+        })
+    }
+
     pub fn has_event_time(&self) -> bool {
         self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
     }

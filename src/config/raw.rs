@@ -25,6 +25,9 @@ pub struct RawPipeline {
     /// Present = the HTTP metrics endpoint is served.
     #[serde(default)]
     pub metrics: Option<RawMetrics>,
+    /// Present = this process is one instance of a cluster (`--instance I/N`).
+    #[serde(default)]
+    pub cluster: Option<RawCluster>,
     #[serde(default)]
     pub sources: Vec<RawSource>,
     #[serde(default)]
@@ -469,4 +472,16 @@ pub struct RawBundles {
 pub struct RawMetrics {
     /// `IP:PORT` to listen on, e.g. `127.0.0.1:9249`.
     pub address: String,
+}
+
+/// `cluster:`: run instance `index` of `instances` (the same pipeline file on
+/// every machine; a StatefulSet passes its pod ordinal as `${WEIR_INSTANCE}`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub instances: u64,
+    pub index: u64,
+    /// Kafka brokers of the repartition topics (default: those of the first Kafka source).
+    #[serde(default)]
+    pub brokers: Option<String>,
 }

@@ -286,6 +286,35 @@ pub fn parse_metrics_address(text: &str) -> Result<std::net::SocketAddr, String>
     text.trim().parse().map_err(|_| format!("`address` must be IP:PORT, e.g. `127.0.0.1:9249` or `[::1]:9249`, got `{text}`"))
 }
 
+/// `cluster.instances` and `cluster.index`: 0 <= index < instances.
+pub(crate) fn cluster(cx: &mut Cx, raw: &RawPipeline) -> ClusterSpec {
+    let Some(c) = &raw.cluster else { return ClusterSpec::default() };
+    let at = [Seg::Key("cluster".into())];
+    let mut ok = true;
+    if c.instances == 0 || c.instances > MAX_INSTANCES {
+        cx.err(&child(&at, "instances"), format!("`cluster.instances` must be between 1 and {MAX_INSTANCES}, got {}", c.instances));
+        ok = false;
+    } else if c.index >= c.instances {
+        let n = c.instances;
+        cx.err(
+            &child(&at, "index"),
+            format!("`cluster.index` must be below `cluster.instances` ({n}): expected 0 <= index < {n}, got {}", c.index),
+        );
+        ok = false;
+    }
+    if c.brokers.as_deref().is_some_and(|b| b.trim().is_empty()) {
+        cx.err(&child(&at, "brokers"), "`cluster.brokers` is empty: expected host:port[,host:port...]");
+    }
+    if !ok {
+        return ClusterSpec::default();
+    }
+    ClusterSpec { index: c.index as u16, instances: c.instances as u16, brokers: c.brokers.clone(), identity: String::new() }
+}
+
+/// Instances of one cluster: at most this many (each is a process with its
+/// own checkpoints; the key-group space bounds it further).
+pub const MAX_INSTANCES: u64 = 1024;
+
 pub(crate) fn bundle_size(cx: &mut Cx, raw: &RawPipeline, parallelism: u16) -> u16 {
     let Some(b) = &raw.bundles else { return 1 };
     let at = [Seg::Key("bundles".into()), Seg::Key("size".into())];
@@ -386,6 +415,8 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
                     bounded: bounded.unwrap_or(false),
                     broker_timeout,
                     properties,
+                    instance: (0, 1),
+                    repartition: None,
                 }),
                 event_time: event_time.as_ref().map(|e| event_time_spec(cx, &child(at, "event_time"), e)),
                 rate_limit: cx.rate_limit(at, *rate_limit),
@@ -819,6 +850,8 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
                 broker_timeout,
                 properties,
                 on_error,
+                instance: None,
+                repartition: None,
             })
         }
     }

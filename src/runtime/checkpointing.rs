@@ -56,6 +56,8 @@ pub struct DriverSetup {
     pub operators: Vec<String>,
     /// `Pipeline::state_keys`, recorded in every `_metadata`.
     pub keys: std::collections::BTreeMap<String, String>,
+    /// The instance of a cluster, recorded in every `_metadata`.
+    pub cluster: Option<crate::checkpoint::manifest::ClusterRecord>,
     /// Members of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
     pub first_id: CheckpointId,
@@ -359,6 +361,7 @@ impl Driver {
             bundles: (0..self.setup.bundles.len() as BundleId).collect(),
             operators: self.setup.operators.clone(),
             keys: self.setup.keys.clone(),
+            cluster: self.setup.cluster.clone(),
             crc32c: 0,
         };
         let created_ms = md.created_ms;

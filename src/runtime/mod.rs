@@ -21,7 +21,7 @@ pub mod output;
 pub mod process;
 pub mod rendezvous;
 pub mod restore;
-mod restore_remote;
+pub(crate) mod restore_remote;
 pub mod snapshot;
 pub mod status;
 pub mod task;
@@ -139,6 +139,7 @@ impl Engine {
             max_parallelism: plan.pipeline.max_parallelism,
             operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
             keys: plan.pipeline.state_keys(),
+            cluster: plan.pipeline.cluster_record(),
             bundles: built.bundles,
             first_id: start.first_id,
             retained: start.retained,

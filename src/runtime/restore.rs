@@ -453,6 +453,15 @@ fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy) -
         let (found, expected) = (md.max_parallelism.to_string(), pipeline.max_parallelism.to_string());
         return Err(RestoreError::Mismatch { id, what: "max_parallelism", found, expected });
     }
+    // A checkpoint holds the key groups and partitions of one instance of
+    // one cluster shape: never restored into another (rescaling goes
+    // through a savepoint set, not built yet).
+    let expected = pipeline.cluster_record();
+    if md.cluster != expected {
+        let show =
+            |c: &Option<crate::checkpoint::manifest::ClusterRecord>| c.as_ref().map_or("a single instance".to_string(), |c| c.to_string());
+        return Err(RestoreError::Mismatch { id, what: "cluster", found: show(&md.cluster), expected: show(&expected) });
+    }
     let dropped: Vec<String> = md.operators.iter().filter(|o| !pipeline.nodes.iter().any(|n| &n.name == *o)).cloned().collect();
     if !dropped.is_empty() {
         if !policy.allow_non_restored_state {
@@ -759,6 +768,7 @@ sinks:
             bundles: vec![0],
             operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
             keys: plan.pipeline.state_keys(),
+            cluster: plan.pipeline.cluster_record(),
             crc32c: 0,
         }
     }

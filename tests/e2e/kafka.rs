@@ -67,7 +67,7 @@ fn stop_script_broker(dir: &str) {
 }
 
 /// A topic name of its own for each test and run.
-fn topic(what: &str) -> String {
+pub fn topic(what: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     format!("weir-{what}-{}-{nanos}", std::process::id())
 }
@@ -78,7 +78,7 @@ fn config(brokers: &str) -> ClientConfig {
     c
 }
 
-fn create_topic(brokers: &str, name: &str, partitions: i32) {
+pub fn create_topic(brokers: &str, name: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = config(brokers).create().expect("admin client");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -429,7 +429,7 @@ fn kafka_crash_after_metadata_at_4_then_restore_at_3_fences_no_live_producer() {
 }
 
 /// Produce `lines` to partition `partition` of `topic`.
-fn produce_to(brokers: &str, topic: &str, partition: i32, lines: &[String]) {
+pub fn produce_to(brokers: &str, topic: &str, partition: i32, lines: &[String]) {
     let p: ThreadedProducer<DefaultProducerContext> = config(brokers).create().expect("producer");
     for l in lines {
         let rec: BaseRecord<'_, (), str> = BaseRecord::to(topic).payload(l.as_str()).partition(partition);

@@ -8,6 +8,7 @@ mod channels;
 mod checkpoint_faults;
 mod ckpt;
 mod cli;
+mod cluster;
 mod crash;
 mod damage;
 mod dead_letter;

@@ -8,6 +8,7 @@
 //! outage is logged at WARN, then one line every few seconds while it lasts,
 //! and past `broker_timeout` the subtask fails with the last error.
 
+pub mod repartition;
 pub mod sink;
 pub mod source;
 

@@ -211,6 +211,9 @@ pub struct KafkaSink {
     txn: Option<Txn>,
     timeout: Duration,
     key_buf: Vec<u8>,
+    /// A repartition topic of this many partitions: the message key is the
+    /// record's encoded key and the partition its key group.
+    repartition: Option<u16>,
     /// Old subtasks whose transactional ids this subtask fenced at open (subtask 0).
     fenced: Vec<u16>,
     /// Subtasks of this sink now: ids below it belong to live producers.
@@ -310,7 +313,15 @@ impl KafkaSink {
         let mut config = client_config(&spec.brokers, &[]);
         let bound_ms = spec.broker_timeout.as_millis().to_string();
         config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
-        let txn_prefix = format!("weir-{pipeline}-{name}-");
+        // In a cluster every instance has its own ids (it fences only its own zombies).
+        let txn_prefix = match spec.instance {
+            Some(i) => format!("weir-{pipeline}-i{i}-{name}-"),
+            None => format!("weir-{pipeline}-{name}-"),
+        };
+        if let Some(partitions) = spec.repartition {
+            super::repartition::ensure_topic(&spec.brokers, &spec.topic, partitions, spec.broker_timeout)
+                .map_err(|e| format!("{who}: {e}"))?;
+        }
         let txn_id = format!("{txn_prefix}{subtask}");
         let mut marker_config = client_config(&spec.brokers, &[]);
         marker_config.set("enable.auto.commit", "false").set("isolation.level", "read_committed");
@@ -385,6 +396,7 @@ impl KafkaSink {
             txn,
             timeout: t,
             key_buf: Vec::new(),
+            repartition: spec.repartition,
             fenced,
             parallelism,
             max_message_bytes,
@@ -394,6 +406,10 @@ impl KafkaSink {
     }
 
     fn message(&mut self, r: &Record) -> Msg {
+        if self.repartition.is_some() {
+            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
+            return (Some(self.key_buf.clone().into_boxed_slice()), r.raw.clone());
+        }
         let values: Vec<_> = self.key.iter().map(|&i| &r.fields[i]).collect();
         let key = super::key_bytes(&values, &mut self.key_buf).then(|| self.key_buf.clone().into_boxed_slice());
         (key, r.raw.clone())
@@ -404,6 +420,9 @@ impl KafkaSink {
         let mut rec: BaseRecord<'_, [u8], str> = BaseRecord::to(&self.topic).payload(&*m.1);
         if let Some(k) = &m.0 {
             rec = rec.key(&**k);
+            if let Some(partitions) = self.repartition {
+                rec = rec.partition(crate::types::key_group_of(k, partitions) as i32);
+            }
         }
         match self.producer.send(rec) {
             Ok(()) => Ok(()),

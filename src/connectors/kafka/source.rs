@@ -144,6 +144,16 @@ pub fn assign_partitions(mut all: Vec<Tp>, parallelism: u16, subtask: u16) -> Ve
     all.into_iter().enumerate().filter(|(i, _)| *i % parallelism as usize == subtask as usize).map(|(_, tp)| tp).collect()
 }
 
+/// The partitions of this instance: of a repartition topic, those of its
+/// key groups; else every `instances`-th of the sorted list (no consumer
+/// group, so no rebalance between instances).
+fn instance_share(all: Vec<Tp>, spec: &KafkaSourceSpec) -> Vec<Tp> {
+    match &spec.repartition {
+        Some(r) => all.into_iter().filter(|(_, p)| u16::try_from(*p).is_ok_and(|p| r.owned.contains(&p))).collect(),
+        None => assign_partitions(all, spec.instance.1.max(1), spec.instance.0),
+    }
+}
+
 impl KafkaSource {
     /// Connect (waiting at most `broker_timeout`), find and deal the
     /// partitions, resolve the start offsets and assign.
@@ -160,6 +170,12 @@ impl KafkaSource {
         idle_timeout: Option<Duration>,
     ) -> Result<Self, String> {
         let who = format!("source `{name}`[{subtask}]");
+        if let (Some(r), KafkaTopics::Names(names)) = (&spec.repartition, &spec.topics) {
+            for topic in names {
+                super::repartition::ensure_topic(&spec.brokers, topic, r.partitions, spec.broker_timeout)
+                    .map_err(|e| format!("{who}: {e}"))?;
+            }
+        }
         let mut config = client_config(&spec.brokers, &[]);
         config
             .set("group.id", spec.group_id.clone().unwrap_or_else(|| format!("weir-{pipeline}-{name}")))
@@ -203,7 +219,7 @@ impl KafkaSource {
                 }
             }
         }
-        let mine = assign_partitions(all, parallelism, subtask);
+        let mine = assign_partitions(instance_share(all, spec), parallelism, subtask);
         let committed = match (spec.start, mine.is_empty()) {
             (KafkaStart::GroupOffsets, false) => {
                 let mut tpl = TopicPartitionList::new();

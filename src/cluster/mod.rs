@@ -1,0 +1,218 @@
+//! One pipeline on several machines: instance I of N (docs/scaling.md).
+//!
+//! Every instance runs the whole pipeline for its share of the work: every
+//! N-th partition of each Kafka source and a contiguous range of the key
+//! groups. It checkpoints under its own prefix of the state directory and
+//! the checkpoint storage (`instance-I`), and never takes a snapshot with
+//! the others. A hash edge, which in one process is a channel, becomes a
+//! repartition topic `weir.<pipeline>.<operator>` with one partition per key
+//! group: the upstream part of the pipeline ends in a Kafka sink that
+//! writes each record to its key group's partition (in the checkpoint's
+//! transaction under exactly-once), and the downstream part starts with a
+//! Kafka source that reads the partitions of this instance's key groups,
+//! `read_committed`, offsets in its checkpoint. So the cross-instance
+//! consistency is Kafka's transactions plus each instance's own
+//! checkpoints; there is no coordinator between instances.
+//!
+//! With one instance nothing here changes the pipeline.
+
+use crate::checkpoint::layout::{checkpoint_dir_name, Layout};
+use crate::checkpoint::manifest::{Document, Metadata};
+use crate::config::{
+    Delivery, KafkaSinkSpec, KafkaSourceSpec, KafkaStart, KafkaTopics, Node, NodeKind, OffsetOutOfRange, OnError, Pipeline, RepartitionIn,
+    SinkSpec, SourceKind, SourceSpec,
+};
+use crate::plan::{Edge, Plan};
+use crate::types::key_group_range;
+
+/// The prefix of instance `index` in the state directory and the storage.
+pub fn instance_prefix(index: u16) -> String {
+    format!("instance-{index}")
+}
+
+/// The repartition topic of the hash edge into `operator`.
+pub fn topic_name(pipeline: &str, operator: &str) -> String {
+    format!("weir.{pipeline}.{operator}")
+}
+
+/// Lay `pipeline` out as its instance runs it: its own prefix, its
+/// identity, and (N > 1) every hash edge through a repartition topic.
+/// Unchanged for one instance.
+pub fn lay_out(mut p: Pipeline) -> Result<Pipeline, String> {
+    if !p.cluster.is_cluster() {
+        return Ok(p);
+    }
+    let (index, instances) = (p.cluster.index, p.cluster.instances);
+    if instances > p.max_parallelism {
+        return Err(format!(
+            "a cluster of {instances} instances needs at least as many key groups: `max_parallelism` is {} (raise it, or run fewer instances)",
+            p.max_parallelism
+        ));
+    }
+    let plan = Plan::new(p.clone());
+    let hashed: Vec<usize> = (0..p.nodes.len()).filter(|&id| matches!(plan.edges[id], Some(Edge::Hash { .. }))).collect();
+    p.cluster.identity = identity(&p, &hashed);
+    let prefix = instance_prefix(index);
+    p.state.dir = p.state.dir.join(&prefix);
+    p.savepoint_dir = p.savepoint_dir.map(|d| d.join(&prefix));
+    if let Some(storage) = p.checkpoint.as_mut().and_then(|c| c.storage.as_mut()) {
+        storage.url = format!("{}/{prefix}", storage.url.trim_end_matches('/'));
+    }
+    if !hashed.is_empty() {
+        p.nodes = split_hash_edges(&p, &hashed)?;
+    }
+    Ok(p)
+}
+
+/// What every instance must agree on: the pipeline's name, its key-group
+/// space and which operators are fed through repartition topics, by what
+/// key. Recorded in each instance's checkpoints.
+pub fn identity(p: &Pipeline, hashed: &[usize]) -> String {
+    let mut text = format!("{}\u{0}{}", p.name, p.max_parallelism);
+    for &id in hashed {
+        text.push('\u{0}');
+        text.push_str(&p.nodes[id].name);
+        for k in key_of(&p.nodes[id].kind) {
+            text.push('\u{1}');
+            text.push_str(k);
+        }
+    }
+    format!("{:016x}", crate::types::stable_hash(text.as_bytes()))
+}
+
+fn key_of(kind: &NodeKind) -> &[String] {
+    match kind {
+        NodeKind::Dedup(d) => &d.key,
+        NodeKind::Aggregate(a) => &a.key,
+        _ => &[],
+    }
+}
+
+/// The node list with each hash edge `u → x` replaced by `u → x.repartition.send`
+/// (a Kafka sink) and `x.repartition.receive → x` (a Kafka source). Sources
+/// stay first, every node after its input.
+fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String> {
+    let c = &p.cluster;
+    let brokers = c.brokers.clone().ok_or("a cluster with keyed operators needs `cluster.brokers`")?;
+    let first_kafka = p.nodes.iter().find_map(|n| match &n.kind {
+        NodeKind::Source(SourceSpec { kind: SourceKind::Kafka(k), .. }) => Some(k),
+        _ => None,
+    });
+    let broker_timeout = first_kafka.map_or(std::time::Duration::from_secs(30), |k| k.broker_timeout);
+    let delivery = match p.checkpoint.as_ref().map(|c| c.alignment) {
+        Some(crate::config::Alignment::AtLeastOnce) | None => Delivery::AtLeastOnce,
+        Some(_) => Delivery::ExactlyOnce,
+    };
+    let kg = key_group_range(c.index, c.instances, p.max_parallelism);
+    let send_name = |x: usize| format!("{}.repartition.send", p.nodes[x].name);
+    let receive_name = |x: usize| format!("{}.repartition.receive", p.nodes[x].name);
+    for &x in hashed {
+        for name in [send_name(x), receive_name(x)] {
+            if p.nodes.iter().any(|n| n.name == name) {
+                return Err(format!("the name `{name}` is taken: a cluster needs it for the repartition topic of `{}`", p.nodes[x].name));
+            }
+        }
+    }
+    // The source a node's records come from (its on_error applies again
+    // where they are read back).
+    let root = |mut id: usize| loop {
+        match (&p.nodes[id].kind, p.nodes[id].input) {
+            (NodeKind::Source(s), _) => return s.on_error.clone(),
+            (_, Some(up)) => id = up,
+            (_, None) => return OnError::Fail,
+        }
+    };
+    // (node, its input by name)
+    let mut out: Vec<(Node, Option<String>)> = Vec::new();
+    let input_name = |id: usize| p.nodes[id].input.map(|i| p.nodes[i].name.clone());
+    for n in p.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Source(_))) {
+        out.push((n.clone(), None));
+    }
+    for &x in hashed {
+        let topic = topic_name(&p.name, &p.nodes[x].name);
+        let spec = KafkaSourceSpec {
+            brokers: brokers.clone(),
+            topics: KafkaTopics::Names(vec![topic]),
+            start: KafkaStart::Earliest,
+            on_offset_out_of_range: OffsetOutOfRange::Fail,
+            group_id: None,
+            commit_offsets: false,
+            key_field: None,
+            message_timestamp: false,
+            bounded: false,
+            broker_timeout,
+            properties: Vec::new(),
+            instance: (c.index, c.instances),
+            repartition: Some(RepartitionIn { partitions: p.max_parallelism, owned: kg.clone() }),
+        };
+        let on_error = root(p.nodes[x].input.expect("a hash edge has an input"));
+        let source = SourceSpec { kind: SourceKind::Kafka(spec), event_time: None, rate_limit: None, batch_size: None, on_error };
+        out.push((Node { name: receive_name(x), input: None, kind: NodeKind::Source(source) }, None));
+    }
+    for (id, n) in p.nodes.iter().enumerate() {
+        if !matches!(n.kind, NodeKind::Source(_)) {
+            let input = if hashed.contains(&id) { Some(receive_name(id)) } else { input_name(id) };
+            out.push((n.clone(), input));
+        }
+        for &x in hashed.iter().filter(|&&x| p.nodes[x].input == Some(id)) {
+            let spec = KafkaSinkSpec {
+                brokers: brokers.clone(),
+                topic: topic_name(&p.name, &p.nodes[x].name),
+                key: key_of(&p.nodes[x].kind).to_vec(),
+                delivery,
+                broker_timeout,
+                properties: Vec::new(),
+                on_error: OnError::Fail,
+                instance: Some(c.index),
+                repartition: Some(p.max_parallelism),
+            };
+            out.push((Node { name: send_name(x), input: None, kind: NodeKind::Sink(SinkSpec::Kafka(spec)) }, Some(n.name.clone())));
+        }
+    }
+    let names: Vec<String> = out.iter().map(|(n, _)| n.name.clone()).collect();
+    Ok(out
+        .into_iter()
+        .map(|(mut n, input)| {
+            n.input = input.map(|i| names.iter().position(|m| *m == i).expect("inputs come first"));
+            n
+        })
+        .collect())
+}
+
+/// Refuse a prefix whose checkpoints another cluster shape wrote (another
+/// N, another pipeline): its key groups and partitions are not this
+/// instance's. Reads only, before anything is locked or written.
+pub fn check_prefix(p: &Pipeline) -> Result<(), String> {
+    let Some(expected) = p.cluster_record() else { return Ok(()) };
+    let refuse = |place: String, md: &Metadata| {
+        match &md.cluster {
+        Some(found) if *found == expected => Ok(()),
+        found => Err(format!(
+            "{place} was written by {}, and this is {expected} of pipeline `{}`: an instance never takes over the checkpoints of another cluster shape or pipeline (give it its own `state.dir` and `checkpoint.storage`, or restart with the same instances)",
+            found.as_ref().map_or_else(|| format!("a single-instance run of pipeline `{}`", md.pipeline), |f| format!("{f} of pipeline `{}`", md.pipeline)),
+            p.name
+        )),
+    }
+    };
+    let layout = Layout::new(&p.state.dir);
+    let ids = crate::checkpoint::store::list_checkpoint_ids(&layout).map_err(|e| e.to_string())?;
+    for id in ids {
+        let path = layout.metadata(id);
+        // Only complete, readable commit points say who wrote them; the
+        // rest is validated (and refused or skipped) by the restore.
+        if let Ok(md) = std::fs::read(&path).map_err(|_| ()).and_then(|b| Metadata::from_bytes(&b).map_err(|_| ())) {
+            refuse(path.display().to_string(), &md)?;
+        }
+    }
+    if let Some(spec) = p.checkpoint.as_ref().and_then(|c| c.storage.as_ref()) {
+        let storage = crate::runtime::restore_remote::open(spec).map_err(|e| e.to_string())?;
+        let stored = crate::checkpoint::publish::checkpoints(&*storage).map_err(|e| e.to_string())?;
+        for (id, _) in stored.into_iter().filter(|(_, done)| *done) {
+            let key = crate::checkpoint::publish::metadata_key(&checkpoint_dir_name(id));
+            if let Ok(md) = storage.get(&key).map_err(|_| ()).and_then(|b| Metadata::from_bytes(&b).map_err(|_| ())) {
+                refuse(storage.url(&key), &md)?;
+            }
+        }
+    }
+    Ok(())
+}

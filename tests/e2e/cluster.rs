@@ -1,0 +1,232 @@
+//! One pipeline as several weir processes (`--instance I/N`, docs/scaling.md):
+//! the instance settings are checked, an instance refuses the checkpoints
+//! of another cluster shape, and (real broker) a cluster of separate
+//! processes on loopback hands records over through repartition topics
+//! exactly once, also across a `kill -9` of one instance.
+
+use super::util::{tmp, weir};
+
+const FILE_PIPELINE: &str = "name: filed
+state: {dir: @STATE@}
+checkpoint: {interval: 1s}
+cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}
+sources:
+  - {name: lines, type: file, path: testdata/inputs/orders.jsonl}
+sinks:
+  - {name: out, type: stdout, input: lines}
+";
+
+#[test]
+fn cluster_index_out_of_range_is_refused_with_its_place() {
+    let dir = tmp();
+    let p = dir.path().join("p.yaml");
+    std::fs::write(&p, FILE_PIPELINE.replace("@STATE@", &dir.path().join("state").display().to_string())).unwrap();
+    let p = p.display().to_string();
+    // From the environment, located in the file.
+    let o = weir(&["validate", &p]).env("WEIR_INSTANCE", "5").run();
+    o.expect_code(2);
+    o.expect_stderr_contains("p.yaml:4:");
+    o.expect_stderr_contains("`cluster.index` must be below `cluster.instances` (2): expected 0 <= index < 2, got 5");
+    // From the command line, named as such.
+    let o = weir(&["validate", &p, "--instance", "2/2"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("--instance 2/2");
+    let o = weir(&["validate", &p, "--instance", "1-2"]).run();
+    o.expect_code(2);
+    o.expect_stderr_contains("expected I/N");
+    assert!(!dir.path().join("state").exists(), "a refused start writes nothing");
+}
+
+#[test]
+fn a_file_source_in_a_cluster_is_refused_rather_than_read_by_every_instance() {
+    let dir = tmp();
+    let p = dir.path().join("p.yaml");
+    std::fs::write(&p, FILE_PIPELINE.replace("@STATE@", &dir.path().join("state").display().to_string())).unwrap();
+    let o = weir(&["run", &p.display().to_string(), "--no-progress"]).env("WEIR_INSTANCE", "1").run();
+    o.expect_code(2);
+    o.expect_stderr_contains("p.yaml:6:");
+    o.expect_stderr_contains("a file source cannot run in a cluster (2 instances)");
+    assert!(!dir.path().join("state").exists(), "a refused start writes nothing");
+    // One instance: exactly today's behaviour.
+    let o = weir(&["validate", &p.display().to_string(), "--instance", "0/1"]).run();
+    o.expect_code(0);
+}
+
+#[cfg(feature = "kafka")]
+mod kafka {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+
+    use super::super::kafka::{broker, create_topic, produce_to, read_committed, topic};
+    use super::super::records::parse;
+    use super::super::util::{tmp, weir, Running};
+
+    /// Kafka -> dedup by id -> running count and sum per user -> Kafka
+    /// exactly-once: two hash edges, so two repartition topics.
+    const PIPELINE: &str = r#"name: @NAME@
+parallelism: 1
+max_parallelism: 12
+state: {dir: @STATE@}
+checkpoint: {interval: 200ms}
+sources:
+  - name: orders
+    type: kafka
+    brokers: @BROKERS@
+    topics: [@IN@]
+    broker_timeout: 20s
+    properties: {session.timeout.ms: 6000, heartbeat.interval.ms: 1000}
+operators:
+  - {name: unique, type: dedup, input: orders, key: [id]}
+  - name: per_user
+    type: aggregate
+    input: unique
+    key: [user]
+    emit_interval: 100ms
+    aggregates: [{fn: count, as: n}, {fn: sum, field: amount, as: total}]
+sinks:
+  - {name: out, type: kafka, input: per_user, brokers: @BROKERS@, topic: @OUT@, key: [user], delivery: exactly_once}
+"#;
+
+    /// Orders `ids` as (partition, line), every third one delivered twice,
+    /// the copy to another partition (so to the other instance's source
+    /// partitions too: only the repartition by `id` brings them together).
+    fn orders(ids: std::ops::Range<i64>) -> Vec<(i32, String)> {
+        let mut out = Vec::new();
+        for id in ids {
+            let line = format!(r#"{{"id":{id},"user":"u{}","amount":{}}}"#, (id * 7) % 5, id % 13);
+            if id % 3 == 0 {
+                out.push((((id + 1) % 4) as i32, line.clone()));
+            }
+            out.push(((id % 4) as i32, line));
+        }
+        out
+    }
+
+    fn send(input: &str, orders: &[(i32, String)]) {
+        for p in 0..4 {
+            let lines: Vec<String> = orders.iter().filter(|(q, _)| *q == p).map(|(_, l)| l.clone()).collect();
+            produce_to(broker(), input, p, &lines);
+        }
+    }
+
+    /// The oracle, from the input alone: per user, the count and sum of
+    /// its distinct orders.
+    fn reference(input: &[(i32, String)]) -> BTreeMap<String, (i64, i64)> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for (_, l) in input {
+            let o = parse(l);
+            if seen.insert(o["id"].as_i64().unwrap()) {
+                let e = out.entry(o["user"].as_str().unwrap().to_string()).or_default();
+                e.0 += 1;
+                e.1 += o["amount"].as_i64().unwrap();
+            }
+        }
+        out
+    }
+
+    /// The last committed value of every user (updates of a user share a
+    /// partition, in commit order).
+    fn last_values(output: &str) -> BTreeMap<String, (i64, i64)> {
+        let mut out = BTreeMap::new();
+        for l in read_committed(broker(), output, Duration::from_secs(30)) {
+            let o = parse(&l);
+            out.insert(o["user"].as_str().unwrap().to_string(), (o["n"].as_i64().unwrap(), o["total"].as_i64().unwrap()));
+        }
+        out
+    }
+
+    #[track_caller]
+    fn wait_for_output(output: &str, want: &BTreeMap<String, (i64, i64)>, limit: Duration, instances: &mut [Running]) {
+        let start = Instant::now();
+        loop {
+            let got = last_values(output);
+            if got == *want {
+                return;
+            }
+            for r in instances.iter_mut() {
+                if let Ok(Some(s)) = r.child.try_wait() {
+                    panic!("an instance exited ({s}) before the output was complete; output so far {got:?}");
+                }
+            }
+            assert!(start.elapsed() < limit, "output after {limit:?}:\n{got:?}\nwant:\n{want:?}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    #[test]
+    fn cluster_of_two_processes_dedup_and_aggregate_exactly_once_through_repartition_topics_and_a_kill() {
+        let b = broker();
+        let (input, output) = (topic("cluster-in"), topic("cluster-out"));
+        create_topic(b, &input, 4);
+        let dir = tmp();
+        let name = format!("cluster-{}", std::process::id());
+        let state = dir.path().join("state");
+        let text = PIPELINE
+            .replace("@NAME@", &name)
+            .replace("@STATE@", &state.display().to_string())
+            .replace("@BROKERS@", b)
+            .replace("@IN@", &input)
+            .replace("@OUT@", &output);
+        let p = dir.path().join("p.yaml");
+        std::fs::write(&p, text).unwrap();
+        let p = p.display().to_string();
+        let run = |i: u16, restore: bool| {
+            let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2")]);
+            if restore {
+                w = w.arg("--restore").arg("latest");
+            }
+            w.spawn()
+        };
+        let mut all = orders(0..240);
+        send(&input, &all);
+        let mut instances = vec![run(0, false), run(1, false)];
+        wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
+        assert!(state.join("instance-0").is_dir() && state.join("instance-1").is_dir(), "each instance has its own prefix");
+
+        // kill -9 instance 1 while new input (with copies of old orders) arrives.
+        instances[1].child.kill().unwrap();
+        instances[1].child.wait().unwrap();
+        let more: Vec<(i32, String)> = orders(240..360).into_iter().chain(orders(0..60)).collect();
+        send(&input, &more);
+        all.extend(more);
+        instances[1] = run(1, true);
+        wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
+
+        for r in &instances {
+            r.terminate();
+        }
+        for r in instances {
+            r.wait_for(Duration::from_secs(60)).expect_code(0);
+        }
+
+        // Another number of instances on an existing prefix: refused, nothing written.
+        let before = listing(&state);
+        for (instance, found) in [("1/3", "instance 1 of 2"), ("0/3", "instance 0 of 2")] {
+            let o = weir(&["run", &p, "--no-progress", "--instance", instance, "--restore", "latest"]).run();
+            o.expect_code(2);
+            o.expect_stderr_contains(&format!("was written by {found}"));
+        }
+        let o = weir(&["run", &p, "--no-progress", "--instance", "0/3"]).run();
+        o.expect_code(2);
+        assert_eq!(listing(&state), before, "a refused start changes nothing on disk");
+    }
+
+    /// Every path below `dir` with its size.
+    fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                if m.is_dir() {
+                    todo.push(e.path());
+                }
+                out.push((e.path().display().to_string(), if m.is_dir() { 0 } else { m.len() }));
+            }
+        }
+        out.sort();
+        out
+    }
+}
