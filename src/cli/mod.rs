@@ -319,7 +319,12 @@ fn load(args: &PipelineArgs, extra: &[String]) -> anyhow::Result<config::Pipelin
 fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
     let p = load(&args, &[])?;
     let ops = p.nodes.len();
-    println!("{}: pipeline `{}` is valid ({ops} nodes, parallelism {}).", args.pipeline.display(), p.name, p.parallelism);
+    let c = &p.cluster;
+    let cluster = match p.nodes.iter().filter(|n| n.name.ends_with(".repartition.receive")).count() {
+        _ if !c.is_cluster() => String::new(),
+        topics => format!(", instance {} of {}, {topics} repartition topics", c.index, c.instances),
+    };
+    println!("{}: pipeline `{}` is valid ({ops} nodes, parallelism {}{cluster}).", args.pipeline.display(), p.name, p.parallelism);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -216,3 +216,114 @@ pub fn check_prefix(p: &Pipeline) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+
+    const PIPELINE: &str = r#"
+name: p
+max_parallelism: 12
+state: {dir: st}
+checkpoint: {interval: 1s}
+cluster: {instances: 3, index: 1}
+sources:
+  - {name: orders, type: kafka, brokers: "b:9092", topics: [in], broker_timeout: 7s}
+operators:
+  - {name: unique, type: dedup, input: orders, key: [id]}
+  - {name: per_user, type: aggregate, input: unique, key: [user], aggregates: [{fn: sum, field: amount, as: total}]}
+sinks:
+  - {name: out, type: kafka, input: per_user, brokers: "b:9092", topic: out, key: [user]}
+  - {name: raw, type: blackhole, input: orders}
+"#;
+
+    fn laid_out(yaml: &str) -> Pipeline {
+        lay_out(load_str(yaml, "t.yaml", &[]).expect("valid pipeline")).expect("laid out")
+    }
+
+    #[test]
+    fn one_instance_is_left_exactly_as_it_was() {
+        let yaml = PIPELINE.replace("cluster: {instances: 3, index: 1}\n", "");
+        let before = load_str(&yaml, "t.yaml", &[]).unwrap();
+        let after = lay_out(before.clone()).unwrap();
+        assert_eq!(format!("{before:?}"), format!("{after:?}"));
+        assert_eq!(after.cluster_record(), None);
+    }
+
+    #[test]
+    fn each_hash_edge_becomes_a_repartition_topic_of_the_instance_key_groups() {
+        let p = laid_out(PIPELINE);
+        let names: Vec<&str> = p.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "orders",
+                "unique.repartition.receive",
+                "per_user.repartition.receive",
+                "unique.repartition.send",
+                "unique",
+                "per_user.repartition.send",
+                "per_user",
+                "out",
+                "raw"
+            ]
+        );
+        let input = |name: &str| {
+            let n = p.nodes.iter().find(|n| n.name == name).unwrap();
+            n.input.map(|i| p.nodes[i].name.as_str())
+        };
+        assert_eq!(input("unique.repartition.send"), Some("orders"));
+        assert_eq!(input("unique"), Some("unique.repartition.receive"));
+        assert_eq!(input("per_user.repartition.send"), Some("unique"));
+        assert_eq!(input("per_user"), Some("per_user.repartition.receive"));
+        assert_eq!(input("raw"), Some("orders"), "a forward edge stays in the process");
+        let NodeKind::Source(SourceSpec { kind: SourceKind::Kafka(k), .. }) = &p.nodes[1].kind else { panic!() };
+        assert_eq!(k.topics, KafkaTopics::Names(vec!["weir.p.unique".into()]));
+        // Instance 1 of 3 over 12 key groups: 4..8, one partition each.
+        assert_eq!(k.repartition, Some(RepartitionIn { partitions: 12, owned: 4..8 }));
+        assert_eq!(k.broker_timeout, std::time::Duration::from_secs(7));
+        let NodeKind::Sink(SinkSpec::Kafka(s)) = &p.nodes[3].kind else { panic!() };
+        assert_eq!(
+            (s.topic.as_str(), s.key.as_slice(), s.repartition, s.instance),
+            ("weir.p.unique", &["id".to_string()][..], Some(12), Some(1))
+        );
+        assert_eq!(s.delivery, Delivery::ExactlyOnce);
+        // The user's Kafka source and sink know their instance too.
+        let NodeKind::Source(SourceSpec { kind: SourceKind::Kafka(k), .. }) = &p.nodes[0].kind else { panic!() };
+        assert_eq!((k.instance, k.repartition.as_ref()), ((1, 3), None));
+        assert_eq!(p.state.dir, std::path::Path::new("st/instance-1"));
+        // The laid-out pipeline plans: the receive side hashes locally.
+        let plan = Plan::new(p.clone());
+        assert!(matches!(plan.edges[4], Some(Edge::Hash { .. })));
+    }
+
+    #[test]
+    fn the_identity_is_shared_by_all_instances_and_changes_with_the_shape() {
+        let a = laid_out(PIPELINE).cluster_record().unwrap();
+        let b = laid_out(&PIPELINE.replace("index: 1", "index: 2")).cluster_record().unwrap();
+        assert_eq!((a.index, b.index, a.instances), (1, 2, 3));
+        assert_eq!(a.identity, b.identity);
+        let rekeyed = laid_out(&PIPELINE.replace("key: [id]}", "key: [user]}")).cluster_record().unwrap();
+        assert_ne!(a.identity, rekeyed.identity);
+        let wider = laid_out(&PIPELINE.replace("max_parallelism: 12", "max_parallelism: 24")).cluster_record().unwrap();
+        assert_ne!(a.identity, wider.identity);
+    }
+
+    #[test]
+    fn more_instances_than_key_groups_are_refused() {
+        let p = load_str(&PIPELINE.replace("max_parallelism: 12", "max_parallelism: 2"), "t.yaml", &[]).unwrap();
+        assert!(lay_out(p).unwrap_err().contains("needs at least as many key groups"));
+    }
+
+    #[test]
+    fn what_cannot_be_split_between_instances_is_refused_with_its_place() {
+        let yaml = PIPELINE
+            .replace("topics: [in],", "topics: [in], bounded: true, event_time: {field: ts},")
+            .replace("checkpoint: {interval: 1s}\n", "");
+        let errors = load_str(&yaml, "t.yaml", &[]).unwrap_err().to_string();
+        assert!(errors.contains("t.yaml:5:10: a cluster of 3 instances needs a `checkpoint:` section"), "{errors}");
+        assert!(errors.contains("`bounded: true` cannot run in a cluster"), "{errors}");
+        assert!(errors.contains("event time cannot run in a cluster with keyed operators"), "{errors}");
+    }
+}

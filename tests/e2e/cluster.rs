@@ -156,18 +156,50 @@ sinks:
 
     #[test]
     fn cluster_of_two_processes_dedup_and_aggregate_exactly_once_through_repartition_topics_and_a_kill() {
+        two_instances_with_a_kill("cluster", None);
+    }
+
+    /// The same with checkpoints on S3 (one prefix per instance), the
+    /// killed instance restarted on a "new machine" (no local state), and
+    /// the refusal of another shape read from the bucket alone.
+    #[test]
+    fn cluster_with_checkpoints_on_s3_restores_an_instance_on_a_new_machine() {
+        if std::env::var_os("AWS_ENDPOINT_URL").is_none() && std::env::var_os("WEIR_S3_ENDPOINT").is_none() {
+            eprintln!("skipped: no S3 server (set AWS_ENDPOINT_URL and the AWS credentials, or run scripts/test.sh)");
+            return;
+        }
+        if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
+            // As tests/e2e/s3.rs does: the instances read this variable.
+            std::env::set_var("AWS_ENDPOINT_URL", std::env::var_os("WEIR_S3_ENDPOINT").unwrap());
+        }
+        let bucket = std::env::var("WEIR_S3_BUCKET").unwrap_or_else(|_| "weir".into());
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let url = format!("s3://{bucket}/e2e/cluster-{}-{nanos}", std::process::id());
+        two_instances_with_a_kill("cluster-s3", Some(&url));
+        let store = weir::checkpoint::remote::ObjectStorage::open(&url, &[]).unwrap();
+        use weir::checkpoint::storage::Storage;
+        for i in 0..2 {
+            let keys = store.list(&format!("instance-{i}/")).unwrap();
+            assert!(keys.iter().any(|o| o.key.ends_with("/_metadata")), "instance {i} commits under its own prefix: {keys:?}");
+        }
+    }
+
+    fn two_instances_with_a_kill(what: &str, storage: Option<&str>) {
         let b = broker();
-        let (input, output) = (topic("cluster-in"), topic("cluster-out"));
+        let (input, output) = (topic(&format!("{what}-in")), topic(&format!("{what}-out")));
         create_topic(b, &input, 4);
         let dir = tmp();
-        let name = format!("cluster-{}", std::process::id());
+        let name = format!("{what}-{}", std::process::id());
         let state = dir.path().join("state");
-        let text = PIPELINE
+        let mut text = PIPELINE
             .replace("@NAME@", &name)
             .replace("@STATE@", &state.display().to_string())
             .replace("@BROKERS@", b)
             .replace("@IN@", &input)
             .replace("@OUT@", &output);
+        if let Some(url) = storage {
+            text = text.replace("checkpoint: {interval: 200ms}", &format!("checkpoint: {{interval: 200ms, storage: \"{url}\"}}"));
+        }
         let p = dir.path().join("p.yaml");
         std::fs::write(&p, text).unwrap();
         let p = p.display().to_string();
@@ -187,12 +219,15 @@ sinks:
         // kill -9 instance 1 while new input (with copies of old orders) arrives.
         instances[1].child.kill().unwrap();
         instances[1].child.wait().unwrap();
+        if storage.is_some() {
+            // A new machine: only the bucket has its checkpoints.
+            std::fs::remove_dir_all(state.join("instance-1")).unwrap();
+        }
         let more: Vec<(i32, String)> = orders(240..360).into_iter().chain(orders(0..60)).collect();
         send(&input, &more);
         all.extend(more);
         instances[1] = run(1, true);
         wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
-
         for r in &instances {
             r.terminate();
         }
@@ -201,6 +236,10 @@ sinks:
         }
 
         // Another number of instances on an existing prefix: refused, nothing written.
+        if storage.is_some() {
+            std::fs::remove_dir_all(&state).unwrap();
+            std::fs::create_dir(&state).unwrap();
+        }
         let before = listing(&state);
         for (instance, found) in [("1/3", "instance 1 of 2"), ("0/3", "instance 0 of 2")] {
             let o = weir(&["run", &p, "--no-progress", "--instance", instance, "--restore", "latest"]).run();
@@ -228,5 +267,63 @@ sinks:
         }
         out.sort();
         out
+    }
+}
+
+/// deploy/kubernetes/: the fields weir depends on agree with each other and
+/// with the pipeline in the ConfigMap, which validates as every instance.
+#[test]
+fn kubernetes_manifests_carry_what_weir_depends_on() {
+    use serde_yaml::Value;
+    let dir = super::util::repo().join("deploy/kubernetes");
+    let load = |f: &str| -> Value { serde_yaml::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap() };
+    let (sts, svc, cm, secret, pdb) =
+        (load("statefulset.yaml"), load("service.yaml"), load("configmap.yaml"), load("secret.yaml"), load("pdb.yaml"));
+    for (doc, kind) in [(&sts, "StatefulSet"), (&svc, "Service"), (&cm, "ConfigMap"), (&secret, "Secret"), (&pdb, "PodDisruptionBudget")] {
+        assert_eq!(doc["kind"].as_str(), Some(kind));
+    }
+    let spec = &sts["spec"];
+    let pod = &spec["template"];
+    let labels = &pod["metadata"]["labels"];
+    assert_eq!(&spec["selector"]["matchLabels"], labels, "the StatefulSet selects its own pods");
+    assert_eq!(&svc["spec"]["selector"], labels);
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], labels);
+    assert_eq!(svc["spec"]["clusterIP"].as_str(), Some("None"), "a headless Service");
+    assert_eq!(spec["serviceName"], svc["metadata"]["name"]);
+    assert_eq!(pdb["spec"]["maxUnavailable"].as_i64(), Some(1));
+    let c = &pod["spec"]["containers"][0];
+    // The ordinal is the instance index.
+    let env = c["env"].as_sequence().unwrap();
+    let instance = env.iter().find(|e| e["name"].as_str() == Some("WEIR_INSTANCE")).expect("WEIR_INSTANCE");
+    assert_eq!(instance["valueFrom"]["fieldRef"]["fieldPath"].as_str(), Some("metadata.labels['apps.kubernetes.io/pod-index']"));
+    assert_eq!(c["envFrom"][0]["secretRef"]["name"], secret["metadata"]["name"]);
+    for k in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        assert!(secret["stringData"][k].is_string(), "the Secret has {k}");
+    }
+    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(&args[..1], ["run"]);
+    assert!(args.windows(2).any(|w| w == ["--restore", "latest"]), "every start resumes its instance: {args:?}");
+    // The pipeline file is the ConfigMap's, mounted where args name it.
+    let mount = c["volumeMounts"].as_sequence().unwrap().iter().find(|m| m["name"].as_str() == Some("pipeline")).unwrap();
+    let vol = pod["spec"]["volumes"].as_sequence().unwrap().iter().find(|v| v["name"].as_str() == Some("pipeline")).unwrap();
+    assert_eq!(vol["configMap"]["name"], cm["metadata"]["name"]);
+    let key = args[1].strip_prefix(&format!("{}/", mount["mountPath"].as_str().unwrap())).expect("pipeline under the mount");
+    let text = cm["data"][key].as_str().expect("the pipeline in the ConfigMap");
+    let pipeline: Value = serde_yaml::from_str(text).unwrap();
+    // replicas = instances, and the metrics port is the annotated one.
+    assert_eq!(spec["replicas"].as_u64(), pipeline["cluster"]["instances"].as_u64(), "replicas must equal cluster.instances");
+    assert_eq!(pipeline["cluster"]["index"].as_str(), Some("${WEIR_INSTANCE}"));
+    let port = pipeline["metrics"]["address"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/scrape"].as_str(), Some("true"));
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"].as_str(), Some(port.as_str()));
+    assert_eq!(c["ports"][0]["containerPort"].as_u64().map(|p| p.to_string()), Some(port));
+    assert!(pipeline["state"]["dir"].as_str().unwrap().starts_with("/var/lib/weir"), "state on the volume");
+    // Every ordinal's pipeline is valid.
+    let t = tmp();
+    let file = t.path().join("pipeline.yaml");
+    std::fs::write(&file, text).unwrap();
+    for i in 0..spec["replicas"].as_u64().unwrap() {
+        let o = weir(&["validate", &file.display().to_string()]).env("WEIR_INSTANCE", i.to_string()).run();
+        o.expect_code(0);
     }
 }

@@ -37,7 +37,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{client_config, is_connectivity, WeirContext};
-use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError};
+use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError, RepartitionIn};
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
 use crate::format::json::JsonParser;
 use crate::operators::dead_letter::reject;
@@ -147,10 +147,10 @@ pub fn assign_partitions(mut all: Vec<Tp>, parallelism: u16, subtask: u16) -> Ve
 /// The partitions of this instance: of a repartition topic, those of its
 /// key groups; else every `instances`-th of the sorted list (no consumer
 /// group, so no rebalance between instances).
-fn instance_share(all: Vec<Tp>, spec: &KafkaSourceSpec) -> Vec<Tp> {
-    match &spec.repartition {
+fn instance_share(all: Vec<Tp>, (index, instances): (u16, u16), repartition: Option<&RepartitionIn>) -> Vec<Tp> {
+    match repartition {
         Some(r) => all.into_iter().filter(|(_, p)| u16::try_from(*p).is_ok_and(|p| r.owned.contains(&p))).collect(),
-        None => assign_partitions(all, spec.instance.1.max(1), spec.instance.0),
+        None => assign_partitions(all, instances.max(1), index),
     }
 }
 
@@ -219,7 +219,7 @@ impl KafkaSource {
                 }
             }
         }
-        let mine = assign_partitions(instance_share(all, spec), parallelism, subtask);
+        let mine = assign_partitions(instance_share(all, spec.instance, spec.repartition.as_ref()), parallelism, subtask);
         let committed = match (spec.start, mine.is_empty()) {
             (KafkaStart::GroupOffsets, false) => {
                 let mut tpl = TopicPartitionList::new();
@@ -757,6 +757,26 @@ mod tests {
         assert_eq!(resolve_out_of_range(3, 40, 90, Earliest), Ok(Some(40)));
         assert_eq!(resolve_out_of_range(3, 40, 90, Latest), Ok(Some(90)));
         assert_eq!(resolve_out_of_range(3, 40, 90, Fail), Err(()));
+    }
+
+    #[test]
+    fn instances_share_partitions_without_overlap_or_gap() {
+        let all: Vec<Tp> = (0..7).map(|p| ("t".to_string(), p)).chain((0..3).map(|p| ("u".to_string(), p))).collect();
+        let mut seen: Vec<Tp> = Vec::new();
+        for i in 0..3 {
+            for s in 0..2 {
+                seen.extend(assign_partitions(instance_share(all.clone(), (i, 3), None), 2, s));
+            }
+        }
+        seen.sort();
+        let mut want = all.clone();
+        want.sort();
+        assert_eq!(seen, want, "every partition read by exactly one subtask of one instance");
+        assert_eq!(instance_share(all.clone(), (0, 1), None).len(), all.len(), "one instance reads everything, as before");
+        // A repartition topic: the partitions of the instance's key groups.
+        let r = RepartitionIn { partitions: 7, owned: 2..5 };
+        let mine = instance_share(all[..7].to_vec(), (1, 3), Some(&r));
+        assert_eq!(mine.iter().map(|(_, p)| *p).collect::<Vec<_>>(), [2, 3, 4]);
     }
 
     #[test]
