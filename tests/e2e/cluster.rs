@@ -160,7 +160,7 @@ sinks:
     }
 
     /// The same with checkpoints on S3 (one prefix per instance), the
-    /// killed instance restarted on a "new machine" (no local state), and
+    /// killed instances restarted on a "new machine" (no local state), and
     /// the refusal of another shape read from the bucket alone.
     #[test]
     fn cluster_with_checkpoints_on_s3_restores_an_instance_on_a_new_machine() {
@@ -215,19 +215,28 @@ sinks:
         let mut instances = vec![run(0, false), run(1, false)];
         wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
         assert!(state.join("instance-0").is_dir() && state.join("instance-1").is_dir(), "each instance has its own prefix");
+        // A second live instance 0 on this host: refused by the state
+        // directory's lock, before it opens a connector.
+        let o = weir(&["run", &p, "--no-progress", "--instance", "0/2", "--restore", "latest"]).run();
+        o.expect_code(2);
+        o.expect_stderr_contains("is in use by weir process");
 
-        // kill -9 instance 1 while new input (with copies of old orders) arrives.
-        instances[1].child.kill().unwrap();
-        instances[1].child.wait().unwrap();
-        if storage.is_some() {
-            // A new machine: only the bucket has its checkpoints.
-            std::fs::remove_dir_all(state.join("instance-1")).unwrap();
+        // kill -9 one instance, then the other, while new input (with
+        // copies of old orders) arrives; each restarts with --restore latest.
+        for (round, killed) in [(0i64, 1usize), (1, 0)] {
+            instances[killed].child.kill().unwrap();
+            instances[killed].child.wait().unwrap();
+            if storage.is_some() {
+                // A new machine: only the bucket has its checkpoints.
+                std::fs::remove_dir_all(state.join(format!("instance-{killed}"))).unwrap();
+            }
+            let (lo, hi) = (240 + round * 120, 360 + round * 120);
+            let more: Vec<(i32, String)> = orders(lo..hi).into_iter().chain(orders(round * 60..round * 60 + 60)).collect();
+            send(&input, &more);
+            all.extend(more);
+            instances[killed] = run(killed as u16, true);
+            wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
         }
-        let more: Vec<(i32, String)> = orders(240..360).into_iter().chain(orders(0..60)).collect();
-        send(&input, &more);
-        all.extend(more);
-        instances[1] = run(1, true);
-        wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
         for r in &instances {
             r.terminate();
         }
