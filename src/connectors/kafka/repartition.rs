@@ -56,8 +56,11 @@ fn ensure_topic_blocking(brokers: &str, topic: &str, partitions: u16, timeout: D
                     "repartition topic `{topic}` has {n} partitions, but this pipeline needs {partitions} (one per key group, `max_parallelism`): delete the topic or keep `max_parallelism`"
                 ))
             }
-            _ if Instant::now() >= deadline => {
-                return Err(format!("repartition topic `{topic}` has not got {partitions} partitions with a leader within {timeout:?}"))
+            found if Instant::now() >= deadline => {
+                let n = found.unwrap_or(0);
+                return Err(format!(
+                    "repartition topic `{topic}` has {n} partitions with a leader after {timeout:?}, but this pipeline needs {partitions} (one per key group, `max_parallelism`)"
+                ));
             }
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
