@@ -507,6 +507,26 @@ fn one_process_owns_a_prefix_and_a_stale_owner_is_taken_over_and_fenced() {
     assert!(again.stderr.contains("Took the checkpoint storage over from a weir process of this host that is gone."), "{}", again.stderr);
 }
 
+/// `checkpoint.storage_lease` is checked like every duration, and only
+/// with `storage` (no server needed).
+#[test]
+fn storage_lease_is_validated_and_needs_storage() {
+    let v = |sets: &[&str]| {
+        let mut w = weir(&["validate", super::ckpt::PIPELINE]);
+        for s in sets {
+            w = w.arg("--set").arg(s);
+        }
+        w.run()
+    };
+    let o = v(&["checkpoint.storage_lease=5s"]);
+    o.expect_code(2);
+    assert!(o.stderr.contains("`storage_lease` needs `storage: s3://BUCKET/PREFIX`"), "{}", o.stderr);
+    let o = v(&["checkpoint.storage=s3://b/p", "checkpoint.storage_lease=10ms"]);
+    o.expect_code(2);
+    assert!(o.stderr.contains("storage_lease"), "{}", o.stderr);
+    v(&["checkpoint.storage=s3://b/p", "checkpoint.storage_lease=5s"]).expect_code(0);
+}
+
 /// Where a rescaled restore comes from.
 #[derive(Debug, Clone, Copy)]
 enum Taken {
