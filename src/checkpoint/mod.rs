@@ -12,6 +12,7 @@ pub mod layout;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;
+pub mod owner;
 pub mod publish;
 pub mod remote;
 pub mod shared;

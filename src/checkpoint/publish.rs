@@ -186,27 +186,33 @@ pub fn fetch(storage: &dyn Storage, prefix: &str, to: &Path) -> Result<(), Stora
         return Err(StorageError::NotFound { url: storage.url(&metadata_key(prefix)) });
     }
     let mut manifests = Vec::new();
+    let mut files = Vec::new();
     for o in objects {
         let rel = &o.key[prefix.len() + 1..];
         if !layout::is_safe_relative(rel) {
             continue;
         }
-        storage.get_to_file(&o.key, &to.join(rel))?;
         if rel.ends_with(MANIFEST_FILE) {
             manifests.push(to.join(rel));
         }
+        files.push((o.key.clone(), to.join(rel)));
     }
+    storage.get_many(files)?;
+    // The shared files the MANIFESTs name that the store has (a missing
+    // one is the validator's to name).
     let shared = validate::shared_dir_of(to);
-    for name in shared_names(manifests)? {
-        if !layout::is_safe_relative(&name) || name.contains('/') {
-            continue;
+    let stored: BTreeSet<String> = match shared_names(manifests)? {
+        names if names.is_empty() => BTreeSet::new(),
+        names => {
+            let there: BTreeSet<String> = storage.list(SHARED_PREFIX)?.into_iter().map(|o| o.key).collect();
+            names
+                .into_iter()
+                .filter(|n| layout::is_safe_relative(n) && !n.contains('/'))
+                .filter(|n| there.contains(&format!("{SHARED_PREFIX}{n}")))
+                .collect()
         }
-        match storage.get_to_file(&format!("{SHARED_PREFIX}{name}"), &shared.join(&name)) {
-            Err(e) if e.is_not_found() => {}
-            other => other?,
-        }
-    }
-    Ok(())
+    };
+    storage.get_many(stored.into_iter().map(|name| (format!("{SHARED_PREFIX}{name}"), shared.join(&name))).collect())
 }
 
 /// Whether the local directory `dir` holds the stored checkpoint `prefix`:

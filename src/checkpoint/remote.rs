@@ -20,7 +20,9 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{BackoffConfig, ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig, WriteMultipart};
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion, WriteMultipart,
+};
 
 use super::storage::{Object, Storage, StorageError};
 use crate::faults;
@@ -289,6 +291,28 @@ impl Storage for ObjectStorage {
         super::storage::write_new_file(to, &bytes)
     }
 
+    fn get_many(&self, files: Vec<(String, std::path::PathBuf)>) -> Result<(), StorageError> {
+        let this = self.clone();
+        block_on(async move {
+            futures::stream::iter(files.into_iter().map(|(key, to)| {
+                let this = this.clone();
+                async move {
+                    let path = this.path(&key);
+                    let bytes = this.retry("get", &key, || async { this.store.get(&path).await?.bytes().await }).await?;
+                    // The file write is small next to the request; a blocking
+                    // thread keeps the storage runtime's workers free.
+                    tokio::task::spawn_blocking(move || super::storage::write_new_file(&to, &bytes))
+                        .await
+                        .map_err(|e| StorageError::Failed { op: "write", url: this.url(&key), message: e.to_string() })?
+                }
+            }))
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(|_| ())
+        })
+    }
+
     fn list(&self, prefix: &str) -> Result<Vec<Object>, StorageError> {
         let (this, prefix) = (self.clone(), prefix.to_string());
         block_on(async move {
@@ -319,6 +343,45 @@ impl Storage for ObjectStorage {
             match this.retry("delete", &key, || this.store.delete(&path)).await {
                 Err(StorageError::NotFound { .. }) => Ok(()),
                 r => r,
+            }
+        })
+    }
+
+    fn get_versioned(&self, key: &str) -> Result<(Vec<u8>, String), StorageError> {
+        let (this, key) = (self.clone(), key.to_string());
+        block_on(async move {
+            let path = this.path(&key);
+            let (bytes, e_tag) = this
+                .retry("get", &key, || async {
+                    let got = this.store.get(&path).await?;
+                    let e_tag = got.meta.e_tag.clone();
+                    Ok((got.bytes().await?, e_tag))
+                })
+                .await?;
+            let e_tag =
+                e_tag.ok_or_else(|| StorageError::Failed { op: "get", url: this.url(&key), message: "the store sent no ETag".into() })?;
+            Ok((bytes.to_vec(), e_tag))
+        })
+    }
+
+    fn put_conditional(&self, key: &str, bytes: &[u8], expected: Option<&str>) -> Result<String, StorageError> {
+        let (this, key, payload) = (self.clone(), key.to_string(), PutPayload::from(bytes.to_vec()));
+        let mode = match expected {
+            None => PutMode::Create,
+            Some(v) => PutMode::Update(UpdateVersion { e_tag: Some(v.to_string()), version: None }),
+        };
+        let update = expected.is_some();
+        block_on(async move {
+            let path = this.path(&key);
+            let opts = || PutOptions { mode: mode.clone(), ..PutOptions::default() };
+            let put = this.retry("put", &key, || this.store.put_opts(&path, payload.clone(), opts())).await;
+            match put {
+                Ok(r) => {
+                    r.e_tag.ok_or_else(|| StorageError::Failed { op: "put", url: this.url(&key), message: "the store sent no ETag".into() })
+                }
+                // An If-Match that failed (412) is a conflict, not an existing object.
+                Err(StorageError::AlreadyExists { url } | StorageError::NotFound { url }) if update => Err(StorageError::Conflict { url }),
+                Err(e) => Err(e),
             }
         })
     }

@@ -32,6 +32,8 @@ pub enum StorageError {
     NotFound { url: String },
     #[error("{url} exists already")]
     AlreadyExists { url: String },
+    #[error("{url} changed meanwhile (it is not the version expected)")]
+    Conflict { url: String },
     #[error("cannot {op} {url}: {message}")]
     Failed { op: &'static str, url: String, message: String },
     #[error(transparent)]
@@ -81,11 +83,27 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Copy the object at `key` into the new local file `to`, fsynced.
     fn get_to_file(&self, key: &str, to: &Path) -> Result<(), StorageError>;
 
+    /// Copy many objects into new local files (a storage may run them
+    /// concurrently); the first failure ends the batch.
+    fn get_many(&self, files: Vec<(String, PathBuf)>) -> Result<(), StorageError> {
+        files.iter().try_for_each(|(key, to)| self.get_to_file(key, to))
+    }
+
     /// Every object whose key starts with `prefix`, in key order.
     fn list(&self, prefix: &str) -> Result<Vec<Object>, StorageError>;
 
     /// Delete `key`; a missing object is not an error.
     fn delete(&self, key: &str) -> Result<(), StorageError>;
+
+    /// The bytes at `key` and their version (the ETag on S3), for
+    /// [`Storage::put_conditional`].
+    fn get_versioned(&self, key: &str) -> Result<(Vec<u8>, String), StorageError>;
+
+    /// Put the small `bytes` at `key` only if the object is as expected:
+    /// absent (`expected` None, else [`StorageError::AlreadyExists`]) or
+    /// still at version `expected` (else [`StorageError::Conflict`]);
+    /// returns the new version. The ownership lease (`owner`) is built on it.
+    fn put_conditional(&self, key: &str, bytes: &[u8], expected: Option<&str>) -> Result<String, StorageError>;
 }
 
 /// A directory of the local file system (today's `checkpoints/`).
@@ -190,6 +208,35 @@ impl Storage for LocalStorage {
             Err(e) => Err(io_err("remove", &path)(e)),
         }
     }
+
+    fn get_versioned(&self, key: &str) -> Result<(Vec<u8>, String), StorageError> {
+        let bytes = self.get(key)?;
+        let version = local_version(&bytes);
+        Ok((bytes, version))
+    }
+
+    /// Compare and replace are two steps here: on a file system the state
+    /// directory's `flock` keeps a second process away, not this.
+    fn put_conditional(&self, key: &str, bytes: &[u8], expected: Option<&str>) -> Result<String, StorageError> {
+        match expected {
+            None => self.put_if_absent(key, bytes)?,
+            Some(v) => {
+                let url = self.url(key);
+                match self.get_versioned(key) {
+                    Ok((_, now)) if now == v => self.put(key, bytes)?,
+                    Ok(_) => return Err(StorageError::Conflict { url }),
+                    Err(e) if e.is_not_found() => return Err(StorageError::Conflict { url }),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(local_version(bytes))
+    }
+}
+
+/// A file's version: its checksum and length.
+fn local_version(bytes: &[u8]) -> String {
+    format!("{:08x}-{}", crc32c::crc32c(bytes), bytes.len())
 }
 
 /// Regular files below `dir` (hidden temp files skipped), keys relative to the root.

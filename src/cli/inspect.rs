@@ -1,6 +1,10 @@
 //! `weir inspect PATH`: what a checkpoint holds and whether it validates.
 //! PATH is a checkpoint directory, its `_metadata` file, or a state
-//! directory (then every checkpoint in it is listed).
+//! directory (then every checkpoint in it is listed); or the same in object
+//! storage: `s3://bucket/prefix/chk-0000012` (or a savepoint, or its
+//! `_metadata`), downloaded into a temp directory and validated there, or
+//! a checkpoint storage `s3://bucket/prefix` (every checkpoint and
+//! savepoint under it is listed).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,6 +16,9 @@ use crate::types::key_group_range;
 
 /// The report, and whether everything shown validates.
 pub fn inspect(path: &Path) -> Result<(String, bool), String> {
+    if let Some(url) = path.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
+        return inspect_url(url);
+    }
     let dir = if path.file_name().is_some_and(|n| n == METADATA_FILE) { path.parent().unwrap_or(path) } else { path };
     if !dir.exists() {
         return Err(format!("{}: no such file or directory", path.display()));
@@ -51,6 +58,70 @@ fn state_dir(layout: &Layout) -> (String, bool) {
         let _ = writeln!(out, "{label:<12} {kind:<10} {created:<24} {operators:>9} {bundles:>7} {groups:>10} {bytes:>12}  {valid}");
     }
     (out, all_valid)
+}
+
+/// `weir inspect s3://...`: a checkpoint or savepoint there (it has a
+/// `_metadata` of its own), else the checkpoint storage rooted there.
+fn inspect_url(url: &str) -> Result<(String, bool), String> {
+    use crate::checkpoint::remote::ObjectStorage;
+    use crate::checkpoint::storage::Storage;
+    let trimmed = url.trim_end_matches('/');
+    let trimmed = trimmed.strip_suffix(&format!("/{METADATA_FILE}")).unwrap_or(trimmed);
+    let failed = |e: String| format!("{url}: {e}");
+    let root = ObjectStorage::open(trimmed, &[]).map_err(failed)?;
+    let objects = root.list("").map_err(|e| failed(e.to_string()))?;
+    if objects.is_empty() {
+        return Err(format!("{url}: no such checkpoint, savepoint or checkpoint storage (no objects under it)"));
+    }
+    if objects.iter().any(|o| o.key == METADATA_FILE || o.key.starts_with("bundle-")) {
+        let (parent, name, _) = crate::runtime::restore_remote::open_parent(trimmed, &[]).map_err(failed)?;
+        let (verdict, download) = crate::runtime::restore_remote::download(&parent, &name).map_err(|e| failed(e.to_string()))?;
+        let dir = download.path().join(&name);
+        if !dir.is_dir() {
+            let why = verdict.err().map(|w| w.to_string()).unwrap_or_default();
+            return Ok((format!("checkpoint  {trimmed}\n\nvalid       no: {why}\n"), false));
+        }
+        let (report, valid) = checkpoint(&dir);
+        // Paths of the download are shown as the URLs they came from.
+        let report = report.replace(&dir.display().to_string(), trimmed).replace(&download.path().display().to_string(), &parent.root());
+        return Ok((report, valid));
+    }
+    // A checkpoint storage (or a savepoint parent): every child with a `_metadata`.
+    let children: Vec<&str> = objects.iter().filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}"))).collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<32} {:<10} {:<24} {:>9} {:>7} {:>10} {:>12}  VALID",
+        "CHECKPOINT", "KIND", "CREATED (UTC)", "OPERATORS", "BUNDLES", "KEY GROUPS", "BYTES"
+    );
+    let mut all_valid = true;
+    for child in children {
+        let label = match crate::checkpoint::layout::parse_checkpoint_dir_name(child) {
+            Some(id) => id.to_string(),
+            None => child.to_string(),
+        };
+        let verdict = crate::runtime::restore_remote::download(&root, child).map_err(|e| failed(e.to_string()))?.0;
+        let row = match verdict {
+            Ok(v) => {
+                let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();
+                let md = &v.metadata;
+                let kind = format!("{:?}", md.kind).to_lowercase();
+                format!(
+                    "{kind:<10} {:<24} {:>9} {:>7} {:>10} {bytes:>12}  yes",
+                    time(md.created_ms),
+                    md.operators.len(),
+                    v.manifests.len(),
+                    md.max_parallelism
+                )
+            }
+            Err(e) => {
+                all_valid = false;
+                format!("{:<10} {:<24} {:>9} {:>7} {:>10} {:>12}  no: {e}", "?", "?", 0, 0, 0, 0)
+            }
+        };
+        let _ = writeln!(out, "{label:<32} {row}");
+    }
+    Ok((out, all_valid))
 }
 
 /// The directories under `savepoints/`, sorted.

@@ -293,7 +293,8 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
             let p = checkpointed(&pipeline)?;
             let parents: Vec<PathBuf> = p.savepoint_dir.iter().chain(&target).cloned().collect();
             let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
-            print!("{}", savepoint::list(&layout, &p.name, &parents).map_err(to_anyhow)?);
+            let options = p.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
+            print!("{}", savepoint::list(&layout, &p.name, &parents, &options).map_err(to_anyhow)?);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -362,7 +363,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
             let policy =
                 restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
             let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?;
-            (Some(prepared.start), Some(prepared.lock))
+            (Some(prepared.start), Some((prepared.lock, prepared.lease)))
         }
         (None, Some(_)) => {
             return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())

@@ -228,12 +228,18 @@ fn savepoint_root(dir: &Path) -> Result<(u64, u64), String> {
 
 /// A table of the savepoints of `pipeline`: every directory in the state
 /// directory's `savepoints/`, then its children (`savepoint-<pipeline>-<id>`)
-/// in each of `parents` (`savepoint.dir`, `--target`); a parent that does
-/// not exist yet holds none.
-pub fn list(layout: &Layout, pipeline: &str, parents: &[PathBuf]) -> Result<String, SavepointError> {
+/// in each of `parents` (`savepoint.dir`, `--target`; directories or
+/// `s3://` URLs, opened with `options`, the pipeline's `storage_options`);
+/// a parent that does not exist yet holds none.
+pub fn list(layout: &Layout, pipeline: &str, parents: &[PathBuf], options: &[(String, String)]) -> Result<String, SavepointError> {
     let mut dirs = children(&layout.savepoints_dir(), |_| true)?;
     let mut seen = vec![crate::checkpoint::target::resolve(&layout.savepoints_dir()).unwrap_or_else(|_| layout.savepoints_dir())];
+    let mut stored = Vec::new();
     for parent in parents {
+        if let Some(url) = parent.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
+            stored.extend(stored_rows(url.trim_end_matches('/'), pipeline, options)?);
+            continue;
+        }
         let resolved = crate::checkpoint::target::resolve(parent).unwrap_or_else(|_| parent.clone());
         if !seen.contains(&resolved) {
             seen.push(resolved);
@@ -252,7 +258,35 @@ pub fn list(layout: &Layout, pipeline: &str, parents: &[PathBuf]) -> Result<Stri
         };
         let _ = writeln!(out, "{id:<10} {created:<24} {bytes:>12}  {:<40}  {valid}", d.display());
     }
+    for row in stored {
+        out.push_str(&row);
+    }
     Ok(out)
+}
+
+/// The rows of `list` for the savepoints of `pipeline` under the object
+/// storage parent `url` (`savepoint.dir: s3://...`, `--target s3://...`):
+/// each child `savepoint-<pipeline>-<id>` with a `_metadata`, downloaded
+/// into a temp directory and validated there.
+fn stored_rows(url: &str, pipeline: &str, options: &[(String, String)]) -> Result<Vec<String>, SavepointError> {
+    use crate::checkpoint::storage::Storage;
+    let failed = |e: String| SavepointError::Failed(format!("listing {url}: {e}"));
+    let storage = crate::checkpoint::remote::ObjectStorage::open(url, options).map_err(failed)?;
+    let objects = storage.list("").map_err(|e| failed(e.to_string()))?;
+    let mut rows = Vec::new();
+    let names = objects.iter().filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}")));
+    for name in names.filter(|n| !n.contains('/') && crate::checkpoint::target::is_child_name(pipeline, n)) {
+        let verdict = crate::runtime::restore_remote::download(&storage, name).map_err(|e| failed(e.to_string()))?.0;
+        let (id, created, bytes, valid) = match verdict {
+            Ok(v) => {
+                let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();
+                (v.metadata.checkpoint_id.to_string(), super::inspect::time(v.metadata.created_ms), bytes.to_string(), "yes".to_string())
+            }
+            Err(e) => ("?".into(), "?".into(), "?".into(), format!("no: {e}")),
+        };
+        rows.push(format!("{id:<10} {created:<24} {bytes:>12}  {:<40}  {valid}\n", storage.url(name)));
+    }
+    Ok(rows)
 }
 
 /// The directories in `dir` whose name `keep`s, sorted; none if it is missing.

@@ -28,6 +28,8 @@ pub(crate) const PROCESSING: DurationRange =
 
 /// `min_pause`: like `PROCESSING`, but 0 is allowed.
 pub(crate) const PAUSE: DurationRange = DurationRange { min: Duration::ZERO, ..PROCESSING };
+/// `checkpoint.storage_lease`: renewed every third of it, so not shorter than 300 ms.
+pub(crate) const LEASE: DurationRange = DurationRange { min: Duration::from_millis(300), ..PROCESSING };
 
 /// The base of `EVENT_OFFSET`: 1ms..=100y, whole milliseconds. (Window
 /// size, slide and gap, ttl, lateness and out-of-orderness are checked

@@ -122,6 +122,9 @@ pub struct RemoteStorage {
     pub url: String,
     /// `storage_options`; may hold credentials, so never printed.
     pub options: Vec<(String, String)>,
+    /// `storage_lease`: how long an owner that stopped renewing keeps the
+    /// storage (`checkpoint::owner`).
+    pub lease: Duration,
 }
 
 impl std::fmt::Debug for RemoteStorage {

@@ -433,6 +433,9 @@ pub struct RawCheckpoint {
     /// Options of the object store (`aws_region`, `aws_endpoint`, ...).
     #[serde(default)]
     pub storage_options: Option<std::collections::BTreeMap<String, String>>,
+    /// How long the storage's owner keeps it without renewing (`_owner`).
+    #[serde(default)]
+    pub storage_lease: Option<String>,
 }
 
 /// `savepoint:`: defaults of `weir savepoint trigger`.

@@ -191,6 +191,7 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
     let interval = d("interval", &raw.interval, DEFAULT_CHECKPOINT_INTERVAL, PROCESSING);
     let timeout = d("timeout", &raw.timeout, DEFAULT_CHECKPOINT_TIMEOUT, PROCESSING);
     let min_pause = d("min_pause", &raw.min_pause, Duration::ZERO, PAUSE);
+    let lease = d("storage_lease", &raw.storage_lease, crate::checkpoint::owner::DEFAULT_LEASE, LEASE);
     let aligned_timeout = raw.aligned_timeout.as_ref().and_then(|t| cx.duration_in(&at, "aligned_timeout", t, PROCESSING));
     let retain = raw.retain.unwrap_or(DEFAULT_RETAIN);
     let retain = match std::num::NonZeroUsize::new(retain as usize) {
@@ -223,9 +224,11 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
     };
     let storage = match &raw.storage {
         None => {
-            if raw.storage_options.is_some() {
-                cx.err(&child(&at, "storage_options"), "`storage_options` needs `storage: s3://BUCKET/PREFIX`");
-                return None;
+            for (key, set) in [("storage_options", raw.storage_options.is_some()), ("storage_lease", raw.storage_lease.is_some())] {
+                if set {
+                    cx.err(&child(&at, key), format!("`{key}` needs `storage: s3://BUCKET/PREFIX`"));
+                    return None;
+                }
             }
             None
         }
@@ -233,6 +236,7 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
             Ok(_) => Some(RemoteStorage {
                 url: url.trim_end_matches('/').to_string(),
                 options: raw.storage_options.clone().unwrap_or_default().into_iter().collect(),
+                lease: lease?,
             }),
             Err(e) => {
                 cx.err(&child(&at, "storage"), format!("{e}; without `storage` checkpoints stay in `state.dir`"));

@@ -21,7 +21,7 @@ pub mod output;
 pub mod process;
 pub mod rendezvous;
 pub mod restore;
-pub(crate) mod restore_remote;
+pub mod restore_remote;
 pub mod snapshot;
 pub mod status;
 pub mod task;

@@ -70,6 +70,8 @@ pub enum RestoreError {
     Store(#[from] store::StoreError),
     #[error("checkpoint storage: {0}")]
     Storage(String),
+    #[error(transparent)]
+    Owner(#[from] crate::checkpoint::owner::OwnerError),
 }
 
 /// Where a run starts from, and where its checkpoints continue.
@@ -126,10 +128,12 @@ pub struct RestorePolicy {
     pub allow_non_restored_state: bool,
 }
 
-/// A prepared start and the lock that must be held while the run lasts.
+/// A prepared start and the lock (and, with `checkpoint.storage`, the
+/// ownership lease of the store) that must be held while the run lasts.
 pub struct Prepared {
     pub start: StartPoint,
     pub lock: StateDirLock,
+    pub lease: Option<crate::checkpoint::owner::Lease>,
 }
 
 /// Lock the state directory, resolve `restore` and run every check that
@@ -144,6 +148,14 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
     let empty_before = is_empty_or_absent(layout.state_dir())?;
     let locked = StateDirLock::lock_existing(&layout)?;
     let decision = decide(pipeline, &layout, storage, restore, policy)?;
+    // The store's owner, after every check that can refuse the start and
+    // before anything is written (here or in the state directory).
+    let lease = match (&opened, pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref())) {
+        (Some(s), Some(spec)) => Some(own(s.clone(), pipeline, &layout, locked.is_some(), spec.lease)?),
+        _ => None,
+    };
+    let opened = lease.as_ref().map(|l| l.guard()).or(opened);
+    let storage = opened.as_deref();
     let (mut lock, decision) = match locked {
         Some(lock) => (lock, decision),
         None => {
@@ -163,7 +175,34 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
     lock.record_pid()?;
     let mut start = commit(pipeline, &layout, storage, decision)?;
     start.storage = opened.clone();
-    Ok(Prepared { start, lock })
+    Ok(Prepared { start, lock, lease })
+}
+
+/// Become the owner of the checkpoint storage (`checkpoint::owner`).
+fn own(
+    storage: std::sync::Arc<dyn crate::checkpoint::storage::Storage>,
+    pipeline: &Pipeline,
+    layout: &Layout,
+    state_dir_locked: bool,
+    lease: std::time::Duration,
+) -> Result<crate::checkpoint::owner::Lease, RestoreError> {
+    use crate::checkpoint::owner::{self, Acquired, Claim};
+    let dir = layout.state_dir();
+    let state_dir = std::fs::canonicalize(dir).or_else(|_| std::path::absolute(dir)).unwrap_or_else(|_| dir.to_path_buf());
+    let claim = Claim { pipeline: pipeline.name.clone(), state_dir: state_dir.display().to_string(), state_dir_locked, lease };
+    let root = storage.root();
+    let (held, how) = owner::acquire(storage, &claim)?;
+    match how {
+        Acquired::Free => tracing::info!(storage = %root, "Owning the checkpoint storage."),
+        Acquired::Gone { pid } => {
+            tracing::info!(storage = %root, previous_pid = pid, "Took the checkpoint storage over from a weir process of this host that is gone.")
+        }
+        Acquired::Expired { pid, host, age_ms } => tracing::warn!(
+            storage = %root, previous_pid = pid, previous_host = %host, age_ms,
+            "Took the checkpoint storage over: its owner's lease expired."
+        ),
+    }
+    Ok(held)
 }
 
 /// Everything a start needs, decided without writing.

@@ -94,8 +94,9 @@ fn check_id(valid: ValidCheckpoint, id: CheckpointId, pipeline: &str, url: &str,
 
 /// Download `prefix` into a temp directory (as `TMP/<prefix>`, so a
 /// checkpoint's `shared/` sits next to it) and validate it there; an
-/// invalid one names the object's URL.
-fn download(storage: &dyn Storage, prefix: &str) -> Result<(Result<ValidCheckpoint, Invalid>, TempDir), RestoreError> {
+/// invalid one names the object's URL (`inspect` and `savepoint list`
+/// use it too).
+pub fn download(storage: &dyn Storage, prefix: &str) -> Result<(Result<ValidCheckpoint, Invalid>, TempDir), RestoreError> {
     let tmp = TempDir::new("restore").map_err(storage_error)?;
     let name = prefix.rsplit('/').next().unwrap_or(prefix);
     let dir = tmp.path().join(name);
@@ -118,24 +119,32 @@ fn download(storage: &dyn Storage, prefix: &str) -> Result<(Result<ValidCheckpoi
     Ok((valid, tmp))
 }
 
-/// `--restore s3://bucket/prefix/NAME` (or `.../NAME/_metadata`): the
-/// checkpoint or savepoint there, validated.
-pub fn by_url(url: &str, options: &[(String, String)]) -> Result<Fetched, RestoreError> {
+/// A checkpoint or savepoint URL (`s3://bucket/prefix/NAME`, or its
+/// `_metadata`) as the storage of its parent, NAME and the URL without
+/// `_metadata`. Sends no request.
+pub fn open_parent(url: &str, options: &[(String, String)]) -> Result<(ObjectStorage, String, String), String> {
     let trimmed = url.trim_end_matches('/');
     let trimmed = trimmed.strip_suffix(&format!("/{METADATA_FILE}")).unwrap_or(trimmed);
-    let invalid = |reason: String| RestoreError::Invalid { path: PathBuf::from(url), reason };
-    let (bucket, prefix) = remote::parse_url(trimmed).map_err(invalid)?;
+    let (bucket, prefix) = remote::parse_url(trimmed)?;
     let Some((parent, name)) = prefix
         .rsplit_once('/')
         .map(|(p, n)| (p.to_string(), n.to_string()))
         .or_else(|| (!prefix.is_empty()).then(|| (String::new(), prefix.clone())))
     else {
-        return Err(invalid("names a bucket, not a checkpoint or savepoint in it".into()));
+        return Err("names a bucket, not a checkpoint or savepoint in it".into());
     };
     let root = if parent.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{parent}") };
-    let storage = ObjectStorage::open(&root, options).map_err(RestoreError::Storage)?;
+    let storage = ObjectStorage::open(&root, options)?;
+    Ok((storage, name, trimmed.to_string()))
+}
+
+/// `--restore s3://bucket/prefix/NAME` (or `.../NAME/_metadata`): the
+/// checkpoint or savepoint there, validated.
+pub fn by_url(url: &str, options: &[(String, String)]) -> Result<Fetched, RestoreError> {
+    let invalid = |reason: String| RestoreError::Invalid { path: PathBuf::from(url), reason };
+    let (storage, name, trimmed) = open_parent(url, options).map_err(invalid)?;
     let (valid, tmp) = download(&storage, &name)?;
     let valid = valid.map_err(|why| RestoreError::Invalid { path: why.path.clone(), reason: why.reason.to_string() })?;
     tracing::info!(url = %trimmed, checkpoint = valid.metadata.checkpoint_id, "Downloaded from the store.");
-    Ok(Fetched { valid, url: trimmed.to_string(), download: Some(tmp) })
+    Ok(Fetched { valid, url: trimmed, download: Some(tmp) })
 }

@@ -85,8 +85,13 @@ impl Bucket {
 
 /// `weir run pipelines/checkpointed.yaml -p 2` with its checkpoints in `bucket`.
 fn on_bucket(bucket: &Bucket, backend: Backend, state: &std::path::Path, out: &std::path::Path) -> Weir {
+    on_bucket_at(bucket, backend, 2, state, out)
+}
+
+/// The same at parallelism `p`.
+fn on_bucket_at(bucket: &Bucket, backend: Backend, p: u32, state: &std::path::Path, out: &std::path::Path) -> Weir {
     // RocksDB: incremental checkpoints (the default), SSTs under `shared/`.
-    bucket.apply(backend.apply(super::util::weir_run(super::ckpt::PIPELINE, 2).set("state.dir", state).set("sinks.out.path", out)))
+    bucket.apply(backend.apply(super::util::weir_run(super::ckpt::PIPELINE, p).set("state.dir", state).set("sinks.out.path", out)))
 }
 
 fn job_on(bucket: &Bucket, backend: Backend) -> (Job, impl Fn() -> Weir + '_, impl Fn() -> Weir + '_) {
@@ -213,77 +218,166 @@ enum Damage {
     Corrupt,
 }
 
-fn damage(bucket: &Bucket, key: &str, how: Damage) {
+/// Damage `key`; false if this damage cannot apply (an empty object).
+fn damage(bucket: &Bucket, key: &str, how: Damage) -> bool {
     let s = &bucket.storage;
+    let b = s.get(key).unwrap();
     match how {
         Damage::Delete => s.delete(key).unwrap(),
-        Damage::Truncate => {
-            let b = s.get(key).unwrap();
-            s.put(key, &b[..b.len() / 2]).unwrap()
-        }
+        _ if b.is_empty() => return false,
+        Damage::Truncate => s.put(key, &b[..b.len() / 2]).unwrap(),
         Damage::Corrupt => {
-            let mut b = s.get(key).unwrap();
+            let mut b = b;
             let mid = b.len() / 2;
             b[mid] ^= 0x55;
             s.put(key, &b).unwrap()
         }
     }
+    true
 }
 
+/// Every object of the newest checkpoint of an incremental RocksDB run
+/// (task snapshots, the DB's private files, the MANIFEST, `_metadata`, and
+/// the shared SSTs its MANIFEST references), deleted, truncated and
+/// corrupted one at a time: the validator `--restore URL` runs names the
+/// object and changes nothing. One object of each kind also goes through
+/// the binary: `--restore URL` and `weir inspect URL` exit 2 naming it and
+/// change nothing; `--restore latest` falls back to the newest older
+/// checkpoint that does not reference it and says why (each probe ends
+/// itself right after its restore, `crash=after_prepare:1`). The bucket is
+/// put back as it was after each case.
 #[test]
-fn a_damaged_object_in_the_newest_checkpoint_falls_back_and_an_explicit_url_changes_nothing() {
+fn every_damaged_object_of_the_newest_checkpoint_falls_back_and_an_explicit_url_changes_nothing() {
     let Some(bucket) = Bucket::new("damage") else { return };
-    let (job, restore) = killed_midway(&bucket, Backend::Memory);
+    let job = Job::with(Backend::RocksDb);
+    let cmd = || on_bucket_at(&bucket, Backend::RocksDb, 1, &job.state, &job.out);
+    let mut run = cmd().set("sources.events.rate_limit", "700").set("checkpoint.retain", "1000").spawn();
+    assert!(wait_until(Duration::from_secs(20), || bucket.complete().len() >= 3), "no checkpoints reached the store");
+    assert!(kill_after(&mut run, Duration::from_millis(50)), "the run ended before the kill");
     std::fs::remove_dir_all(&job.state).unwrap();
     let newest = *bucket.complete().last().unwrap();
-    let keys: Vec<String> = bucket.objects().into_iter().map(|(k, _)| k).filter(|k| k.starts_with(&format!("chk-{newest:07}/"))).collect();
-    let pristine: Vec<(String, Vec<u8>)> = keys.iter().map(|k| (k.clone(), bucket.storage.get(k).unwrap())).collect();
-    let snapshot = keys.iter().find(|k| k.ends_with(".snapshot")).expect("a task snapshot").clone();
-    let manifest = keys.iter().find(|k| k.ends_with("MANIFEST")).unwrap().clone();
-    let metadata = format!("chk-{newest:07}/_metadata");
-    for (key, how) in
-        [(&snapshot, Damage::Delete), (&snapshot, Damage::Truncate), (&manifest, Damage::Corrupt), (&metadata, Damage::Corrupt)]
-    {
-        damage(&bucket, key, how);
-        // The explicit URL: exit 2 naming the object; the store is as it was.
-        let before = bucket.objects();
-        let url = format!("{}/chk-{newest:07}", bucket.url);
-        let o = bucket
-            .apply(weir(&["run", super::ckpt::PIPELINE, "--no-progress", "-p", "2"]))
-            .set("state.dir", &job.state)
-            .set("sinks.out.path", &job.out)
-            .arg("--restore")
-            .arg(&url)
-            .run();
-        o.expect_code(2);
-        let named = format!("{}/{key}", bucket.url);
-        assert!(o.stderr.contains(&named), "{how:?} {key}: the error names {named}:\n{}", o.stderr);
-        assert_eq!(bucket.objects(), before, "{how:?} {key}: a refused restore changed the store");
-        assert!(!job.state.exists(), "{how:?} {key}: a refused restore created the state directory");
-        // `latest` falls back and says why; the run is stopped once it
-        // committed a checkpoint of its own (not run to the end).
-        let mut probe = restore().set("sources.events.rate_limit", "1").set("checkpoint.retain", "1000").spawn();
-        let progressed = wait_until(Duration::from_secs(30), || bucket.complete().iter().any(|&id| id > newest));
-        let _ = probe.child.kill();
-        let o = probe.wait_for(RUN_TIMEOUT);
-        assert!(progressed, "{how:?} {key}: the restored run committed no checkpoint:\n{}", o.stderr);
-        assert!(
-            o.stderr.contains("Skipping an invalid checkpoint.") && o.stderr.contains(&format!("{}/{key}", bucket.url)),
-            "{how:?} {key}:\n{}",
-            o.stderr
-        );
-        let from = restored_from(&o.stderr);
-        assert!(from.is_some_and(|id| id < newest), "{how:?} {key}: restored {from:?}, not one before {newest}:\n{}", o.stderr);
-        // Repair for the next case; the probe's checkpoints and state go (a new machine again).
-        for id in bucket.complete().into_iter().filter(|&id| id > newest) {
-            weir::checkpoint::publish::remove(&bucket.storage, &format!("chk-{id:07}")).unwrap();
+    let chk = format!("chk-{newest:07}/");
+    let pristine: Vec<(String, Vec<u8>)> =
+        bucket.objects().into_iter().map(|(k, _)| (k.clone(), bucket.storage.get(&k).unwrap())).collect();
+    let mut keys: Vec<String> = pristine.iter().map(|(k, _)| k.clone()).filter(|k| k.starts_with(&chk)).collect();
+    for (k, b) in pristine.iter().filter(|(k, _)| k.starts_with(&chk) && k.ends_with("/MANIFEST") && !k.contains("/db/")) {
+        let m: serde_json::Value = serde_json::from_slice(b).unwrap();
+        for f in m["files"].as_array().unwrap().iter().filter(|f| f["shared"] == true) {
+            keys.push(format!("shared/{}", f["name"].as_str().unwrap()));
         }
-        weir::checkpoint::publish::remove_unfinished(&bucket.storage).unwrap();
-        for (k, b) in &pristine {
-            bucket.storage.put(k, b).unwrap();
-        }
-        std::fs::remove_dir_all(&job.state).unwrap();
+        assert!(k.contains("bundle-"), "{k}");
     }
+    // The shared files each checkpoint references: a damaged SST also
+    // invalidates the older checkpoints that share it.
+    let refs = |id: u64| -> Vec<String> {
+        let prefix = format!("chk-{id:07}/");
+        let mut names = Vec::new();
+        for (_, b) in pristine.iter().filter(|(k, _)| k.starts_with(&prefix) && k.ends_with("/MANIFEST") && !k.contains("/db/")) {
+            let m: serde_json::Value = serde_json::from_slice(b).unwrap();
+            names.extend(
+                m["files"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|f| f["shared"] == true)
+                    .map(|f| format!("shared/{}", f["name"].as_str().unwrap())),
+            );
+        }
+        names
+    };
+    let older: Vec<u64> = bucket.complete().into_iter().filter(|&id| id < newest).collect();
+    let url = format!("{}/chk-{newest:07}", bucket.url);
+    // One object of each kind also goes through the binary (`--restore
+    // URL`, `inspect`, `--restore latest`); a shared SST only the newest
+    // checkpoint references, if there is one.
+    let kind = |k: &str| match k {
+        k if k.ends_with("/_metadata") => "_metadata",
+        k if k.ends_with("/MANIFEST") => "MANIFEST",
+        k if k.contains("/db/") => "db",
+        k if k.ends_with(".snapshot") => "snapshot",
+        k if k.starts_with("shared/") => "shared",
+        _ => "other",
+    };
+    let mut probed: Vec<&String> = Vec::new();
+    for k in keys.iter().filter(|k| !k.starts_with("shared/") || older.iter().all(|&id| !refs(id).contains(k))).chain(&keys) {
+        if !probed.iter().any(|p| kind(p) == kind(k)) {
+            probed.push(k);
+        }
+    }
+    let mut cases = 0;
+    let started = std::time::Instant::now();
+    for key in &keys {
+        for how in [Damage::Delete, Damage::Truncate, Damage::Corrupt] {
+            if !damage(&bucket, key, how) {
+                continue;
+            }
+            cases += 1;
+            let named = format!("{}/{key}", bucket.url);
+            let before = bucket.objects();
+            // The validator names every damaged object (in process: the code `--restore URL` runs).
+            match weir::runtime::restore_remote::by_url(&url, &[]) {
+                Ok(_) => panic!("{how:?} {key}: a damaged checkpoint validated"),
+                Err(e) => assert!(e.to_string().contains(&named), "{how:?} {key}: the error names {named}: {e}"),
+            }
+            assert_eq!(bucket.objects(), before, "{how:?} {key}: validating changed the store");
+            if probed.contains(&key) {
+                // The explicit URL: exit 2 naming the object; the store is as it was.
+                let o = cmd().arg("--restore").arg(&url).run();
+                o.expect_code(2);
+                assert!(o.stderr.contains(&named), "{how:?} {key}: the error names {named}:\n{}", o.stderr);
+                assert_eq!(bucket.objects(), before, "{how:?} {key}: a refused restore changed the store");
+                assert!(!job.state.exists(), "{how:?} {key}: a refused restore created the state directory");
+                if matches!(how, Damage::Corrupt) {
+                    let inspected = bucket.env(weir(&["inspect", &url])).run();
+                    inspected.expect_code(2);
+                    assert!(
+                        inspected.stdout.contains("valid       no") && inspected.stdout.contains(&named),
+                        "{how:?} {key}:\n{}",
+                        inspected.stdout
+                    );
+                    assert!(!inspected.stdout.contains("weir-restore-"), "inspect shows the download's path:\n{}", inspected.stdout);
+                    assert_eq!(bucket.objects(), before, "{how:?} {key}: inspect changed the store");
+                }
+                // `latest` falls back and says why.
+                let o = cmd()
+                    .arg("--restore")
+                    .arg("latest")
+                    .set("sources.events.rate_limit", "1")
+                    .set("checkpoint.retain", "1000")
+                    .env("WEIR_FAULTS", "crash=after_prepare:1")
+                    .run();
+                let said = if key.ends_with("/_metadata") && matches!(how, Damage::Delete) {
+                    // No `_metadata`, no checkpoint: its other objects are an unfinished one's.
+                    o.stderr.contains("Removed an unfinished checkpoint from the store.") && o.stderr.contains(&url)
+                } else {
+                    o.stderr.contains("Skipping an invalid checkpoint.") && o.stderr.contains(&named)
+                };
+                assert!(said, "{how:?} {key}: latest does not say why it falls back:\n{}", o.stderr);
+                let from = restored_from(&o.stderr);
+                let expected = older.iter().rev().copied().find(|&id| !refs(id).contains(key));
+                assert_eq!(from, expected, "{how:?} {key}: the newest older checkpoint that does not reference it:\n{}", o.stderr);
+                if expected.is_none() {
+                    assert!(o.stderr.contains("No complete checkpoint to restore; starting from the beginning."), "{}", o.stderr);
+                }
+                // The probe's state goes (a new machine again).
+                let _ = std::fs::remove_dir_all(&job.state);
+            }
+            // Put the bucket back: the damaged object, and what a probe
+            // added, removed or resized (its owner record is rewritten).
+            let now: std::collections::BTreeMap<String, u64> = bucket.objects().into_iter().collect();
+            for k in now.keys().filter(|k| !pristine.iter().any(|(p, _)| p == *k)) {
+                bucket.storage.delete(k).unwrap();
+            }
+            for (k, b) in &pristine {
+                if k == key || k == "_owner" || now.get(k) != Some(&(b.len() as u64)) {
+                    bucket.storage.put(k, b).unwrap();
+                }
+            }
+        }
+    }
+    let kinds: Vec<&str> = probed.iter().map(|k| kind(k)).collect();
+    assert_eq!(kinds.len(), 5, "one object of every kind went through the binary: {probed:?}");
+    eprintln!("damage: {cases} cases over {} objects of checkpoint {newest} in {:?}", keys.len(), started.elapsed());
 }
 
 #[test]
@@ -311,6 +405,32 @@ fn savepoint_to_s3_restores_at_another_parallelism_and_is_disposed() {
     let sp = sp.to_string_lossy().into_owned();
     assert!(sp.starts_with(&format!("{target}/savepoint-checkpointed-")), "{sp}");
     run.wait_for(RUN_TIMEOUT).expect_code(0);
+    // `savepoint list` and `inspect` read the store.
+    let listed = bucket.apply(weir(&["savepoint", "list", super::ckpt::PIPELINE, "--target", &target])).set("state.dir", &job.state).ok();
+    let row = listed.stdout.lines().find(|l| l.contains(&sp)).unwrap_or_else(|| panic!("{sp} not listed:\n{}", listed.stdout));
+    assert!(row.trim_end().ends_with("yes"), "{row}");
+    let inspected = bucket.env(weir(&["inspect", &format!("{sp}/_metadata")])).ok();
+    for want in ["kind        Savepoint", "valid       yes", &format!("checkpoint  {sp}")] {
+        assert!(inspected.stdout.contains(want), "no `{want}`:\n{}", inspected.stdout);
+    }
+    assert!(!inspected.stdout.contains("weir-restore-"), "inspect shows the download's path:\n{}", inspected.stdout);
+    let chk_id = *bucket.complete().last().unwrap();
+    let all = bucket.env(weir(&["inspect", &bucket.url])).ok();
+    let chk_row = all.stdout.lines().find(|l| l.starts_with(&format!("{chk_id} "))).unwrap_or_else(|| panic!("{}", all.stdout));
+    assert!(chk_row.contains("checkpoint") && chk_row.trim_end().ends_with("yes"), "{chk_row}");
+    // Moved: every object copied to another prefix, the original disposed.
+    let name = sp.rsplit('/').next().unwrap().to_string();
+    let from_prefix = format!("savepoints/{name}/");
+    let moved_parent = format!("{}/moved/elsewhere", bucket.url);
+    for o in bucket.storage.list(&from_prefix).unwrap() {
+        let to = format!("moved/elsewhere/{name}/{}", &o.key[from_prefix.len()..]);
+        bucket.storage.put(&to, &bucket.storage.get(&o.key).unwrap()).unwrap();
+    }
+    bucket.env(weir(&["savepoint", "dispose", &sp])).ok();
+    assert!(bucket.storage.list(&from_prefix).unwrap().is_empty(), "the original is gone");
+    let md = String::from_utf8(bucket.storage.get(&format!("moved/elsewhere/{name}/_metadata")).unwrap()).unwrap();
+    assert!(!md.contains("s3://") && !md.contains(&*job.state.to_string_lossy()), "an absolute reference in _metadata:\n{md}");
+    let sp = format!("{moved_parent}/{name}");
     // Another machine, another parallelism.
     std::fs::remove_dir_all(&job.state).unwrap();
     let restored = bucket
@@ -332,6 +452,143 @@ fn savepoint_to_s3_restores_at_another_parallelism_and_is_disposed() {
     assert!(o.stdout.contains("Savepoint disposed"), "{}", o.stdout);
     let prefix = sp[bucket.url.len() + 1..].to_string();
     assert!(bucket.storage.list(&format!("{prefix}/")).unwrap().is_empty(), "the savepoint's objects are gone");
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().expect("running kill").success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// One process owns a prefix: a second one (another state directory) is
+/// refused before it writes anything while the owner renews its lease; once
+/// the owner stopped renewing (SIGSTOP) for the lease, the second takes it
+/// over, and the old owner, continued, commits nothing more and fails; a
+/// process of this host that is gone is replaced at once.
+#[test]
+fn one_process_owns_a_prefix_and_a_stale_owner_is_taken_over_and_fenced() {
+    let Some(bucket) = Bucket::new("owner") else { return };
+    let (a, b) = (Job::new(), Job::new());
+    let on = |job: &Job| on_bucket(&bucket, Backend::Memory, &job.state, &job.out).set("checkpoint.storage_lease", "1s");
+    let owner = on(&a).set("sources.events.rate_limit", "300").spawn();
+    assert!(wait_until(Duration::from_secs(20), || !bucket.complete().is_empty()), "no checkpoint reached the store");
+    let pid = owner.child.id();
+    let second = || on(&b).arg("--restore").arg("latest").set("sources.events.rate_limit", "1").env("WEIR_FAULTS", "crash=after_prepare:1");
+    let refused = second().run();
+    refused.expect_code(2);
+    let held = format!("is in use by weir process {pid} on host");
+    assert!(refused.stderr.contains(&held) && refused.stderr.contains(&bucket.url), "{}", refused.stderr);
+    assert!(!b.state.exists(), "a refused start created its state directory");
+    // The owner stops renewing: refused until its lease expired, then taken over.
+    signal(pid, "STOP");
+    let stopped = std::time::Instant::now();
+    let mut refusals = 0;
+    let took = loop {
+        let o = second().run();
+        if o.code() != Some(2) {
+            break o;
+        }
+        assert!(o.stderr.contains(&held), "{}", o.stderr);
+        assert!(stopped.elapsed() < Duration::from_secs(15), "never taken over:\n{}", o.stderr);
+        refusals += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(refusals > 0 || stopped.elapsed() > Duration::from_secs(1), "taken over before the lease expired");
+    assert!(took.stderr.contains("Took the checkpoint storage over: its owner's lease expired."), "{}", took.stderr);
+    assert!(restored_from(&took.stderr).is_some(), "{}", took.stderr);
+    // The old owner goes on: it commits nothing more, and fails saying why.
+    let committed = bucket.complete();
+    signal(pid, "CONT");
+    let o = owner.wait_for(RUN_TIMEOUT);
+    assert_ne!(o.code(), Some(0), "the fenced owner ran to the end:\n{}", o.stderr);
+    assert!(o.stderr.contains("does not own the checkpoint storage now"), "{}", o.stderr);
+    assert_eq!(bucket.complete(), committed, "the fenced owner committed (or deleted) a checkpoint after the take-over:\n{}", o.stderr);
+    // The second process crashed (its record stays): a start of this host replaces it at once.
+    let again = second().run();
+    assert!(again.stderr.contains("Took the checkpoint storage over from a weir process of this host that is gone."), "{}", again.stderr);
+}
+
+/// `checkpoint.storage_lease` is checked like every duration, and only
+/// with `storage` (no server needed).
+#[test]
+fn storage_lease_is_validated_and_needs_storage() {
+    let v = |sets: &[&str]| {
+        let mut w = weir(&["validate", super::ckpt::PIPELINE]);
+        for s in sets {
+            w = w.arg("--set").arg(s);
+        }
+        w.run()
+    };
+    let o = v(&["checkpoint.storage_lease=5s"]);
+    o.expect_code(2);
+    assert!(o.stderr.contains("`storage_lease` needs `storage: s3://BUCKET/PREFIX`"), "{}", o.stderr);
+    let o = v(&["checkpoint.storage=s3://b/p", "checkpoint.storage_lease=10ms"]);
+    o.expect_code(2);
+    assert!(o.stderr.contains("storage_lease"), "{}", o.stderr);
+    v(&["checkpoint.storage=s3://b/p", "checkpoint.storage_lease=5s"]).expect_code(0);
+}
+
+/// Where a rescaled restore comes from.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    /// The newest checkpoint in the store after a kill -9 (canonical: memory, or RocksDB with `incremental: false`).
+    Checkpoint,
+    /// A stop-with-savepoint into the bucket (always canonical).
+    Savepoint,
+}
+
+/// `--restore s3://...` of a checkpoint or savepoint taken at parallelism
+/// `p` with `backend`, on a new machine, at parallelism `p2` into `backend2`:
+/// exactly the reference output.
+fn rescaled(taken: Taken, backend: Backend, p: u32, backend2: Backend, p2: u32) {
+    let what = format!("{taken:?} {backend:?} p={p} -> {backend2:?} p={p2}");
+    let Some(bucket) = Bucket::new(&format!("rescale-{taken:?}-{backend:?}-{p}-{p2}")) else { return };
+    let job = Job::with(backend);
+    let first = || {
+        let w = on_bucket_at(&bucket, backend, p, &job.state, &job.out).set("sources.events.rate_limit", "700");
+        if backend == Backend::RocksDb && matches!(taken, Taken::Checkpoint) {
+            w.set("state.incremental", "false")
+        } else {
+            w
+        }
+    };
+    let url = match taken {
+        Taken::Checkpoint => {
+            let mut run = first().spawn();
+            assert!(wait_until(Duration::from_secs(20), || bucket.complete().len() >= 2), "{what}: no checkpoints reached the store");
+            assert!(kill_after(&mut run, Duration::from_millis(100)), "{what}: the run ended before the kill");
+            format!("{}/chk-{:07}", bucket.url, bucket.complete().last().unwrap())
+        }
+        Taken::Savepoint => {
+            let run = first().spawn();
+            let sock = job.state.join("control.sock");
+            assert!(wait_until(Duration::from_secs(20), || sock.exists()), "{what}: no control socket");
+            assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "{what}: no output published");
+            let target = format!("{}/savepoints", bucket.url);
+            let trigger = bucket
+                .apply(weir(&["savepoint", "trigger", super::ckpt::PIPELINE, "--stop", "--target", &target]))
+                .set("state.dir", &job.state);
+            let sp = savepoint_path(&trigger.run()).to_string_lossy().into_owned();
+            run.wait_for(RUN_TIMEOUT).expect_code(0);
+            sp
+        }
+    };
+    std::fs::remove_dir_all(&job.state).unwrap();
+    let o = fast(on_bucket_at(&bucket, backend2, p2, &job.state, &job.out)).arg("--restore").arg(&url).ok();
+    assert!(o.stderr.contains("Rescaling"), "{what}:\n{}", o.stderr);
+    job.assert_no_in_progress_files();
+    assert_exactly_once(&what, job.lines());
+}
+
+#[test]
+fn a_checkpoint_on_s3_restores_at_another_parallelism_into_the_other_backend() {
+    rescaled(Taken::Checkpoint, Backend::Memory, 2, Backend::RocksDb, 3);
+    rescaled(Taken::Checkpoint, Backend::RocksDb, 3, Backend::Memory, 1);
+}
+
+#[test]
+fn a_savepoint_on_s3_restores_at_another_parallelism_into_the_other_backend() {
+    rescaled(Taken::Savepoint, Backend::Memory, 2, Backend::RocksDb, 3);
+    rescaled(Taken::Savepoint, Backend::RocksDb, 3, Backend::Memory, 1);
 }
 
 /// A private s3s-fs (so it can be stopped), if scripts/s3-server.sh installed one.
