@@ -87,7 +87,7 @@ fn wait_scrape(run: &Running, port: u16, what: &str, mut cond: impl FnMut(&str) 
 
 /// The per-node counts of the summary line (`events 5000 out, unique 5000
 /// in/5000 out, out 5000 in`).
-fn summary_count(stderr: &str, node: &str, dir: &str) -> u64 {
+pub fn summary_count(stderr: &str, node: &str, dir: &str) -> u64 {
     let line = stderr.lines().find(|l| l.starts_with("Finished in") || l.starts_with("Stopped in")).expect("a summary line");
     let part = line.split_once(": ").unwrap().1.split(", ").find(|p| p.starts_with(&format!("{node} "))).expect("node in summary");
     let rest = &part[node.len() + 1..];
