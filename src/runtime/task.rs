@@ -225,7 +225,7 @@ impl SourceTask {
                     match &self.checkpointing {
                         None => return self.exit(true).await,
                         Some(s) => {
-                            let _ = s.ck.events.send(Event::Finished);
+                            let _ = s.ck.events.send(Event::Finished { source: true });
                             finished = true;
                         }
                     }
@@ -589,7 +589,7 @@ impl OperatorTask {
                 match &self.checkpointing {
                     None => return self.exit(true).await,
                     Some(c) => {
-                        let _ = c.ck.events.send(Event::Finished);
+                        let _ = c.ck.events.send(Event::Finished { source: false });
                     }
                 }
             }
