@@ -185,6 +185,8 @@ pub fn summary(metrics: &[NodeMetrics], elapsed: Duration, outcome: Outcome) -> 
                 source_records += t.records_out;
                 format!("{} {} out", m.name, t.records_out)
             }
+            // What a file or Kafka sink made durable and visible (docs/metrics.md).
+            "sink" if m.commits => format!("{} {} in ({} committed)", m.name, t.records_in, t.records_committed),
             "sink" => format!("{} {} in", m.name, t.records_in),
             _ => format!("{} {} in/{} out", m.name, t.records_in, t.records_out),
         };

@@ -107,7 +107,9 @@ pub fn reject(
         OnError::DeadLetter(_) => {
             let dl = dead_letter.expect("dead letter opened for on_error: dead_letter");
             dl.write(&format!("{who}@{place}"), reason, text)
-                .map_err(|e| super::OpError::io(format!("writing dead letter {}", dl.path().display()), e))
+                .map_err(|e| super::OpError::io(format!("writing dead letter {}", dl.path().display()), e))?;
+            super::OperatorMetrics::add(&metrics.dead_lettered, 1);
+            Ok(())
         }
     }
 }

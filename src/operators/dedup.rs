@@ -27,7 +27,7 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::{Context, OpError, OpResult, Operator, OperatorMetrics};
+use super::{Context, OpError, OpResult, Operator};
 use crate::config::DedupSpec;
 use crate::state::{TableId, TableKind, TableSpec};
 use crate::types::{encode_key, KeyGroup, Millis, Record};
@@ -136,14 +136,14 @@ impl Operator for Dedup {
                 if late {
                     // Expired but not cleaned up yet: had the watermark come
                     // earlier the key would be gone and the record dropped.
-                    OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
+                    ctx.metrics.late();
                     continue;
                 }
                 timer_key(old, &self.key, &mut self.timer);
                 ctx.state.delete(TIMERS, kg, &self.timer)?;
             } else if late {
                 // Late, and the key's earlier record may have expired already.
-                OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
+                ctx.metrics.late();
                 continue;
             }
             let expiry = now.saturating_add(ttl);

@@ -42,6 +42,10 @@ pub struct OperatorMetrics {
     pub records_out: AtomicU64,
     /// Records that were dropped for a reason (late, bad input), always counted.
     pub records_dropped: AtomicU64,
+    /// Of those: late (the rest were bad input).
+    pub dropped_late: AtomicU64,
+    /// Dropped records written to a dead letter.
+    pub dead_lettered: AtomicU64,
     /// Bytes consumed (sources only).
     pub bytes_in: AtomicU64,
     /// Part files published (file sinks only).
@@ -58,6 +62,12 @@ pub struct OperatorMetrics {
 impl OperatorMetrics {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A record dropped because it came too late (rare: per record).
+    pub fn late(&self) {
+        Self::add(&self.records_dropped, 1);
+        Self::add(&self.dropped_late, 1);
     }
 }
 

@@ -94,6 +94,10 @@ pub fn build(
 ) -> Result<Built, BuildError> {
     let p = plan.pipeline.parallelism;
     let mut metrics: Vec<NodeMetrics> = plan.pipeline.nodes.iter().map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p)).collect();
+    for (m, n) in metrics.iter_mut().zip(&plan.pipeline.nodes) {
+        // The sinks that count what they made durable and visible.
+        m.commits = matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. } | SinkSpec::Kafka(_)));
+    }
     // Operators chained into one task share its loop, so its time.
     for chain in &plan.chains {
         for i in 0..p as usize {
@@ -278,6 +282,7 @@ pub fn build(
         .collect();
     details.file_sinks =
         plan.pipeline.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. }))).map(|n| n.name.clone()).collect();
+    details.committing_sinks = metrics.iter().filter(|m| m.commits).map(|m| m.name.clone()).collect();
     Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous, restore_clock: clock, details })
 }
 
@@ -541,7 +546,8 @@ fn chain_op(
                 _ => None,
             };
             let (name, pipeline) = (&node.name, &plan.pipeline.name);
-            Box::new(KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?)
+            let sink = KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?;
+            Box::new(sink.with_checkpoints(plan.pipeline.checkpoint.is_some()))
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };

@@ -67,6 +67,8 @@ pub struct DriverSetup {
     pub storage: Option<Arc<dyn Storage>>,
     /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
     pub rendezvous: Vec<Arc<Rendezvous>>,
+    /// How many of the tasks are source tasks.
+    pub source_tasks: usize,
     /// Where completions and failures are counted (the metrics endpoint).
     pub metrics: Arc<CheckpointMetrics>,
 }
@@ -82,6 +84,13 @@ pub struct Driver {
     stop: watch::Receiver<bool>,
     /// Tasks that processed the end of their input.
     finished_tasks: usize,
+    /// Source tasks among them.
+    finished_sources: usize,
+    /// An aligned checkpoint triggered after every source task ended its
+    /// input: its barriers follow every record and every end of input, so
+    /// each task snapshots it after its own end of input. Running when the
+    /// input is exhausted, it is the final checkpoint (no second one).
+    covers_input: Option<CheckpointId>,
     /// Aborted checkpoints whose directory could not be removed yet (a task
     /// was still writing into it).
     unremoved: Vec<CheckpointId>,
@@ -167,6 +176,8 @@ impl Driver {
             done,
             stop,
             finished_tasks: 0,
+            finished_sources: 0,
+            covers_input: None,
             unremoved: Vec::new(),
             unremoved_stored: Vec::new(),
             final_wanted: false,
@@ -232,15 +243,17 @@ impl Driver {
                             }
                         }
                     }
-                    Some(Event::Finished) => {
+                    Some(Event::Finished { source }) => {
                         // The final checkpoint waits until every task has
                         // processed all its input: nothing is in flight, so
                         // even an unaligned barrier overtakes nothing.
                         self.finished_tasks += 1;
+                        self.finished_sources += usize::from(source);
                         let tasks: usize = self.setup.bundles.iter().map(Vec::len).sum();
                         if self.finished_tasks == tasks {
                             tracing::info!("Input exhausted; taking the final checkpoint.");
                             self.final_wanted = true;
+                            self.adopt_running_as_final();
                         }
                     }
                     None => return Ok(()),
@@ -263,6 +276,19 @@ impl Driver {
         }
     }
 
+    /// Make the running checkpoint the final one when it covers the whole
+    /// input, instead of waiting for it and taking another.
+    fn adopt_running_as_final(&mut self) {
+        let Some(id) = self.coordinator.running().filter(|id| self.covers_input == Some(*id)) else { return };
+        // A savepoint asked for still runs before the end.
+        if self.savepoint.is_some() {
+            return;
+        }
+        self.final_id = Some(id);
+        self.final_queued = true;
+        tracing::debug!(checkpoint = id, "The running checkpoint covers all input; it is the final one.");
+    }
+
     fn trigger(&mut self, t: Trigger) {
         // The driver's file system work runs off the workers (see `blocking`).
         crate::blocking::call(|| {
@@ -277,6 +303,10 @@ impl Driver {
         self.setup.metrics.in_progress.store(t.id, std::sync::atomic::Ordering::Relaxed);
         if self.final_wanted {
             self.final_id = Some(t.id);
+        }
+        let aligned = self.setup.spec.alignment == crate::config::Alignment::Aligned;
+        if aligned && t.kind == Kind::Checkpoint && self.finished_sources == self.setup.source_tasks {
+            self.covers_input = Some(t.id);
         }
         if t.kind == Kind::Savepoint {
             if let Some(sp) = self.savepoint.as_mut().filter(|sp| sp.id.is_none()) {

@@ -13,6 +13,8 @@ pub struct NodeMetrics {
     pub subtasks: Vec<Arc<OperatorMetrics>>,
     /// Load, watermarks and channel fill, by subtask (runtime/gauges.rs).
     pub gauges: Vec<Arc<super::gauges::SubtaskGauges>>,
+    /// A sink that counts the records it committed (file and Kafka sinks).
+    pub commits: bool,
 }
 
 /// A point-in-time sum over a node's subtasks.
@@ -22,6 +24,7 @@ pub struct Totals {
     pub records_out: u64,
     pub records_dropped: u64,
     pub bytes_in: u64,
+    pub records_committed: u64,
 }
 
 impl NodeMetrics {
@@ -31,6 +34,7 @@ impl NodeMetrics {
             kind,
             subtasks: (0..parallelism).map(|_| Arc::default()).collect(),
             gauges: (0..parallelism).map(|_| Arc::default()).collect(),
+            commits: false,
         }
     }
 
@@ -41,6 +45,7 @@ impl NodeMetrics {
             t.records_out += m.records_out.load(Ordering::Relaxed);
             t.records_dropped += m.records_dropped.load(Ordering::Relaxed);
             t.bytes_in += m.bytes_in.load(Ordering::Relaxed);
+            t.records_committed += m.records_committed.load(Ordering::Relaxed);
         }
         t
     }
@@ -209,6 +214,8 @@ pub struct Details {
     pub source_extents: Vec<(String, u16, crate::connectors::source::Extent)>,
     /// The file sinks, whose subtasks count the part files they publish.
     pub file_sinks: Vec<String>,
+    /// The sinks that count records committed: file and Kafka sinks.
+    pub committing_sinks: Vec<String>,
     /// The Kafka sinks with `delivery: exactly_once` (transactions).
     pub transactional_kafka_sinks: Vec<String>,
     /// Each Kafka source subtask's consumer statistics: (source, subtask, stats).

@@ -258,10 +258,9 @@ impl Collector for WeirCollector {
 
         // Per operator subtask, as the end-of-run summary counts them.
         type Pick = fn(&super::Totals) -> u64;
-        let per_subtask: [(&str, &str, Pick, fn(&str) -> bool); 4] = [
+        let per_subtask: [(&str, &str, Pick, fn(&str) -> bool); 3] = [
             ("weir_records_in", "Records an operator or sink subtask received.", |t| t.records_in, |k| k != "source"),
             ("weir_records_out", "Records a source or operator subtask emitted.", |t| t.records_out, |k| k != "sink"),
-            ("weir_records_dropped", "Records a subtask dropped for a reason (late, bad input).", |t| t.records_dropped, |_| true),
             ("weir_source_bytes_in", "Bytes a source subtask consumed.", |t| t.bytes_in, |k| k == "source"),
         ];
         for (name, help, pick, applies) in per_subtask {
@@ -273,6 +272,7 @@ impl Collector for WeirCollector {
                         records_out: sub.records_out.load(Ordering::Relaxed),
                         records_dropped: sub.records_dropped.load(Ordering::Relaxed),
                         bytes_in: sub.bytes_in.load(Ordering::Relaxed),
+                        records_committed: sub.records_committed.load(Ordering::Relaxed),
                     };
                     let subtask = i.to_string();
                     let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
@@ -280,6 +280,7 @@ impl Collector for WeirCollector {
                 }
             }
         }
+        dropped(&mut enc, e)?;
 
         subtask_load(&mut enc, e)?;
 
@@ -369,7 +370,7 @@ fn subtask_load(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fm
         }
     }
     type Gauge = fn(&SubtaskGauges) -> Option<f64>;
-    let gauges: [(&str, &str, Gauge); 4] = [
+    let gauges: [(&str, &str, Gauge); 5] = [
         (
             "weir_operator_input_watermark_seconds",
             "The subtask's input watermark, Unix seconds (+Inf after the end of input; absent before the first).",
@@ -379,6 +380,11 @@ fn subtask_load(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fm
             "weir_operator_output_watermark_seconds",
             "The watermark the subtask emits, Unix seconds (+Inf after the end of input; absent before the first).",
             |g| watermark_seconds(g.output_watermark.load(Ordering::Relaxed)),
+        ),
+        (
+            "weir_operator_event_time_lag_seconds",
+            "Scrape time minus the subtask's input watermark (a source's: its output watermark), seconds; absent before the first and after the end of input.",
+            event_time_lag,
         ),
         (
             "weir_operator_input_channel_fill_ratio",
@@ -459,6 +465,7 @@ fn sources_and_sinks(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), st
             ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?;
         }
     }
+    records_committed(enc, e)?;
     kafka_transactions(enc, e)?;
     if e.details.file_sinks.is_empty() {
         return Ok(());
@@ -533,17 +540,78 @@ fn consumer_lags(json: &[u8]) -> Vec<(String, i64, i64)> {
     out
 }
 
-/// Exactly-once Kafka sinks: records committed, open and pending transactions.
+/// Records each subtask dropped, by reason (`late`, `bad_record`), and of
+/// them those written to a dead letter.
+fn dropped(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::MetricType;
+    let mut m = enc.encode_descriptor(
+        "weir_records_dropped",
+        "Records a subtask dropped, by reason: late for their window or TTL, or bad input (skipped or dead-lettered).",
+        None,
+        MetricType::Counter,
+    )?;
+    for node in &e.nodes {
+        for (i, sub) in node.subtasks.iter().enumerate() {
+            let subtask = i.to_string();
+            let late = sub.dropped_late.load(Ordering::Relaxed);
+            let bad = sub.records_dropped.load(Ordering::Relaxed).saturating_sub(late);
+            for (reason, v) in [("late", late), ("bad_record", bad)] {
+                let labels = [
+                    ("pipeline", e.pipeline.as_str()),
+                    ("operator", node.name.as_str()),
+                    ("subtask", subtask.as_str()),
+                    ("reason", reason),
+                ];
+                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    let mut m = enc.encode_descriptor(
+        "weir_records_dead_lettered",
+        "Dropped records a subtask wrote to its dead letter.",
+        None,
+        MetricType::Counter,
+    )?;
+    for node in &e.nodes {
+        for (i, sub) in node.subtasks.iter().enumerate() {
+            let subtask = i.to_string();
+            let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+            ConstCounter::new(sub.dead_lettered.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// File and Kafka sinks: the records each subtask made durable and visible
+/// (docs/metrics.md says what that is per sink).
+fn records_committed(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    if e.details.committing_sinks.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(
+        "weir_sink_records_committed",
+        "Records a sink subtask committed: in published part files, committed Kafka transactions, or acknowledged and covered by a completed checkpoint.",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for node in e.nodes.iter().filter(|n| e.details.committing_sinks.contains(&n.name)) {
+        for (i, sub) in node.subtasks.iter().enumerate() {
+            let subtask = i.to_string();
+            let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+            ConstCounter::new(sub.records_committed.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Exactly-once Kafka sinks: open and pending transactions.
 fn kafka_transactions(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
     use prometheus_client::metrics::MetricType;
     if e.details.transactional_kafka_sinks.is_empty() {
         return Ok(());
     }
     type Pick = fn(&crate::operators::OperatorMetrics) -> &std::sync::atomic::AtomicU64;
-    let families: [(&str, &str, MetricType, Pick); 3] = [
-        ("weir_sink_records_committed", "Records in the Kafka transactions a sink subtask committed.", MetricType::Counter, |m| {
-            &m.records_committed
-        }),
+    let families: [(&str, &str, MetricType, Pick); 2] = [
         (
             "weir_sink_transactions_open",
             "1 while a sink subtask's Kafka transaction is open (records sent, not committed).",
@@ -704,6 +772,17 @@ fn checkpoint_progress(enc: &mut DescriptorEncoder, pipeline: &[(&str, &str); 1]
     Ok(())
 }
 
+/// How far event time lags the wall clock at a subtask, now: the scrape
+/// time minus its input watermark, or for a source (which has none) the
+/// watermark it emits. None while that watermark is unknown or at the end.
+fn event_time_lag(g: &super::gauges::SubtaskGauges) -> Option<f64> {
+    use super::gauges::watermark_seconds;
+    let input = watermark_seconds(g.input_watermark.load(Ordering::Relaxed));
+    let wm = input.or_else(|| watermark_seconds(g.output_watermark.load(Ordering::Relaxed))).filter(|w| w.is_finite())?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+    Some(now - wm)
+}
+
 fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, labels: &[(&str, &str); 1], v: u64) -> Result<(), std::fmt::Error> {
     let c = ConstCounter::new(v);
     let mut m = enc.encode_descriptor(name, help, None, c.metric_type())?;
@@ -771,9 +850,31 @@ mod tests {
         assert_eq!(value(&format!("weir_operator_input_watermark_seconds{labels}")), 1.5);
         assert_eq!(value(&format!("weir_operator_output_watermark_seconds{labels}")), f64::INFINITY);
         assert_eq!(value(&format!("weir_operator_output_channel_fill_ratio{labels}")), 0.25);
+        // Its input watermark is 1.5 s after the epoch: event time lags the clock by (about) now.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!((value(&format!("weir_operator_event_time_lag_seconds{labels}")) - (now - 1.5)).abs() < 60.0);
         assert!(body.contains("# TYPE weir_operator_idle_seconds_total counter"), "{body}");
         assert!(!body.contains(r#"weir_operator_input_watermark_seconds{pipeline="p",operator="agg",subtask="0"}"#), "none yet: absent");
         assert!(!body.contains("weir_operator_input_channel_fill_ratio{"), "no subtask here reads channels");
+    }
+
+    #[test]
+    fn dropped_records_are_exported_by_reason_and_dead_lettered_ones_apart() {
+        let e = exported(false);
+        let agg = &e.nodes[1].subtasks[0];
+        agg.records_dropped.store(5, Ordering::Relaxed);
+        agg.dropped_late.store(2, Ordering::Relaxed);
+        agg.dead_lettered.store(1, Ordering::Relaxed);
+        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        let at = r#"pipeline="p",operator="agg",subtask="0""#;
+        for want in [
+            format!(r#"weir_records_dropped_total{{{at},reason="late"}} 2"#),
+            format!(r#"weir_records_dropped_total{{{at},reason="bad_record"}} 3"#),
+            format!(r#"weir_records_dead_lettered_total{{{at}}} 1"#),
+            r#"weir_records_dropped_total{pipeline="p",operator="src",subtask="1",reason="late"} 0"#.to_string(),
+        ] {
+            assert!(body.lines().any(|l| l == want), "no {want} in\n{body}");
+        }
     }
 
     #[test]

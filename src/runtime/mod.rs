@@ -145,6 +145,7 @@ impl Engine {
             retained: start.retained,
             storage: start.storage.clone(),
             rendezvous: built.rendezvous,
+            source_tasks: built.tasks.iter().filter(|(_, t)| matches!(t, Task::Source(_))).count(),
             metrics: checkpoint_metrics.clone(),
         };
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();

@@ -113,6 +113,15 @@ fn split_watermarks(batch: &mut [Record], max_out_of_orderness: Option<Millis>) 
     }
 }
 
+/// Run a task's loop with its time counted from the start (busy) until it
+/// ends, whichever way it ends.
+async fn timed(times: Arc<TaskTimes>, task_loop: impl std::future::Future<Output = TaskResult>) -> TaskResult {
+    times.enter(Phase::Busy);
+    let result = task_loop.await;
+    times.stop();
+    result
+}
+
 /// What woke an idle or throttled source.
 enum Wake {
     Time,
@@ -124,11 +133,7 @@ enum Wake {
 
 impl SourceTask {
     pub async fn run(self) -> TaskResult {
-        let times = self.meters.times.clone();
-        times.enter(Phase::Busy);
-        let result = self.run_loop().await;
-        times.stop();
-        result
+        timed(self.meters.times.clone(), self.run_loop()).await
     }
 
     async fn run_loop(mut self) -> TaskResult {
@@ -212,6 +217,7 @@ impl SourceTask {
             }
             match status {
                 SourcePoll::Finished => {
+                    tracing::debug!(source = %self.info.operator, subtask = self.info.index, "Source read to the end of its input.");
                     if !self.end_of_input().await? {
                         return Ok(TaskEnd::Stopped);
                     }
@@ -219,7 +225,7 @@ impl SourceTask {
                     match &self.checkpointing {
                         None => return self.exit(true).await,
                         Some(s) => {
-                            let _ = s.ck.events.send(Event::Finished);
+                            let _ = s.ck.events.send(Event::Finished { source: true });
                             finished = true;
                         }
                     }
@@ -462,11 +468,7 @@ enum Step {
 
 impl OperatorTask {
     pub async fn run(self) -> TaskResult {
-        let times = self.meters.times.clone();
-        times.enter(Phase::Busy);
-        let result = self.run_loop().await;
-        times.stop();
-        result
+        timed(self.meters.times.clone(), self.run_loop()).await
     }
 
     async fn run_loop(mut self) -> TaskResult {
@@ -587,7 +589,7 @@ impl OperatorTask {
                 match &self.checkpointing {
                     None => return self.exit(true).await,
                     Some(c) => {
-                        let _ = c.ck.events.send(Event::Finished);
+                        let _ = c.ck.events.send(Event::Finished { source: false });
                     }
                 }
             }

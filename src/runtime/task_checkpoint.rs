@@ -53,8 +53,11 @@ pub enum Event {
         stats: SnapshotStats,
     },
     /// A task processed the end of its bounded input (and sent everything
-    /// it emitted downstream).
-    Finished,
+    /// it emitted downstream); `source`: a source task (its barriers from
+    /// now on follow its end of input).
+    Finished {
+        source: bool,
+    },
 }
 
 /// From the driver to source tasks.

@@ -13,6 +13,7 @@ mod crash;
 mod damage;
 mod dead_letter;
 mod determinism;
+mod ending;
 mod event_time;
 mod examples;
 mod file_sink;

@@ -4,7 +4,9 @@
 //! `delivery: at_least_once` — an idempotent producer (acks=all); every
 //! checkpoint barrier waits until everything sent so far is acknowledged,
 //! so a completed checkpoint never lost a record (a restore may send some
-//! again).
+//! again). Its records committed (`weir_sink_records_committed_total`) are
+//! those acknowledged at a barrier whose checkpoint completed: the records
+//! no restore sends again. Without checkpoints, those acknowledged at close.
 //!
 //! `delivery: exactly_once` — one transactional producer per subtask,
 //! `transactional.id = weir-<pipeline>-<sink>-<subtask>` (stable across
@@ -222,6 +224,14 @@ pub struct KafkaSink {
     max_message_bytes: u64,
     on_error: OnError,
     dead_letter: Option<DeadLetter>,
+    /// At least once: the pipeline takes checkpoints (else records count as
+    /// committed once acknowledged at close).
+    checkpointed: bool,
+    /// At least once: records sent since the last barrier.
+    sent: u64,
+    /// At least once: (checkpoint, records acknowledged at its barrier) of
+    /// checkpoints that have not completed yet, oldest first.
+    acked: Vec<(u64, u64)>,
 }
 
 /// Which run's marker says whether a staged transaction was committed.
@@ -402,7 +412,17 @@ impl KafkaSink {
             max_message_bytes,
             on_error: spec.on_error.clone(),
             dead_letter,
+            checkpointed: false,
+            sent: 0,
+            acked: Vec::new(),
         })
+    }
+
+    /// Tell an at-least-once sink that the pipeline takes checkpoints, so
+    /// only records a completed checkpoint covers count as committed.
+    pub fn with_checkpoints(mut self, on: bool) -> Self {
+        self.checkpointed = on;
+        self
     }
 
     fn message(&mut self, r: &Record) -> Msg {
@@ -529,7 +549,7 @@ impl KafkaSink {
     /// the run that staged it says it was not committed, send its records
     /// again and commit them with that run's marker, so a second restore of
     /// the same checkpoint does not send them again.
-    fn repair(&mut self, id: u64, s: Staged) -> OpResult {
+    fn repair(&mut self, id: u64, s: Staged) -> Result<u64, OpError> {
         let origin_id = format!("{}{}", self.txn_prefix, s.origin);
         // The id of a live subtask was fenced by that subtask's own
         // init_transactions at open (every sink opens before any restore);
@@ -546,7 +566,7 @@ impl KafkaSink {
         let (origin, staged) = (s.origin, s.id);
         if committed >= staged {
             tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
-            return Ok(());
+            return Ok(0);
         }
         let n = s.records.len();
         for m in s.records {
@@ -565,7 +585,7 @@ impl KafkaSink {
             records = n,
             "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
         );
-        Ok(())
+        Ok(n as u64)
     }
 
     fn commit(&mut self) -> OpResult {
@@ -669,7 +689,10 @@ impl Operator for KafkaSink {
             }
             let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
             match waiting {
-                None => self.send(&m)?,
+                None => {
+                    self.send(&m)?;
+                    self.sent += 1;
+                }
                 Some(true) => self.txn.as_mut().expect("exactly-once").held.push(m),
                 Some(false) => self.send_in_txn(m)?,
             }
@@ -679,7 +702,15 @@ impl Operator for KafkaSink {
     }
 
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let Some(t) = &mut self.txn else { return self.flush() };
+        let Some(t) = &mut self.txn else {
+            self.flush()?;
+            // Everything sent so far is acknowledged; it is committed when
+            // this checkpoint completes.
+            if self.sent > 0 {
+                self.acked.push((id, std::mem::take(&mut self.sent)));
+            }
+            return Ok(());
+        };
         // The previous staged transaction was not committed (its checkpoint
         // aborted, or it was a savepoint): extend it.
         let held = std::mem::take(&mut t.held);
@@ -703,7 +734,13 @@ impl Operator for KafkaSink {
     }
 
     fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let Some(t) = &self.txn else { return Ok(()) };
+        let Some(t) = &self.txn else {
+            // An aborted checkpoint's records are covered by the next one that completes.
+            let covered = self.acked.iter().take_while(|(c, _)| *c <= id).count();
+            let records: u64 = self.acked.drain(..covered).map(|(_, n)| n).sum();
+            OperatorMetrics::add(&ctx.metrics.records_committed, records);
+            return Ok(());
+        };
         if t.staged.is_none_or(|s| s > id) {
             return Ok(());
         }
@@ -732,15 +769,24 @@ impl Operator for KafkaSink {
                 continue;
             }
             let staged = decode_staged(&buf).map_err(OpError::Data)?;
-            self.repair(id, staged)?;
+            let sent_again = self.repair(id, staged)?;
+            OperatorMetrics::add(&ctx.metrics.records_committed, sent_again);
             ctx.state.delete(TXN, kg, TXN_KEY)?;
         }
         Ok(())
     }
 
-    fn close(&mut self, _ctx: &mut Context<'_>) -> OpResult {
+    fn close(&mut self, ctx: &mut Context<'_>) -> OpResult {
         match &self.txn {
-            None => self.flush(),
+            None => {
+                self.flush()?;
+                // With checkpoints, records after the last completed one
+                // are sent again by a restore: not committed.
+                if !self.checkpointed {
+                    OperatorMetrics::add(&ctx.metrics.records_committed, std::mem::take(&mut self.sent));
+                }
+                Ok(())
+            }
             Some(t) => {
                 // Records after the last checkpoint: a restore produces them
                 // again. A staged transaction stays for the restore to decide.

@@ -294,11 +294,12 @@ impl Aggregate {
     /// the one its lateness was judged by (its split's, normally: the
     /// entry is then the same whenever the watermark came).
     fn late(&self, record: &Record, w: Window, watermark: Millis, ctx: &mut Context<'_>) -> OpResult {
-        OperatorMetrics::add(&ctx.metrics.records_dropped, 1);
+        ctx.metrics.late();
         if let Some(dl) = &self.dead_letter {
             let reason = format!("late record: window [{}, {}) closed at watermark {watermark}", w.start, w.end);
             dl.write(&ctx.info.operator, &reason, &record.raw)
                 .map_err(|e| OpError::io(format!("{}: writing dead letter {}", ctx.info.operator, dl.path().display()), e))?;
+            OperatorMetrics::add(&ctx.metrics.dead_lettered, 1);
         }
         Ok(())
     }
