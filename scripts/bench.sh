@@ -10,7 +10,9 @@
 #   BENCH_ONLY=rocksdb scripts/bench.sh   # only the RocksDB part
 #   BENCH_ONLY=cpu BENCH_BASELINE=/tmp/old-weir scripts/bench.sh
 #       # rows per CPU-second of the issue's jobs (1 s aligned checkpoints),
-#       # this build and an older binary alternated in the same run
+#       # this build and an older binary alternated in the same run;
+#       # BENCH_JOBS picks jobs (scripts/bench/NAME.yaml), BENCH_P="1 2"
+#       # parallelisms
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bench/input.sh
@@ -94,9 +96,11 @@ cpu_row() {
 cpu_bench() {
   echo "| job | binary | parallelism | rows/s | rows per CPU-s | peak RSS (MiB) | checkpoints | median checkpoint ms |"
   echo "|---|---|---|---|---|---|---|---|"
-  for job in ${BENCH_JOBS:-count_users_rocks tumbling_rocks dedup_rocks}; do
-    for bin in $weir ${BENCH_BASELINE:-}; do
-      CHECKPOINT_INTERVAL=1s cpu_row "$bin" "$job" 1
+  for job in ${BENCH_JOBS:-passthrough count_checkpointed dedup_checkpointed tumbling_checkpointed count_users_rocks tumbling_rocks dedup_rocks}; do
+    for p in ${BENCH_P:-1}; do
+      for bin in $weir ${BENCH_BASELINE:-}; do
+        CHECKPOINT_INTERVAL=1s cpu_row "$bin" "$job" "$p"
+      done
     done
   done
 }

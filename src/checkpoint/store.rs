@@ -111,13 +111,21 @@ impl StateFileWriter {
 /// it: a task finishing late must not bring back the directory of a
 /// checkpoint that was aborted and removed meanwhile.
 pub fn write_state_file_in_existing_dir(dir: &Path, name: &str, bytes: &[u8]) -> Result<FileEntry, StoreError> {
+    write_state_file_parts_in_existing_dir(dir, name, &[bytes])
+}
+
+/// `write_state_file_in_existing_dir` of the concatenation of `parts`,
+/// without building it in memory.
+pub fn write_state_file_parts_in_existing_dir<B: AsRef<[u8]>>(dir: &Path, name: &str, parts: &[B]) -> Result<FileEntry, StoreError> {
     if !layout::is_safe_relative(name) || name.contains('/') {
         return Err(StoreError::UnsafeName { path: dir.to_path_buf(), name: name.into() });
     }
     let path = dir.join(name);
     let file = File::create(&path).map_err(StoreError::io("create", &path))?;
     let mut w = StateFileWriter { file, path, entry: FileEntry::private(name, 0, 0) };
-    w.write(bytes)?;
+    for part in parts {
+        w.write(part.as_ref())?;
+    }
     w.finish()
 }
 

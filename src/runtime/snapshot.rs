@@ -6,6 +6,7 @@
 //! channel). Every piece names its owner (operator and subtask, or both ends
 //! of a channel), so a restore finds it whatever the chaining.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::checkpoint::manifest::TaskId;
@@ -92,7 +93,17 @@ impl TaskSnapshot {
     /// The encoding, and how many of its bytes are in-flight records
     /// (the channel state, written last).
     pub fn encode_measured(&self) -> (Vec<u8>, usize) {
-        let mut out = Vec::with_capacity(64 + self.operators.iter().map(|(_, s)| s.len()).sum::<usize>());
+        let (parts, in_flight) = self.encode_parts();
+        (parts.concat(), in_flight)
+    }
+
+    /// The encoding in pieces whose concatenation is `encode_measured`'s
+    /// bytes, and its in-flight byte count. The operators' state is
+    /// borrowed, not copied: a task writing its snapshot file holds its
+    /// state once in memory, not twice (dedup over 10 M ids: 170 MB each).
+    pub fn encode_parts(&self) -> (Vec<Cow<'_, [u8]>>, usize) {
+        let mut parts = Vec::with_capacity(2 * self.operators.len() + 2);
+        let mut out = Vec::with_capacity(64);
         out.extend_from_slice(MAGIC);
         out.put_i64(self.watermark);
         match &self.source_position {
@@ -106,7 +117,10 @@ impl TaskSnapshot {
         out.put_u16(self.operators.len() as u16);
         for (name, state) in &self.operators {
             out.put_str(name);
-            out.put_bytes(state);
+            // `put_bytes`, with the bytes as a piece of their own.
+            out.put_u32(state.len() as u32);
+            parts.push(Cow::Owned(std::mem::take(&mut out)));
+            parts.push(Cow::Borrowed(&state[..]));
         }
         let channels_start = out.len();
         for channels in [&self.output_channels, &self.input_channels] {
@@ -125,7 +139,8 @@ impl TaskSnapshot {
         }
         // The two channel counts alone are no in-flight data.
         let in_flight = if self.output_channels.is_empty() && self.input_channels.is_empty() { 0 } else { out.len() - channels_start };
-        (out, in_flight)
+        parts.push(Cow::Owned(out));
+        (parts, in_flight)
     }
 
     pub fn decode(buf: &[u8]) -> Result<TaskSnapshot, DecodeError> {
@@ -207,6 +222,26 @@ mod tests {
         assert_eq!(TaskSnapshot::decode(&bytes).unwrap(), s);
         assert!(TaskSnapshot::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(TaskSnapshot::decode(b"nope").is_err());
+    }
+
+    #[test]
+    fn pieces_concatenate_to_the_encoding_and_count_in_flight_bytes() {
+        let r = |i| Record::new(vec![Value::Int(i)], format!("{{\"v\":{i}}}").into_boxed_str(), None);
+        let mut s = TaskSnapshot {
+            watermark: 5,
+            source_position: Some(("src".into(), vec![1, 2])),
+            operators: vec![("a".into(), vec![7; 100]), ("b".into(), vec![])],
+            output_channels: vec![ChannelState { channel: channel("a", 0), records: vec![r(1), r(2)] }],
+            input_channels: vec![],
+        };
+        let (parts, in_flight) = s.encode_parts();
+        let bytes: Vec<u8> = parts.concat();
+        assert_eq!(TaskSnapshot::decode(&bytes).unwrap(), s);
+        let with = bytes.len();
+        s.output_channels.clear();
+        let (without, none) = s.encode_measured();
+        assert_eq!(none, 0);
+        assert_eq!(in_flight, with - without.len() + 16, "the channel part, counts included");
     }
 
     #[test]

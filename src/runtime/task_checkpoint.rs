@@ -123,9 +123,13 @@ impl TaskCheckpointing {
                     }
                 }
             }
+            let mut pools = Vec::new();
             for (name, state) in states {
-                match state.finish() {
-                    Ok(bytes) => snap.operators.push((name, bytes)),
+                match state.finish_pooled() {
+                    Ok((bytes, pool)) => {
+                        pools.extend(pool.map(|p| (snap.operators.len(), p)));
+                        snap.operators.push((name, bytes));
+                    }
                     Err(e) => {
                         let vote = Vote::Abort { id, voter: task, reason: format!("snapshot of `{name}`: {e}") };
                         let _ = events.send(Event::Vote { bundle, vote, stats });
@@ -133,14 +137,14 @@ impl TaskCheckpointing {
                     }
                 }
             }
-            let (bytes, in_flight) = snap.encode_measured();
-            stats.bytes += bytes.len() as u64;
+            let (parts, in_flight) = snap.encode_parts();
+            stats.bytes += parts.iter().map(|p| p.len() as u64).sum::<u64>();
             stats.in_flight_bytes += in_flight as u64;
             let name = snapshot::file_name(task);
             let vote = if faults::get().fail_state_write() {
                 Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
             } else {
-                match store::write_state_file_in_existing_dir(&dir, &name, &bytes) {
+                match store::write_state_file_parts_in_existing_dir(&dir, &name, &parts) {
                     Ok(entry) => {
                         native_files.push(entry);
                         Vote::Prepared { id, voter: task, files: native_files }
@@ -148,6 +152,13 @@ impl TaskCheckpointing {
                     Err(e) => Vote::Abort { id, voter: task, reason: e.to_string() },
                 }
             };
+            drop(parts);
+            // Written (or abandoned): the buffers may hold the next snapshots.
+            for (i, pool) in pools {
+                if let Some((_, bytes)) = snap.operators.get_mut(i) {
+                    pool.give(std::mem::take(bytes));
+                }
+            }
             stats.write = started.elapsed();
             if matches!(vote, Vote::Prepared { .. }) {
                 faults::get().crash_point("after_prepare");

@@ -13,7 +13,7 @@ use std::ops::{Bound, Range};
 
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
-use super::{KeyedState, ScanFn, StateError, TableId, TableKind, TableSpec};
+use super::{snapshot, BufferPool, KeyedState, ScanFn, StateError, StateSnapshot, TableId, TableKind, TableSpec};
 use crate::types::KeyGroup;
 
 /// Bytes stored inline; 22 keeps `Bytes` at 24 bytes, like a boxed slice plus tag.
@@ -150,9 +150,102 @@ impl Entry {
     }
 }
 
+/// A point-table entry of at most N (<= 15) bytes of key and value: both
+/// lengths in one byte (the key's in the high nibble), then key ++ value.
+/// `Small<11>` is 12 bytes: an integer key (9 bytes) with an empty value,
+/// dedup's seen-set entry, fits, as does a dirty mark of a 6-byte string
+/// key; `Small<15>` is 16 bytes, four to a cache line.
+#[derive(Clone, Copy)]
+struct Small<const N: usize> {
+    lens: u8,
+    data: [u8; N],
+}
+
+impl<const N: usize> Small<N> {
+    fn klen(&self) -> usize {
+        (self.lens >> 4) as usize
+    }
+}
+
+impl Small<11> {
+    /// The same entry in the next wider size (the same length byte).
+    fn widen(&self) -> Small<15> {
+        let mut data = [0; 15];
+        data[..11].copy_from_slice(&self.data);
+        Small { lens: self.lens, data }
+    }
+}
+
+/// What the point-table code needs of an entry type.
+trait PointEntry: Sized {
+    /// The entry, or None if key and value do not fit this type.
+    fn make(key: &[u8], value: &[u8]) -> Option<Self>;
+    fn key(&self) -> &[u8];
+    fn value(&self) -> &[u8];
+    /// Replace the value; false (entry unchanged) if it does not fit.
+    fn try_set_value(&mut self, value: &[u8]) -> bool;
+}
+
+impl<const N: usize> PointEntry for Small<N> {
+    fn make(key: &[u8], value: &[u8]) -> Option<Self> {
+        let n = key.len() + value.len();
+        if n > N || N > 15 {
+            return None;
+        }
+        let mut data = [0; N];
+        data[..key.len()].copy_from_slice(key);
+        data[key.len()..n].copy_from_slice(value);
+        // Both lengths are at most 15: one nibble each.
+        Some(Small { lens: (key.len() as u8) << 4 | value.len() as u8, data })
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.data[..self.klen()]
+    }
+
+    fn value(&self) -> &[u8] {
+        let k = self.klen();
+        &self.data[k..k + (self.lens & 0x0f) as usize]
+    }
+
+    fn try_set_value(&mut self, value: &[u8]) -> bool {
+        let k = self.klen();
+        if k + value.len() > N {
+            return false;
+        }
+        self.data[k..k + value.len()].copy_from_slice(value);
+        self.lens = (k as u8) << 4 | value.len() as u8;
+        true
+    }
+}
+
+impl PointEntry for Entry {
+    fn make(key: &[u8], value: &[u8]) -> Option<Self> {
+        Some(Entry::new(key, value))
+    }
+
+    fn key(&self) -> &[u8] {
+        Entry::key(self)
+    }
+
+    fn value(&self) -> &[u8] {
+        Entry::value(self)
+    }
+
+    fn try_set_value(&mut self, value: &[u8]) -> bool {
+        self.set_value(value);
+        true
+    }
+}
+
 type KeyHasher = foldhash::fast::RandomState;
 
 enum Map {
+    /// Point tables whose entries all fit `Small<11>` or `Small<15>` (a
+    /// third or half the memory of `Point`); a map becomes the narrowest
+    /// wider kind that fits at the first entry that does not fit.
+    Tiny(HashTable<Small<11>>),
+    Small(HashTable<Small<15>>),
     Point(HashTable<Entry>),
     Ordered(BTreeMap<Bytes, Bytes>),
 }
@@ -169,10 +262,118 @@ pub struct MemoryState {
     hasher: KeyHasher,
     /// The buffer `update` hands out.
     scratch: Vec<u8>,
+    /// The last snapshot's buffer, back from the checkpoint writer.
+    pool: BufferPool,
 }
 
 fn hash(hasher: &KeyHasher, key: &[u8]) -> u64 {
     hasher.hash_one(key)
+}
+
+fn find_in<'a, E: PointEntry>(m: &'a HashTable<E>, hasher: &KeyHasher, key: &[u8]) -> Option<&'a [u8]> {
+    m.find(hash(hasher, key), |e| e.key() == key).map(E::value)
+}
+
+/// Store `key` = `value`; false (nothing changed) if the entry does not fit `E`.
+fn put_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], value: &[u8]) -> bool {
+    match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
+        Slot::Occupied(mut e) => e.get_mut().try_set_value(value),
+        Slot::Vacant(e) => match E::make(key, value) {
+            Some(entry) => {
+                e.insert(entry);
+                true
+            }
+            None => false,
+        },
+    }
+}
+
+/// `update` on a point table: false if the new value (left in `buf`) does
+/// not fit `E` and must be stored after widening.
+fn update_in<E: PointEntry>(
+    m: &mut HashTable<E>,
+    hasher: &KeyHasher,
+    key: &[u8],
+    buf: &mut Vec<u8>,
+    f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool,
+) -> bool {
+    match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
+        Slot::Occupied(mut e) => {
+            buf.extend_from_slice(e.get().value());
+            !f(buf, true) || e.get_mut().try_set_value(buf)
+        }
+        Slot::Vacant(e) => {
+            if !f(buf, false) {
+                return true;
+            }
+            match E::make(key, buf) {
+                Some(entry) => {
+                    e.insert(entry);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+}
+
+/// `put_if_absent` on a point table: None if absent but the entry does not fit `E`.
+fn put_if_absent_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], value: &[u8]) -> Option<bool> {
+    match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
+        Slot::Occupied(_) => Some(false),
+        Slot::Vacant(e) => {
+            e.insert(E::make(key, value)?);
+            Some(true)
+        }
+    }
+}
+
+fn take_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], out: Option<&mut Vec<u8>>) -> bool {
+    match m.find_entry(hash(hasher, key), |e| e.key() == key) {
+        Ok(e) => {
+            if let Some(out) = out {
+                out.extend_from_slice(e.get().value());
+            }
+            e.remove();
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Turn a `Tiny` or `Small` point map into the narrowest wider kind that
+/// holds `key` = `value`, then store it.
+fn put_wide(map: &mut Map, hasher: &KeyHasher, key: &[u8], value: &[u8]) {
+    let fits_small = key.len() + value.len() <= 15;
+    match map {
+        Map::Tiny(tiny) if fits_small => {
+            let mut wide = HashTable::with_capacity(tiny.len() + 1);
+            for e in tiny.drain() {
+                wide.insert_unique(hash(hasher, e.key()), e.widen(), |x: &Small<15>| hash(hasher, x.key()));
+            }
+            *map = Map::Small(wide);
+        }
+        Map::Tiny(tiny) => *map = Map::Point(to_entries(tiny, hasher)),
+        Map::Small(small) if !fits_small => *map = Map::Point(to_entries(small, hasher)),
+        _ => {}
+    }
+    match map {
+        Map::Small(m) => {
+            put_in(m, hasher, key, value);
+        }
+        Map::Point(m) => {
+            put_in(m, hasher, key, value);
+        }
+        _ => {}
+    }
+}
+
+fn to_entries<E: PointEntry>(from: &mut HashTable<E>, hasher: &KeyHasher) -> HashTable<Entry> {
+    let mut wide = HashTable::with_capacity(from.len() + 1);
+    for e in from.drain() {
+        wide.insert_unique(hash(hasher, e.key()), Entry::new(e.key(), e.value()), |x| hash(hasher, x.key()));
+    }
+    wide
 }
 
 impl MemoryState {
@@ -184,13 +385,13 @@ impl MemoryState {
                 spec,
                 groups: (0..n)
                     .map(|_| match spec.kind {
-                        TableKind::Point => Map::Point(HashTable::new()),
+                        TableKind::Point => Map::Tiny(HashTable::new()),
                         TableKind::Ordered => Map::Ordered(BTreeMap::new()),
                     })
                     .collect(),
             })
             .collect();
-        MemoryState { key_groups, tables, hasher: KeyHasher::default(), scratch: Vec::new() }
+        MemoryState { key_groups, tables, hasher: KeyHasher::default(), scratch: Vec::new(), pool: BufferPool::default() }
     }
 
     fn map(&self, table: TableId, kg: KeyGroup) -> Result<&Map, StateError> {
@@ -214,9 +415,42 @@ impl MemoryState {
 
     fn find<'a>(&self, map: &'a Map, key: &[u8]) -> Option<&'a [u8]> {
         match map {
-            Map::Point(m) => m.find(hash(&self.hasher, key), |e| e.key() == key).map(Entry::value),
+            Map::Tiny(m) => find_in(m, &self.hasher, key),
+            Map::Small(m) => find_in(m, &self.hasher, key),
+            Map::Point(m) => find_in(m, &self.hasher, key),
             Map::Ordered(m) => m.get(key).map(Bytes::as_slice),
         }
+    }
+
+    /// At least the size of the canonical snapshot of `tables` (see
+    /// `snapshot::write`: 4-byte lengths before each key and value), so the
+    /// snapshot is written into one allocation instead of doubling and
+    /// copying a buffer of the whole state. Pages reserved but not written
+    /// are never touched, so the slack costs no memory.
+    fn snapshot_bound(&self, tables: &[TableSpec]) -> usize {
+        let mut n = 2;
+        for (t, spec) in tables.iter().enumerate() {
+            n += 4 + spec.name.len() + 4;
+            let Some(table) = self.tables.get(t) else { continue };
+            for map in &table.groups {
+                n += 2 + 8;
+                n += match map {
+                    Map::Tiny(m) => m.len() * (8 + 11),
+                    Map::Small(m) => m.len() * (8 + 15),
+                    Map::Point(m) => m
+                        .iter()
+                        .map(|e| {
+                            8 + match e {
+                                Entry::Inline { .. } => ENTRY_INLINE,
+                                Entry::Heap { data, .. } => data.len(),
+                            }
+                        })
+                        .sum(),
+                    Map::Ordered(m) => m.iter().map(|(k, v)| 8 + k.as_slice().len() + v.as_slice().len()).sum(),
+                };
+            }
+        }
+        n
     }
 }
 
@@ -242,7 +476,7 @@ impl KeyedState for MemoryState {
     }
 
     fn prefetch(&self, table: TableId, kg: KeyGroup, key: &[u8]) {
-        if let Ok(map @ Map::Point(_)) = self.map(table, kg) {
+        if let Ok(map @ (Map::Point(_) | Map::Small(_) | Map::Tiny(_))) = self.map(table, kg) {
             std::hint::black_box(self.find(map, key).and_then(|v| v.first()));
         }
     }
@@ -250,12 +484,19 @@ impl KeyedState for MemoryState {
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         match map {
-            Map::Point(m) => match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
-                Slot::Occupied(mut e) => e.get_mut().set_value(value),
-                Slot::Vacant(e) => {
-                    e.insert(Entry::new(key, value));
+            Map::Tiny(m) => {
+                if !put_in(m, hasher, key, value) {
+                    put_wide(map, hasher, key, value);
                 }
-            },
+            }
+            Map::Small(m) => {
+                if !put_in(m, hasher, key, value) {
+                    put_wide(map, hasher, key, value);
+                }
+            }
+            Map::Point(m) => {
+                put_in(m, hasher, key, value);
+            }
             Map::Ordered(m) => match m.get_mut(key) {
                 Some(v) => v.set(value),
                 None => {
@@ -269,13 +510,9 @@ impl KeyedState for MemoryState {
     fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         Ok(match map {
-            Map::Point(m) => match m.find_entry(hash(hasher, key), |e| e.key() == key) {
-                Ok(e) => {
-                    e.remove();
-                    true
-                }
-                Err(_) => false,
-            },
+            Map::Tiny(m) => take_in(m, hasher, key, None),
+            Map::Small(m) => take_in(m, hasher, key, None),
+            Map::Point(m) => take_in(m, hasher, key, None),
             Map::Ordered(m) => m.remove(key).is_some(),
         })
     }
@@ -284,14 +521,9 @@ impl KeyedState for MemoryState {
         let (map, hasher, _) = self.parts(table, kg)?;
         out.clear();
         Ok(match map {
-            Map::Point(m) => match m.find_entry(hash(hasher, key), |e| e.key() == key) {
-                Ok(e) => {
-                    out.extend_from_slice(e.get().value());
-                    e.remove();
-                    true
-                }
-                Err(_) => false,
-            },
+            Map::Tiny(m) => take_in(m, hasher, key, Some(out)),
+            Map::Small(m) => take_in(m, hasher, key, Some(out)),
+            Map::Point(m) => take_in(m, hasher, key, Some(out)),
             Map::Ordered(m) => match m.remove(key) {
                 Some(v) => {
                     out.extend_from_slice(v.as_slice());
@@ -320,6 +552,20 @@ impl KeyedState for MemoryState {
 
     fn scan_all(&self, table: TableId, kg: KeyGroup, f: &mut ScanFn<'_>) -> Result<(), StateError> {
         match self.map(table, kg)? {
+            Map::Tiny(m) => {
+                for e in m {
+                    if f(e.key(), e.value()).is_break() {
+                        break;
+                    }
+                }
+            }
+            Map::Small(m) => {
+                for e in m {
+                    if f(e.key(), e.value()).is_break() {
+                        break;
+                    }
+                }
+            }
             Map::Point(m) => {
                 for e in m {
                     if f(e.key(), e.value()).is_break() {
@@ -343,6 +589,8 @@ impl KeyedState for MemoryState {
             .groups
             .iter()
             .map(|g| match g {
+                Map::Tiny(m) => m.len(),
+                Map::Small(m) => m.len(),
                 Map::Point(m) => m.len(),
                 Map::Ordered(m) => m.len(),
             })
@@ -359,19 +607,19 @@ impl KeyedState for MemoryState {
         let (map, hasher, buf) = self.parts(table, kg)?;
         buf.clear();
         match map {
-            Map::Point(m) => match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
-                Slot::Occupied(mut e) => {
-                    buf.extend_from_slice(e.get().value());
-                    if f(buf, true) {
-                        e.get_mut().set_value(buf);
-                    }
+            Map::Tiny(m) => {
+                if !update_in(m, hasher, key, buf, f) {
+                    put_wide(map, hasher, key, buf);
                 }
-                Slot::Vacant(e) => {
-                    if f(buf, false) {
-                        e.insert(Entry::new(key, buf));
-                    }
+            }
+            Map::Small(m) => {
+                if !update_in(m, hasher, key, buf, f) {
+                    put_wide(map, hasher, key, buf);
                 }
-            },
+            }
+            Map::Point(m) => {
+                update_in(m, hasher, key, buf, f);
+            }
             Map::Ordered(m) => match m.get_mut(key) {
                 Some(v) => {
                     buf.extend_from_slice(v.as_slice());
@@ -392,13 +640,21 @@ impl KeyedState for MemoryState {
     fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
         let (map, hasher, _) = self.parts(table, kg)?;
         Ok(match map {
-            Map::Point(m) => match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
-                Slot::Occupied(_) => false,
-                Slot::Vacant(e) => {
-                    e.insert(Entry::new(key, value));
+            Map::Tiny(m) => match put_if_absent_in(m, hasher, key, value) {
+                Some(inserted) => inserted,
+                None => {
+                    put_wide(map, hasher, key, value);
                     true
                 }
             },
+            Map::Small(m) => match put_if_absent_in(m, hasher, key, value) {
+                Some(inserted) => inserted,
+                None => {
+                    put_wide(map, hasher, key, value);
+                    true
+                }
+            },
+            Map::Point(m) => put_if_absent_in(m, hasher, key, value).unwrap_or(false),
             Map::Ordered(m) => {
                 if m.contains_key(key) {
                     false
@@ -408,6 +664,18 @@ impl KeyedState for MemoryState {
                 }
             }
         })
+    }
+
+    fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
+        let bound = self.snapshot_bound(tables);
+        let mut out = self.pool.take();
+        if out.capacity() < bound {
+            // Room to grow, so the next snapshots fit too; untouched pages cost nothing.
+            drop(out);
+            out = Vec::with_capacity(bound + bound / 4);
+        }
+        snapshot::write(self, tables, &mut out)?;
+        Ok(StateSnapshot::Pooled(out, self.pool.clone()))
     }
 }
 
@@ -522,5 +790,130 @@ mod tests {
             assert_eq!(s.len(table), 2);
         }
         assert!(matches!(s.put_if_absent(0, 2, b"a", b""), Err(StateError::ForeignKeyGroup { .. })));
+    }
+
+    #[test]
+    fn small_entries_are_12_and_16_bytes_and_a_table_widens_without_losing_entries() {
+        assert_eq!(std::mem::size_of::<Small<11>>(), 12);
+        assert_eq!(std::mem::size_of::<Small<15>>(), 16);
+        let key = |i: u64| {
+            let mut k = vec![2];
+            k.extend_from_slice(&i.to_be_bytes());
+            k
+        };
+        let mut s = MemoryState::new(&T, 0..1);
+        for i in 0..100u64 {
+            assert!(s.put_if_absent(0, 0, &key(i), b"").unwrap());
+        }
+        assert!(matches!(s.tables[0].groups[0], Map::Tiny(_)));
+        // An entry too long for `Small<11>` widens the map to `Small<15>`,
+        s.put(0, 0, &key(3), &[4; 6]).unwrap();
+        assert!(matches!(s.tables[0].groups[0], Map::Small(_)));
+        // and one too long for that to `Point`.
+        s.put(0, 0, &key(7), &[5; 20]).unwrap();
+        assert!(matches!(s.tables[0].groups[0], Map::Point(_)));
+        assert_eq!(s.len(0), 100);
+        let mut out = Vec::new();
+        for i in 0..100u64 {
+            assert!(s.get(0, 0, &key(i), &mut out).unwrap());
+            assert_eq!(out, [vec![], vec![4; 6], vec![5; 20]][(i == 3) as usize + 2 * (i == 7) as usize]);
+        }
+        // A Tiny map can also widen straight to `Point`.
+        let mut s = MemoryState::new(&T, 0..1);
+        s.put(0, 0, b"a", b"").unwrap();
+        s.put(0, 0, b"b", &[1; 30]).unwrap();
+        assert!(matches!(s.tables[0].groups[0], Map::Point(_)));
+        assert!(s.get(0, 0, b"a", &mut out).unwrap() && out.is_empty());
+    }
+
+    /// Random operations against a `BTreeMap` model, with sizes around the
+    /// `Small` and inline limits so maps widen in the middle of the run.
+    #[test]
+    fn point_tables_answer_like_a_plain_map_across_entry_sizes() {
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        for round in 0..20 {
+            let mut s = MemoryState::new(&T, 0..2);
+            let mut model: std::collections::BTreeMap<(u16, Vec<u8>), Vec<u8>> = Default::default();
+            let limit = [8, 16, 40][round % 3];
+            for _ in 0..2000 {
+                let kg = next(2) as u16;
+                let key: Vec<u8> = vec![next(64) as u8; 1 + next(limit.min(14)) as usize];
+                let value: Vec<u8> = vec![next(256) as u8; next(limit) as usize];
+                let mut out = Vec::new();
+                match next(6) {
+                    0 => {
+                        s.put(0, kg, &key, &value).unwrap();
+                        model.insert((kg, key), value);
+                    }
+                    1 => assert_eq!(s.delete(0, kg, &key).unwrap(), model.remove(&(kg, key)).is_some()),
+                    2 => {
+                        let was = model.remove(&(kg, key.clone()));
+                        assert_eq!(s.take(0, kg, &key, &mut out).unwrap(), was.is_some());
+                        assert_eq!(out, was.unwrap_or_default());
+                    }
+                    3 => {
+                        let absent = !model.contains_key(&(kg, key.clone()));
+                        assert_eq!(s.put_if_absent(0, kg, &key, &value).unwrap(), absent);
+                        model.entry((kg, key)).or_insert(value);
+                    }
+                    4 => {
+                        let was = model.get(&(kg, key.clone())).cloned();
+                        s.update(0, kg, &key, &mut |v, found| {
+                            assert_eq!((found, &v[..]), (was.is_some(), was.as_deref().unwrap_or_default()));
+                            v.clear();
+                            v.extend_from_slice(&value);
+                            !value.is_empty()
+                        })
+                        .unwrap();
+                        if !value.is_empty() {
+                            model.insert((kg, key), value);
+                        }
+                    }
+                    _ => {
+                        let was = model.get(&(kg, key.clone()));
+                        assert_eq!(s.get(0, kg, &key, &mut out).unwrap(), was.is_some());
+                        assert_eq!(Some(&out), was.or(Some(&Vec::new())));
+                    }
+                }
+            }
+            assert_eq!(s.len(0), model.len());
+            let mut all = std::collections::BTreeMap::new();
+            for kg in 0..2 {
+                s.scan_all(0, kg, &mut |k, v| {
+                    all.insert((kg, k.to_vec()), v.to_vec());
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            }
+            assert_eq!(all, model);
+            let bytes = s.snapshot(&T).unwrap().finish().unwrap();
+            assert!(bytes.len() <= s.snapshot_bound(&T), "the bound is an upper bound");
+        }
+    }
+
+    #[test]
+    fn a_snapshot_reuses_the_buffer_the_writer_gave_back() {
+        let mut s = MemoryState::new(&T, 0..4);
+        for i in 0..1000u32 {
+            s.put(0, (i % 4) as u16, &i.to_be_bytes(), b"").unwrap();
+        }
+        let (first, pool) = s.snapshot(&T).unwrap().finish_pooled().unwrap();
+        let mut plain = Vec::new();
+        snapshot::write(&s, &T, &mut plain).unwrap();
+        assert_eq!(first, plain);
+        let at = first.as_ptr();
+        pool.expect("the memory backend pools its buffer").give(first);
+        s.put(0, 1, b"new", b"").unwrap();
+        let (second, _) = s.snapshot(&T).unwrap().finish_pooled().unwrap();
+        assert_eq!(second.as_ptr(), at, "written into the returned buffer");
+        plain.clear();
+        snapshot::write(&s, &T, &mut plain).unwrap();
+        assert_eq!(second, plain, "with the current state, nothing of the old");
     }
 }

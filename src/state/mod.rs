@@ -61,15 +61,49 @@ pub enum StateError {
 /// later, off the task, while records keep flowing.
 pub enum StateSnapshot {
     Bytes(Vec<u8>),
+    /// Bytes whose buffer goes back to `BufferPool` once written.
+    Pooled(Vec<u8>, BufferPool),
     Deferred(Box<dyn FnOnce() -> Result<Vec<u8>, StateError> + Send>),
 }
 
 impl StateSnapshot {
     /// The canonical bytes (for `Deferred`: waits until they are written).
     pub fn finish(self) -> Result<Vec<u8>, StateError> {
+        Ok(self.finish_pooled()?.0)
+    }
+
+    /// The canonical bytes, and the pool to hand their buffer back to
+    /// after they are written.
+    pub fn finish_pooled(self) -> Result<(Vec<u8>, Option<BufferPool>), StateError> {
         match self {
-            StateSnapshot::Bytes(b) => Ok(b),
-            StateSnapshot::Deferred(f) => f(),
+            StateSnapshot::Bytes(b) => Ok((b, None)),
+            StateSnapshot::Pooled(b, pool) => Ok((b, Some(pool))),
+            StateSnapshot::Deferred(f) => Ok((f()?, None)),
+        }
+    }
+}
+
+/// One spare snapshot buffer, handed back by the checkpoint writer once the
+/// bytes are on disk. The next snapshot of the same state writes into it:
+/// its pages are already resident, where a fresh buffer of the state's size
+/// would be faulted in and zeroed while the allocator still holds the old
+/// one (mimalloc returns freed memory to the system after a delay of about
+/// a second, so 1 s checkpoints of a large memory state held two copies).
+#[derive(Clone, Default)]
+pub struct BufferPool(std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>);
+
+impl BufferPool {
+    /// The spare buffer (empty), or a new one.
+    pub fn take(&self) -> Vec<u8> {
+        let mut b = self.0.lock().ok().and_then(|mut g| g.take()).unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Keep `b` for the next `take`.
+    pub fn give(&self, b: Vec<u8>) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = Some(b);
         }
     }
 }
@@ -77,7 +111,7 @@ impl StateSnapshot {
 impl std::fmt::Debug for StateSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StateSnapshot::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            StateSnapshot::Bytes(b) | StateSnapshot::Pooled(b, _) => write!(f, "Bytes({} bytes)", b.len()),
             StateSnapshot::Deferred(_) => write!(f, "Deferred"),
         }
     }
