@@ -13,6 +13,7 @@ pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod connectors;
+pub mod expr;
 pub mod faults;
 pub mod format;
 pub mod number;
