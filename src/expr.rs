@@ -17,6 +17,8 @@ use cel::{Context, Env, IdedExpr, Program, Value};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::format::json::{FieldNeed, JsonParser};
+
 /// A compiled expression.
 #[derive(Clone)]
 pub struct Expression {
@@ -24,6 +26,9 @@ pub struct Expression {
     program: Arc<Program>,
     /// The top-level fields it reads, sorted.
     variables: Vec<String>,
+    /// Reads them as scalars with the source's parser (its scanner takes
+    /// flat lines); anything it refuses is read again by `Vars::from_json`.
+    scalars: JsonParser,
 }
 
 impl fmt::Debug for Expression {
@@ -128,7 +133,39 @@ impl Expression {
         let mut variables: Vec<String> = program.references().variables().into_iter().map(str::to_string).collect();
         variables.sort();
         variables.dedup();
-        Ok(Expression { source: source.to_string(), program: Arc::new(program), variables })
+        let needs = variables.iter().map(|v| (v.clone(), FieldNeed { required: true, numeric: false })).collect();
+        let scalars = JsonParser::new(needs, None);
+        Ok(Expression { source: source.to_string(), program: Arc::new(program), variables, scalars })
+    }
+
+    /// The variables of this expression from the JSON object `line`.
+    pub fn read(&self, line: &str) -> Result<Vars, String> {
+        // The fast path takes records whose fields it reads are all present
+        // scalars of the same value in both readings; a missing field, a
+        // nested value, a number beyond i64 or f64, invalid JSON: the full
+        // reading decides.
+        if let Ok(r) = self.scalars.parse(line) {
+            let mut vars = Vars { values: Vec::with_capacity(r.fields.len()) };
+            let mut exact = true;
+            for (name, v) in self.variables.iter().zip(r.fields) {
+                let c = match v {
+                    crate::types::Value::Null => Value::Null,
+                    crate::types::Value::Bool(b) => Value::Bool(b),
+                    crate::types::Value::Int(i) => Value::Int(i),
+                    crate::types::Value::Float(f) => Value::Float(f),
+                    crate::types::Value::Str(s) => Value::String(Arc::new(s.into_string())),
+                    crate::types::Value::Decimal(_) => {
+                        exact = false;
+                        break;
+                    }
+                };
+                vars.values.push((name.clone(), c));
+            }
+            if exact {
+                return Ok(vars);
+            }
+        }
+        Vars::from_json(line, &self.variables)
     }
 
     pub fn source(&self) -> &str {
@@ -313,7 +350,9 @@ mod tests {
 
     fn eval(src: &str, line: &str) -> Result<Value, String> {
         let e = Expression::compile(src).map_err(|e| e.to_string())?;
-        e.eval(&Vars::from_json(line, e.variables())?)
+        let slow = e.eval(&Vars::from_json(line, e.variables())?);
+        assert_eq!(e.eval(&e.read(line)?), slow, "both readings agree on {line}");
+        slow
     }
 
     #[test]
@@ -333,6 +372,9 @@ mod tests {
         assert!(eval("nope > 1", r#"{"a": 1}"#).unwrap_err().contains("nope"));
         assert!(eval("a > 'x'", r#"{"a": 1}"#).is_err());
         assert!(eval("a > 1", r#"{"a": 1"#).unwrap_err().contains("invalid JSON"));
+        assert_eq!(eval("a == null && b == 'x' && c == 1.5 && d", r#"{"a": null, "b": "x", "c": 1.5, "d": true}"#), Ok(Value::Bool(true)));
+        assert_eq!(eval("a > 1u", r#"{"a": 18446744073709551615}"#), Ok(Value::Bool(true)), "beyond i64: a uint");
+        assert_eq!(eval("a + 1", r#"{"a": 1, "a": 5}"#), Ok(Value::Int(6)), "the last duplicate counts");
     }
 
     #[test]

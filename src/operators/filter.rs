@@ -7,7 +7,7 @@
 
 use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use crate::config::{FilterSpec, OnError};
-use crate::expr::{Expression, Vars};
+use crate::expr::Expression;
 use crate::types::Record;
 
 pub struct Filter {
@@ -23,7 +23,7 @@ impl Filter {
     }
 
     fn test(&self, r: &Record) -> Result<bool, String> {
-        let vars = Vars::from_json(&r.raw, self.condition.variables())?;
+        let vars = self.condition.read(&r.raw)?;
         match self.condition.eval(&vars)? {
             cel::Value::Bool(b) => Ok(b),
             other => Err(format!("`where` gave a {}, expected a bool", other.type_of())),
