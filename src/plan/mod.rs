@@ -233,6 +233,37 @@ sinks:
     }
 
     #[test]
+    fn filters_and_maps_chain_and_maps_project_for_downstream() {
+        // Issue 16: stateless operators run in their input's task; a filter
+        // keeps its input's partitioning, a map's output is projected anew.
+        let yaml = r#"
+name: p
+parallelism: 2
+sources:
+  - {name: src, type: datagen, rows: 10, fields: {id: {kind: sequence}, user: {kind: key, cardinality: 3}, amount: {kind: int, min: 0, max: 9}}}
+operators:
+  - {name: unique, type: dedup, input: src, key: [id]}
+  - {name: big, type: filter, input: unique, where: "amount > 2"}
+  - {name: again, type: dedup, input: big, key: [id]}
+  - {name: shaped, type: map, input: again, rename: {who: user}, set: {double: "amount * 2"}}
+  - {name: per_user, type: aggregate, input: shaped, key: [who], aggregates: [{fn: sum, field: double, as: total}]}
+sinks:
+  - {name: out, type: blackhole, input: per_user}
+"#;
+        let p = plan(yaml);
+        let names: Vec<&str> = p.pipeline.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["src", "unique", "big", "again", "shaped", "per_user", "out"]);
+        assert_eq!(p.edges[2], Some(Edge::Forward));
+        assert_eq!(p.edges[3], Some(Edge::Forward), "through a filter: still partitioned by id");
+        assert_eq!(p.chains, vec![vec![0], vec![1, 2, 3, 4], vec![5, 6]]);
+        let src: Vec<&str> = p.projections[0].iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(src, ["id"], "fields after the map come from the map's output");
+        let map: Vec<(&str, FieldNeed)> = p.projections[4].iter().map(|(f, n)| (f.as_str(), *n)).collect();
+        assert_eq!(map, [("who", FieldNeed { required: true, numeric: false }), ("double", FieldNeed { required: false, numeric: true })]);
+        assert_eq!(p.schemas[4], ["who", "double"]);
+    }
+
+    #[test]
     fn count_of_a_field_needs_no_number() {
         // Issue 18 #8: `count` of a string field rejected the records that had one.
         let yaml = PIPELINE.replace(
