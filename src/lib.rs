@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod connectors;
+pub mod expr;
 pub mod faults;
 pub mod format;
 pub mod number;

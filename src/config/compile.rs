@@ -433,6 +433,10 @@ fn places(
                 }
             }
             Some(NodeKind::Aggregate(a)) => out.extend(a.dead_letter.as_deref().map(|p| dead_letter(p, "aggregate"))),
+            Some(NodeKind::Filter(crate::config::FilterSpec { on_error: OnError::DeadLetter(path), .. }))
+            | Some(NodeKind::Map(crate::config::MapSpec { on_error: OnError::DeadLetter(path), .. })) => {
+                out.push(dead_letter(path, "operator"))
+            }
             Some(NodeKind::Sink(SinkSpec::Kafka(k))) => {
                 if let OnError::DeadLetter(path) = &k.on_error {
                     out.push(dead_letter(path, "sink"));

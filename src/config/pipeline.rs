@@ -160,7 +160,30 @@ pub enum NodeKind {
     Source(SourceSpec),
     Dedup(DedupSpec),
     Aggregate(AggregateSpec),
+    Filter(FilterSpec),
+    Map(MapSpec),
     Sink(SinkSpec),
+}
+
+/// `filter`: records for which `condition` is true pass unchanged.
+#[derive(Debug, Clone)]
+pub struct FilterSpec {
+    pub condition: crate::expr::Expression,
+    /// Records the expression fails on.
+    pub on_error: OnError,
+}
+
+/// `map`: renames, then sets, then drops fields. Paths are canonical field
+/// paths of keys only (`crate::format::path`).
+#[derive(Debug, Clone)]
+pub struct MapSpec {
+    /// (new path, old path).
+    pub rename: Vec<(String, String)>,
+    /// (path, expression over the input record).
+    pub set: Vec<(String, crate::expr::Expression)>,
+    pub drop: Vec<String>,
+    /// Records an expression fails on, or whose output lacks a field needed downstream.
+    pub on_error: OnError,
 }
 
 #[derive(Debug, Clone)]
@@ -381,7 +404,7 @@ impl Pipeline {
         let keyed = |n: &Node| match &n.kind {
             NodeKind::Dedup(d) => Some(format!("dedup by [{}]", d.key.join(", "))),
             NodeKind::Aggregate(a) => Some(format!("aggregate by [{}]", a.key.join(", "))),
-            NodeKind::Source(_) | NodeKind::Sink(_) => None,
+            NodeKind::Source(_) | NodeKind::Filter(_) | NodeKind::Map(_) | NodeKind::Sink(_) => None,
         };
         self.nodes.iter().filter_map(|n| keyed(n).map(|k| (n.name.clone(), k))).collect()
     }

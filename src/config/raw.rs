@@ -230,6 +230,35 @@ pub enum RawOperator {
         #[serde(default)]
         dead_letter: Option<String>,
     },
+    /// Keeps the records for which a CEL expression is true.
+    Filter {
+        name: String,
+        input: String,
+        #[serde(rename = "where")]
+        condition: String,
+        /// Records the expression fails on (a type mismatch, a missing field).
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
+    },
+    /// Sets (CEL), renames and drops fields.
+    Map {
+        name: String,
+        input: String,
+        /// Field path -> CEL expression.
+        #[serde(default)]
+        set: IndexMap<String, String>,
+        #[serde(default)]
+        drop: Vec<String>,
+        /// New field path -> the path it is moved from.
+        #[serde(default)]
+        rename: IndexMap<String, String>,
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -326,14 +355,20 @@ impl RawOperator {
     /// The operator's `name`, whatever its type.
     pub fn name(&self) -> &str {
         match self {
-            RawOperator::Dedup { name, .. } | RawOperator::Aggregate { name, .. } => name,
+            RawOperator::Dedup { name, .. }
+            | RawOperator::Aggregate { name, .. }
+            | RawOperator::Filter { name, .. }
+            | RawOperator::Map { name, .. } => name,
         }
     }
 
     /// The name of the node it reads.
     pub fn input(&self) -> &str {
         match self {
-            RawOperator::Dedup { input, .. } | RawOperator::Aggregate { input, .. } => input,
+            RawOperator::Dedup { input, .. }
+            | RawOperator::Aggregate { input, .. }
+            | RawOperator::Filter { input, .. }
+            | RawOperator::Map { input, .. } => input,
         }
     }
 }

@@ -529,7 +529,11 @@ fn event_time_spec(cx: &mut Cx, at: &[Seg], raw: &RawEventTime) -> EventTimeSpec
     let field = match (&raw.field, raw.message_timestamp) {
         (Some(f), None | Some(false)) => {
             cx.not_empty(at, "field", f, "the name of the field holding the event time");
-            f.clone()
+            if f.trim().is_empty() {
+                f.clone()
+            } else {
+                field_path(cx, &child(at, "field"), f)
+            }
         }
         (None, Some(true)) => String::new(),
         (Some(_), Some(true)) => {
@@ -694,23 +698,97 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                 dead_letter: dead_letter.as_ref().map(PathBuf::from),
             })
         }
+        RawOperator::Filter { condition, on_error, dead_letter, .. } => NodeKind::Filter(FilterSpec {
+            condition: expression(cx, &child(at, "where"), "where", condition),
+            on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
+        }),
+        RawOperator::Map { set, drop, rename, on_error, dead_letter, .. } => {
+            if set.is_empty() && drop.is_empty() && rename.is_empty() {
+                cx.err(at, "a `map` needs at least one of `set`, `drop` and `rename`");
+            }
+            let rename_at = child(at, "rename");
+            let rename = rename
+                .iter()
+                .map(|(new, old)| {
+                    let new_path = key_path(cx, &child(&rename_at, new), true, new);
+                    (new_path, key_path(cx, &child(&rename_at, new), false, old))
+                })
+                .collect();
+            let set_at = child(at, "set");
+            let set = set
+                .iter()
+                .map(|(path, e)| {
+                    let here = child(&set_at, path);
+                    (key_path(cx, &here, true, path), expression(cx, &here, "set", e))
+                })
+                .collect();
+            let drop = drop.iter().enumerate().map(|(i, d)| key_path(cx, &item(&child(at, "drop"), i), false, d)).collect();
+            NodeKind::Map(MapSpec { rename, set, drop, on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()) })
+        }
     }
 }
 
-/// A non-empty list of distinct, non-empty field names.
+/// A CEL expression at `at`, compiled; errors name the column inside it.
+fn expression(cx: &mut Cx, at: &[Seg], what: &str, source: &str) -> crate::expr::Expression {
+    match crate::expr::Expression::compile(source) {
+        Ok(e) => e,
+        Err(e) => {
+            cx.err(at, format!("`{what}` expression `{}`: {e}", source.trim()));
+            // Neutral; the pipeline is discarded.
+            crate::expr::Expression::compile("true").expect("a literal compiles")
+        }
+    }
+}
+
+/// A map's field path (keys only: no `[n]`), canonical; `on_key`: the
+/// path is the YAML key at `at` (else its value).
+fn key_path(cx: &mut Cx, at: &[Seg], on_key: bool, text: &str) -> String {
+    let report = |cx: &mut Cx, message: String| if on_key { cx.err_key(at, message) } else { cx.err(at, message) };
+    match crate::format::path::FieldPath::parse(text) {
+        Ok(p) if p.segments().iter().all(|s| matches!(s, crate::format::path::Segment::Key(_))) => p.text().to_string(),
+        Ok(_) => {
+            report(cx, format!("`{text}`: a map sets, renames and drops object members: expected a path of keys (no `[n]`)"));
+            text.to_string()
+        }
+        Err(e) => {
+            report(cx, format!("`{text}` is not a field path: {e}"));
+            text.to_string()
+        }
+    }
+}
+
+/// A non-empty list of distinct, non-empty field paths, in their canonical text.
 fn key_list(cx: &mut Cx, at: &[Seg], key: &[String]) -> Vec<String> {
     if key.is_empty() {
         cx.err(at, "`key` is empty: expected at least one field name, e.g. `key: [user]`");
     }
     let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(key.len());
     for (i, k) in key.iter().enumerate() {
         if k.is_empty() {
             cx.err(&item(at, i), "empty field name in `key`");
-        } else if !seen.insert(k) {
+            out.push(k.clone());
+            continue;
+        }
+        let path = field_path(cx, &item(at, i), k);
+        if !seen.insert(path.clone()) {
             cx.err(&item(at, i), format!("`{k}` appears twice in `key`: expected distinct fields"));
         }
+        out.push(path);
     }
-    key.to_vec()
+    out
+}
+
+/// The canonical text of the field path `text` at `at` (see
+/// `crate::format::path`); `text` itself, reported, when it is not a path.
+pub(crate) fn field_path(cx: &mut Cx, at: &[Seg], text: &str) -> String {
+    match crate::format::path::canonical_text(text) {
+        Ok(t) => t,
+        Err(e) => {
+            cx.err(at, format!("`{text}` is not a field path: {e}"));
+            text.to_string()
+        }
+    }
 }
 
 fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
@@ -793,7 +871,13 @@ fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], 
         }
         seen.push((alias, cx.loc.line_of(&alias_at)));
     }
-    raw.iter().map(|a| AggregateFn { func: agg_func(a.func), field: a.field.clone(), alias: a.alias.clone() }).collect()
+    raw.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let field = a.field.as_ref().map(|f| field_path(cx, &child(&item(at, i), "field"), f));
+            AggregateFn { func: agg_func(a.func), field, alias: a.alias.clone() }
+        })
+        .collect()
 }
 
 fn agg_func(f: RawAggFn) -> AggFunc {
@@ -918,11 +1002,30 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], name: &str, kind: &NodeKind, input: 
             };
             Flow { fields: Some(a.output_fields()), time }
         }
+        NodeKind::Filter(f) => {
+            check_variables(cx, &child(at, "where"), &f.condition, input_name, upstream);
+            upstream.clone()
+        }
+        NodeKind::Map(m) => {
+            for (path, e) in &m.set {
+                check_variables(cx, &child(&child(at, "set"), path), e, input_name, upstream);
+            }
+            // Which fields a map's output has depends on the records: any may be present.
+            Flow { fields: None, time: upstream.time.clone() }
+        }
         NodeKind::Sink(SinkSpec::Kafka(k)) => {
             check_fields(cx, &child(at, "key"), &k.key, input_name, upstream);
             unknown
         }
         NodeKind::Sink(_) => unknown,
+    }
+}
+
+/// The fields an expression reads exist upstream, where that is known.
+fn check_variables(cx: &mut Cx, at: &[Seg], e: &crate::expr::Expression, input: &str, upstream: &Flow) {
+    for v in e.variables() {
+        // The output names of an aggregate are canonical paths; a variable is a top-level key.
+        check_field(cx, at, &crate::format::path::FieldPath::key(v).text().to_string(), input, upstream);
     }
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::path::{descend, FieldPath};
 use crate::types::{check_event_time, event_time_out_of_range, parse_rfc3339_ms, Millis, Record, Value, MAX_EVENT_TIME, MIN_EVENT_TIME};
 
 /// What the pipeline needs of one projected field.
@@ -24,11 +25,37 @@ pub struct FieldNeed {
 pub struct JsonParser {
     fields: Vec<(String, FieldNeed)>,
     event_time: Option<String>,
+    /// Per field: its top-level key, when its path is one key.
+    keys: Vec<Option<String>>,
+    /// The event time's top-level key, when its path is one key.
+    time_key: Option<String>,
+    /// Paths into nested values: the field slot (None: the event time) and the path.
+    nested: Vec<(Option<usize>, FieldPath)>,
 }
 
 impl JsonParser {
+    /// Field names and the event-time field are field paths
+    /// (`crate::format::path`), validated by `config`; a name that is not a
+    /// path is taken as one top-level key.
     pub fn new(fields: Vec<(String, FieldNeed)>, event_time: Option<String>) -> Self {
-        JsonParser { fields, event_time }
+        let path = |name: &str| FieldPath::parse(name).unwrap_or_else(|_| FieldPath::key(name));
+        let mut nested = Vec::new();
+        let mut keys = Vec::with_capacity(fields.len());
+        for (i, (name, _)) in fields.iter().enumerate() {
+            let p = path(name);
+            keys.push(p.is_top_level().then(|| p.head().to_string()));
+            if !p.is_top_level() {
+                nested.push((Some(i), p));
+            }
+        }
+        let time_key = event_time.as_deref().map(path).and_then(|p| {
+            if p.is_top_level() {
+                return Some(p.head().to_string());
+            }
+            nested.push((None, p));
+            None
+        });
+        JsonParser { fields, event_time, keys, time_key, nested }
     }
 
     /// Parse one line into a record, or say why it is bad.
@@ -73,15 +100,32 @@ impl JsonParser {
         Ok(Record::new(fields, line.into(), None))
     }
 
-    /// The projection slot of a key, and whether it is the event-time field.
+    /// The projection slot of a top-level key, and whether it is the event-time field.
     fn lookup(&self, key: &str) -> (Option<usize>, bool) {
-        let slot = self.fields.iter().position(|(n, _)| n == key);
-        (slot, self.event_time.as_deref() == Some(key))
+        let slot = self.keys.iter().position(|k| k.as_deref() == Some(key));
+        (slot, self.time_key.as_deref() == Some(key))
     }
 
-    /// Store a scalar found under `key`.
+    /// Whether a nested path starts at top-level key `key`.
+    fn is_head(&self, key: &str) -> bool {
+        !self.nested.is_empty() && self.nested.iter().any(|(_, p)| p.head() == key)
+    }
+
+    /// Store a scalar found under the top-level `key`.
     fn store(&self, key: &str, v: Value, values: &mut [Value], seen: &mut Seen, event_time: &mut Option<Result<Millis, String>>) {
         let (slot, is_time) = self.lookup(key);
+        self.store_at(slot, is_time, v, values, seen, event_time);
+    }
+
+    fn store_at(
+        &self,
+        slot: Option<usize>,
+        is_time: bool,
+        v: Value,
+        values: &mut [Value],
+        seen: &mut Seen,
+        event_time: &mut Option<Result<Millis, String>>,
+    ) {
         if is_time {
             *event_time = Some(parse_event_time(&v));
         }
@@ -274,26 +318,41 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            match self.parser.lookup(&key) {
-                (None, false) => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-                _ => {
-                    // Raw text, so a number keeps its exact value (serde would round it to f64).
-                    let raw = map.next_value::<&'de RawValue>()?.get();
-                    let v = match raw.as_bytes().first() {
-                        Some(b'-' | b'0'..=b'9') => crate::number::parse(raw)
-                            .ok_or_else(|| de::Error::custom(format!("field `{key}`: number {raw} is out of range")))?,
-                        _ => serde_json::from_str::<Scalar>(raw)
-                            .map_err(de::Error::custom)?
-                            .0
-                            .map_err(|kind| de::Error::custom(format!("field `{key}` must be a scalar, found {kind}")))?,
-                    };
-                    self.parser.store(&key, v, self.values, self.seen, self.event_time);
+            let (slot, is_time) = self.parser.lookup(&key);
+            let head = self.parser.is_head(&key);
+            if slot.is_none() && !is_time && !head {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let raw = map.next_value::<&'de RawValue>()?;
+            if slot.is_some() || is_time {
+                let v = scalar(raw.get(), &key)?;
+                self.parser.store_at(slot, is_time, v, self.values, self.seen, self.event_time);
+            }
+            if head {
+                for (target, path) in self.parser.nested.iter().filter(|(_, p)| p.head() == key) {
+                    if let Some(found) = descend(raw, path.rest()).map_err(de::Error::custom)? {
+                        let v = scalar(found.get(), path.text())?;
+                        self.parser.store_at(*target, target.is_none(), v, self.values, self.seen, self.event_time);
+                    }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The scalar value of field `name` from its raw text; the text, so a
+/// number keeps its exact value (serde would round it to f64).
+fn scalar<E: de::Error>(raw: &str, name: &str) -> Result<Value, E> {
+    match raw.as_bytes().first() {
+        Some(b'-' | b'0'..=b'9') => {
+            crate::number::parse(raw).ok_or_else(|| E::custom(format!("field `{name}`: number {raw} is out of range")))
+        }
+        _ => serde_json::from_str::<Scalar>(raw)
+            .map_err(E::custom)?
+            .0
+            .map_err(|kind| E::custom(format!("field `{name}` must be a scalar, found {kind}"))),
     }
 }
 

@@ -14,6 +14,8 @@
 pub mod aggregate;
 pub mod dead_letter;
 pub mod dedup;
+pub mod filter;
+pub mod map;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -25,7 +25,8 @@ pub struct Plan {
     pub schemas: Vec<Vec<String>>,
     /// Per node: the edge from its input (None for sources).
     pub edges: Vec<Option<Edge>>,
-    /// Per source node: the fields to extract when parsing, with what they need.
+    /// Per source and `map` node: the fields to extract when parsing (a
+    /// map: its output), with what they need.
     pub projections: Vec<Vec<(String, FieldNeed)>>,
     /// Groups of nodes run as one task, each chain in dataflow order. The
     /// head reads from channels (or is a source); the rest are chained.
@@ -36,8 +37,9 @@ impl Plan {
     pub fn new(pipeline: Pipeline) -> Plan {
         let n = pipeline.nodes.len();
         let mut projections = vec![Vec::new(); n];
-        // Fields are needed by every keyed node reading a source's stream,
-        // through dedups (which pass records through) up to an aggregate.
+        // Fields are needed by every keyed node reading a source's (or a
+        // map's) stream, through dedups and filters (which pass records
+        // through) up to an aggregate.
         for id in 0..n {
             if let Some((source, needs)) = field_needs(&pipeline, id) {
                 merge_needs(&mut projections[source], needs);
@@ -47,9 +49,11 @@ impl Plan {
         let mut edges = vec![None; n];
         for (id, node) in pipeline.nodes.iter().enumerate() {
             schemas[id] = match &node.kind {
-                NodeKind::Source(_) => projections[id].iter().map(|(f, _)| f.clone()).collect(),
+                NodeKind::Source(_) | NodeKind::Map(_) => projections[id].iter().map(|(f, _)| f.clone()).collect(),
                 NodeKind::Aggregate(a) => a.output_fields(),
-                NodeKind::Dedup(_) | NodeKind::Sink(_) => schemas[node.input.expect("non-source has an input")].clone(),
+                NodeKind::Dedup(_) | NodeKind::Filter(_) | NodeKind::Sink(_) => {
+                    schemas[node.input.expect("non-source has an input")].clone()
+                }
             };
             if let Some(input) = node.input {
                 edges[id] = Some(edge_for(&pipeline, &schemas[input], input, id));
@@ -92,9 +96,13 @@ fn key_of(kind: &NodeKind) -> Option<&[String]> {
     }
 }
 
-/// The key the records leaving `id` are already partitioned by, if any.
+/// The key the records leaving `id` are already partitioned by, if any. A
+/// filter passes records unchanged, so they stay partitioned as its input's.
 fn partitioned_by(p: &Pipeline, id: NodeId) -> Option<&[String]> {
-    key_of(&p.nodes[id].kind)
+    match (&p.nodes[id].kind, p.nodes[id].input) {
+        (NodeKind::Filter(_), Some(input)) => partitioned_by(p, input),
+        (kind, _) => key_of(kind),
+    }
 }
 
 fn edge_for(p: &Pipeline, input_schema: &[String], input: NodeId, id: NodeId) -> Edge {
@@ -132,8 +140,8 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
     let mut up = node.input?;
     loop {
         match &p.nodes[up].kind {
-            NodeKind::Source(_) => return Some((up, needs)),
-            NodeKind::Dedup(_) => up = p.nodes[up].input?,
+            NodeKind::Source(_) | NodeKind::Map(_) => return Some((up, needs)),
+            NodeKind::Dedup(_) | NodeKind::Filter(_) => up = p.nodes[up].input?,
             _ => return None,
         }
     }
@@ -222,6 +230,37 @@ sinks:
             ]
         );
         assert_eq!(p.schemas[3], ["user", "total"], "an aggregate emits its own schema");
+    }
+
+    #[test]
+    fn filters_and_maps_chain_and_maps_project_for_downstream() {
+        // Issue 16: stateless operators run in their input's task; a filter
+        // keeps its input's partitioning, a map's output is projected anew.
+        let yaml = r#"
+name: p
+parallelism: 2
+sources:
+  - {name: src, type: datagen, rows: 10, fields: {id: {kind: sequence}, user: {kind: key, cardinality: 3}, amount: {kind: int, min: 0, max: 9}}}
+operators:
+  - {name: unique, type: dedup, input: src, key: [id]}
+  - {name: big, type: filter, input: unique, where: "amount > 2"}
+  - {name: again, type: dedup, input: big, key: [id]}
+  - {name: shaped, type: map, input: again, rename: {who: user}, set: {double: "amount * 2"}}
+  - {name: per_user, type: aggregate, input: shaped, key: [who], aggregates: [{fn: sum, field: double, as: total}]}
+sinks:
+  - {name: out, type: blackhole, input: per_user}
+"#;
+        let p = plan(yaml);
+        let names: Vec<&str> = p.pipeline.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["src", "unique", "big", "again", "shaped", "per_user", "out"]);
+        assert_eq!(p.edges[2], Some(Edge::Forward));
+        assert_eq!(p.edges[3], Some(Edge::Forward), "through a filter: still partitioned by id");
+        assert_eq!(p.chains, vec![vec![0], vec![1, 2, 3, 4], vec![5, 6]]);
+        let src: Vec<&str> = p.projections[0].iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(src, ["id"], "fields after the map come from the map's output");
+        let map: Vec<(&str, FieldNeed)> = p.projections[4].iter().map(|(f, n)| (f.as_str(), *n)).collect();
+        assert_eq!(map, [("who", FieldNeed { required: true, numeric: false }), ("double", FieldNeed { required: false, numeric: true })]);
+        assert_eq!(p.schemas[4], ["who", "double"]);
     }
 
     #[test]

@@ -38,6 +38,8 @@ use crate::format::json::JsonParser;
 use crate::operators::aggregate::Aggregate;
 use crate::operators::dead_letter::{commit_operator_name, DeadLetters};
 use crate::operators::dedup::Dedup;
+use crate::operators::filter::Filter;
+use crate::operators::map::Map;
 use crate::operators::{DeadLetter, Operator, OperatorMetrics, SubtaskInfo};
 use crate::plan::{Edge, Plan};
 use crate::state::memory::MemoryState;
@@ -308,6 +310,8 @@ fn kind_name(kind: &NodeKind) -> &'static str {
         NodeKind::Source(_) => "source",
         NodeKind::Dedup(_) => "dedup",
         NodeKind::Aggregate(_) => "aggregate",
+        NodeKind::Filter(_) => "filter",
+        NodeKind::Map(_) => "map",
         NodeKind::Sink(_) => "sink",
     }
 }
@@ -523,6 +527,20 @@ fn chain_op(
                 None => None,
             };
             Box::new(Aggregate::new(spec, input_schema, dead_letter).map_err(err)?)
+        }
+        NodeKind::Filter(spec) => {
+            let dead_letter = match &spec.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                _ => None,
+            };
+            Box::new(Filter::new(&node.name, spec, dead_letter))
+        }
+        NodeKind::Map(spec) => {
+            let dead_letter = match &spec.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                _ => None,
+            };
+            Box::new(Map::new(&node.name, spec, plan.projections[id].clone(), dead_letter))
         }
         NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
             Box::new(FileSink::new(dir, *max_file_bytes, subtask, plan.pipeline.checkpoint.is_some()).map_err(|e| err(e.to_string()))?)

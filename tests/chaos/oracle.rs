@@ -82,6 +82,18 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
                 let aggs = [(Func::Sum, Some("n"), "n"), (Func::Sum, Some("total"), "total"), (Func::Count, None, "windows")];
                 records(reference::aggregate(&stamped, &["user"], "__ts", Some(RefWindow::Tumbling { size: *size }), &aggs))
             }
+            // The reference of the expressions in `Shape::yaml`.
+            OpKind::Filter => raw(up.lines.iter().filter(|(l, _)| amount(l) % 3 != 1).cloned().collect()),
+            OpKind::Map => raw(up
+                .lines
+                .iter()
+                .map(|(l, wm)| {
+                    let mut r = parse(l);
+                    r.insert("amount".into(), (amount(l) * 2).into());
+                    r.insert("tag".into(), "m".into());
+                    (serde_json::to_string(&r).unwrap(), *wm)
+                })
+                .collect()),
             OpKind::Running { .. } => {
                 let aggs = [(Func::Count, None, "n"), (Func::Sum, Some("amount"), "total")];
                 let lines: Vec<String> = up.lines.iter().map(|(l, _)| l.clone()).collect();
@@ -91,6 +103,11 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
         out.insert(op.name.clone(), e);
     }
     out
+}
+
+/// The integer `amount` of a raw record (every generated record has one).
+fn amount(line: &str) -> i64 {
+    parse(line)["amount"].as_i64().expect("generated records have an integer amount")
 }
 
 fn raw(lines: Vec<(String, i64)>) -> Expected {

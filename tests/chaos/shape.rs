@@ -7,7 +7,8 @@
 //! aggregates, each reading one node; a node has 1–3 consumers (fan-out),
 //! and every hash edge from many upstream subtasks is a fan-in. Sinks: a file
 //! sink on every leaf, sometimes a second file sink (fan-out) and a slow
-//! blackhole (backpressure). Event times are multiples of `STEP_MS` and
+//! blackhole (backpressure); a `filter` or `map` spliced into some edges
+//! that carry raw records. Event times are multiples of `STEP_MS` and
 //! session gaps are not, so no record is ever exactly `gap` from another.
 
 use std::fmt::Write as _;
@@ -68,6 +69,10 @@ pub enum OpKind {
     Rollup { size: i64 },
     /// Key `[user]`, no window: n, total, emitted every `emit_ms`.
     Running { emit_ms: u64 },
+    /// `where: "amount % 3 != 1"`: passes raw records unchanged.
+    Filter,
+    /// `set: {amount: "amount * 2", tag: "'m'"}`: raw records, reshaped.
+    Map,
 }
 
 /// What a node emits, which decides what may read it.
@@ -187,6 +192,7 @@ impl Shape {
                 shape.sinks.push(Sink { name, input: node, kind: SinkKind::File });
             }
         }
+        shape.splice_stateless(seed);
         if rng.chance(0.3) {
             if let Some(node) = shape.random_node_with_room(rng) {
                 // Slower than its source: backpressure builds up behind it.
@@ -197,6 +203,31 @@ impl Shape {
             }
         }
         shape
+    }
+
+    /// Put a `filter` or `map` (issue 16) on some edges that carry raw
+    /// records, drawn from their own stream of the seed so that the rest of
+    /// a seed's shape stays as it was before these existed.
+    fn splice_stateless(&mut self, seed: u64) {
+        let mut rng = Rng::new(seed ^ 0x5eed_f11e);
+        let n = rng.range(0, 2);
+        for i in 0..n {
+            // Edges into an operator or sink from a node emitting raw records.
+            let mut edges: Vec<(bool, usize)> = Vec::new();
+            edges.extend((0..self.operators.len()).filter(|&j| self.emits(&self.operators[j].input) == Emits::Raw).map(|j| (true, j)));
+            edges.extend((0..self.sinks.len()).filter(|&j| self.emits(&self.sinks[j].input) == Emits::Raw).map(|j| (false, j)));
+            if edges.is_empty() {
+                return;
+            }
+            let (is_op, j) = *rng.pick(&edges);
+            let kind = if rng.chance(0.5) { OpKind::Filter } else { OpKind::Map };
+            let name = format!("st{i}");
+            let input = if is_op { &mut self.operators[j].input } else { &mut self.sinks[j].input };
+            let upstream = std::mem::replace(input, name.clone());
+            // Declared right before its consumer (operators) or last: after its input either way.
+            let at = if is_op { j } else { self.operators.len() };
+            self.operators.insert(at, Operator { name, input: upstream, kind });
+        }
     }
 
     /// A Kafka sink writing into `topic`, on some node that has room.
@@ -261,7 +292,7 @@ impl Shape {
 
     pub fn emits(&self, node: &str) -> Emits {
         match self.operator(node).map(|o| &o.kind) {
-            None | Some(OpKind::Dedup) => Emits::Raw,
+            None | Some(OpKind::Dedup) | Some(OpKind::Filter) | Some(OpKind::Map) => Emits::Raw,
             Some(OpKind::Windowed(_)) | Some(OpKind::Rollup { .. }) => Emits::Windows,
             Some(OpKind::Running { .. }) => Emits::Updates,
         }
@@ -378,6 +409,8 @@ impl Shape {
                     let _ = writeln!(y, "    type: aggregate\n    key: [user]\n    emit_interval: {emit_ms}ms");
                     y.push_str(raw_aggs);
                 }
+                OpKind::Filter => y.push_str("    type: filter\n    where: \"amount % 3 != 1\"\n"),
+                OpKind::Map => y.push_str("    type: map\n    set: {amount: \"amount * 2\", tag: \"'m'\"}\n"),
             }
         }
         y.push_str("sinks:\n");

@@ -192,3 +192,98 @@ fn one_subtask_reading_files_of_the_same_time_range_one_after_another_drops_noth
     let lines = run_to_sink(super::ckpt::PIPELINE, 1, |w| super::ckpt::fast(w).set("state.dir", state.path()));
     assert_same_records("checkpointed.yaml -p 1", &lines, &super::ckpt::reference_output());
 }
+
+const NESTED: &str = "testdata/inputs/nested.jsonl";
+
+#[test]
+fn nested_field_paths_as_keys_and_aggregated_fields() {
+    let aggs: &[Agg] = &[(Count, None, "orders"), (Sum, Some("items[0].qty"), "first_qty"), (Max, Some("amount"), "largest")];
+    let key = ["user.country", "items[0].sku", "\"shop.region\""];
+    let expected = reference::aggregate(&input_lines(NESTED), &key, "ts", Some(Window::Tumbling { size: 10_000 }), aggs);
+    assert!(expected[0].contains_key("shop.region") && expected[0].contains_key("items[0].sku"), "{:?}", expected[0]);
+    check_aggregate("pipelines/nested.yaml", &expected, |w| w);
+}
+
+/// pipelines/filter.yaml's `where`, written from its text.
+fn big_abroad(o: &Obj) -> bool {
+    o["amount"].as_i64().unwrap() > 100 && o["user"]["country"] != "DE"
+}
+
+#[test]
+fn filter_passes_the_matching_records_unchanged() {
+    let lines = input_lines(NESTED);
+    let expected: Vec<String> = lines.iter().filter(|l| big_abroad(&parse(l))).cloned().collect();
+    assert!(!expected.is_empty() && expected.len() < lines.len());
+    for p in PARALLELISMS {
+        let got = run_to_sink("pipelines/filter.yaml", p, |w| w);
+        assert_same_multiset(&format!("filter -p {p}"), got, expected.clone());
+    }
+}
+
+/// pipelines/map.yaml's `map`, written from its documentation: rename, set, drop.
+fn shaped(o: &Obj) -> Obj {
+    let mut out = o.clone();
+    let uid = out["user"].as_object_mut().unwrap().remove("id").unwrap();
+    out.insert("uid".into(), uid);
+    let eur = o["amount"].as_i64().unwrap() as f64 * 0.92;
+    out.insert("total_eur".into(), serde_json::Number::from_f64(eur).unwrap().into());
+    out.insert("first_sku".into(), o["items"][0]["sku"].clone());
+    out.shift_remove("items");
+    out.shift_remove("debug");
+    out
+}
+
+#[test]
+fn map_then_windowed_aggregate_by_a_renamed_field() {
+    let mapped: Vec<String> = input_lines(NESTED).iter().map(|l| serde_json::to_string(&shaped(&parse(l))).unwrap()).collect();
+    let aggs: &[Agg] = &[(Count, None, "orders"), (Sum, Some("total_eur"), "revenue_eur")];
+    let expected = reference::aggregate(&mapped, &["uid"], "ts", Some(Window::Tumbling { size: 10_000 }), aggs);
+    check_aggregate("pipelines/map.yaml", &expected, |w| w);
+}
+
+#[test]
+fn filter_map_dedup_aggregate_chain_at_every_parallelism() {
+    // Filter and map chain into the source's task; the dedup and aggregate
+    // read fields the map's output carries (projected from it).
+    let dir = tmp();
+    let pipeline = dir.path().join("chain.yaml");
+    let input = super::util::repo().join(NESTED);
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"name: chain
+sources:
+  - {{name: orders, type: file, path: "{}", event_time: {{field: ts, max_out_of_orderness: 5s}}}}
+operators:
+  - {{name: big, type: filter, input: orders, where: "amount > 100 && user.country != 'DE'"}}
+  - name: shaped
+    type: map
+    input: big
+    rename: {{uid: user.id}}
+    set: {{total_eur: "double(amount) * 0.92", first_sku: "items[0].sku"}}
+    drop: [items, debug]
+  - {{name: unique, type: dedup, input: shaped, key: [first_sku, uid]}}
+  - name: per_sku
+    type: aggregate
+    input: unique
+    key: [first_sku]
+    window: {{type: tumbling, size: 10s}}
+    aggregates: [{{fn: count, as: n}}, {{fn: max, field: total_eur, as: top}}, {{fn: sum, field: user.id, as: none}}]
+sinks:
+  - {{name: out, type: file, input: per_sku, path: out}}
+"#,
+            input.display()
+        ),
+    )
+    .unwrap();
+    let kept: Vec<String> =
+        input_lines(NESTED).iter().map(|l| parse(l)).filter(big_abroad).map(|o| serde_json::to_string(&shaped(&o)).unwrap()).collect();
+    let unique = reference::dedup(&kept, &["first_sku", "uid"]);
+    let aggs: &[Agg] = &[(Count, None, "n"), (Max, Some("total_eur"), "top"), (Sum, Some("user.id"), "none")];
+    let expected = reference::aggregate(&unique, &["first_sku"], "ts", Some(Window::Tumbling { size: 10_000 }), aggs);
+    assert!(expected.iter().all(|o| o["none"].is_null()), "the renamed field is gone");
+    for p in PARALLELISMS {
+        let lines = run_to_sink(pipeline.to_str().unwrap(), p, |w| w);
+        assert_same_records(&format!("chain -p {p}"), &lines, &expected);
+    }
+}

@@ -32,6 +32,7 @@ mod savepoint;
 mod signals;
 mod state_dir;
 mod terminal;
+mod transform;
 mod util;
 mod validate;
 mod values;

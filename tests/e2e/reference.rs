@@ -7,9 +7,81 @@ use serde_json::{Number, Value};
 
 use super::records::{parse, Obj};
 
+/// One step of a field path, as docs/pipeline-reference.md defines them.
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// `user.id`, `items[0].sku`, `"a.b".c` as steps (the reference accepts
+/// only well-formed paths).
+fn steps(path: &str) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut chars = path.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        match c {
+            '.' => {
+                chars.next();
+            }
+            '[' => {
+                chars.next();
+                let n: String = chars.by_ref().take_while(|&c| c != ']').collect();
+                out.push(Step::Index(n.parse().expect("reference: index")));
+            }
+            '"' => {
+                chars.next();
+                let mut key = String::new();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => key.push(chars.next().expect("reference: escape")),
+                        '"' => break,
+                        c => key.push(c),
+                    }
+                }
+                out.push(Step::Key(key));
+            }
+            _ => {
+                let mut key = String::new();
+                while let Some(&c) = chars.peek() {
+                    if matches!(c, '.' | '[') {
+                        break;
+                    }
+                    key.push(c);
+                    chars.next();
+                }
+                out.push(Step::Key(key));
+            }
+        }
+    }
+    out
+}
+
+/// The value at a field path of a record, if there is one.
+pub fn get_path<'a>(o: &'a Obj, path: &str) -> Option<&'a Value> {
+    let steps = steps(path);
+    let Some((Step::Key(first), rest)) = steps.split_first() else { panic!("reference: path starts with a key") };
+    let mut v = o.get(first)?;
+    for s in rest {
+        v = match s {
+            Step::Key(k) => v.as_object()?.get(k)?,
+            Step::Index(i) => v.as_array()?.get(*i)?,
+        };
+    }
+    Some(v)
+}
+
+/// The name of a key field in an aggregate's output: the key itself for a
+/// path of one (quoted) key, else the path's text.
+fn output_name(path: &str) -> String {
+    match steps(path).as_slice() {
+        [Step::Key(k)] => k.clone(),
+        _ => path.to_string(),
+    }
+}
+
 /// Event time of a record: epoch ms or an RFC 3339 string.
 pub fn event_time(o: &Obj, field: &str) -> Option<i64> {
-    match o.get(field)? {
+    match get_path(o, field)? {
         Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f.floor() as i64)),
         Value::String(s) => parse_rfc3339(s),
         _ => None,
@@ -72,14 +144,14 @@ pub fn classify(line: &[u8], keys: &[&str], ts_field: Option<&str>) -> Option<bo
         return Some(false);
     };
     let scalar = |v: &Value| !matches!(v, Value::Array(_) | Value::Object(_));
-    let keys_ok = keys.iter().all(|k| o.get(*k).is_some_and(scalar));
+    let keys_ok = keys.iter().all(|k| get_path(&o, k).is_some_and(scalar));
     let ts_ok = ts_field.is_none_or(|f| event_time(&o, f).is_some());
     Some(keys_ok && ts_ok)
 }
 
 /// The key of a record: the JSON text of each key field (missing = null).
 fn key_of(o: &Obj, key: &[&str]) -> Vec<String> {
-    key.iter().map(|k| o.get(*k).unwrap_or(&Value::Null).to_string()).collect()
+    key.iter().map(|k| get_path(o, k).unwrap_or(&Value::Null).to_string()).collect()
 }
 
 /// dedup: the first line per key passes unchanged.
@@ -176,7 +248,7 @@ pub fn aggregate_late(
     }
     for (k, rs) in by_key {
         let (mut rs, wms): (Vec<Obj>, Vec<i64>) = rs.into_iter().unzip();
-        let key_values: Vec<Value> = key.iter().map(|f| rs[0].get(*f).cloned().unwrap_or(Value::Null)).collect();
+        let key_values: Vec<Value> = key.iter().map(|f| get_path(&rs[0], f).cloned().unwrap_or(Value::Null)).collect();
         let ts = |o: &Obj| event_time(o, ts_field).expect("reference input has event times");
         let mut put = |s: i64, e: i64, r: &Obj| {
             groups.entry((k.clone(), s, e)).or_insert_with(|| (key_values.clone(), Vec::new())).1.push(r.clone());
@@ -224,7 +296,7 @@ pub fn aggregate_late(
         .map(|((_, s, e), (key_values, rs))| {
             let mut out = Obj::new();
             for (f, v) in key.iter().zip(key_values) {
-                out.insert(f.to_string(), v);
+                out.insert(output_name(f), v);
             }
             if window.is_some() {
                 out.insert("window_start".into(), s.into());
@@ -247,7 +319,7 @@ fn apply(func: Func, field: Option<&str>, rs: &[Obj]) -> Value {
     };
     let values: Vec<&Number> = rs
         .iter()
-        .filter_map(|r| match r.get(field) {
+        .filter_map(|r| match get_path(r, field) {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) => Some(n),
             Some(other) => panic!("reference input: `{field}` is not a number: {other}"),
