@@ -645,11 +645,17 @@ fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
     out
 }
 
-/// The state value of a transaction staged by `origin` of `instance` in `run`.
+/// The state value of a transaction staged by `origin` of `instance` in
+/// `run`: WKT3 in a cluster, else WKT2 as before (an older weir restores it).
 fn encode_staged(origin: u16, instance: Option<u16>, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
-    let mut out = STAGED_MAGIC_INSTANCE.to_vec();
+    let mut out = match instance {
+        Some(_) => STAGED_MAGIC_INSTANCE.to_vec(),
+        None => STAGED_MAGIC.to_vec(),
+    };
     out.extend_from_slice(&origin.to_be_bytes());
-    out.extend_from_slice(&instance.unwrap_or(NO_INSTANCE).to_be_bytes());
+    if let Some(i) = instance {
+        out.extend_from_slice(&i.to_be_bytes());
+    }
     let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
     out.push(run.len() as u8);
     out.extend_from_slice(run);
@@ -870,7 +876,9 @@ mod tests {
     #[test]
     fn staged_transactions_carry_the_run_that_staged_them() {
         let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into())];
-        let s = decode_staged(&encode_staged(3, None, "00ab", 7, &recs)).unwrap();
+        let v = encode_staged(3, None, "00ab", 7, &recs);
+        assert!(v.starts_with(STAGED_MAGIC), "outside a cluster, the format an older weir reads");
+        let s = decode_staged(&v).unwrap();
         assert_eq!(s, Staged { origin: 3, instance: None, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
         // A cluster's: the instance too (a rescale repairs it under that instance's id).
         let s = decode_staged(&encode_staged(3, Some(2), "00ab", 7, &recs)).unwrap();
