@@ -145,9 +145,11 @@ pub struct RunArgs {
 
     /// Resume from a checkpoint: `latest` (the newest complete one in the
     /// state directory, if any) or the path of a checkpoint or savepoint
-    /// directory or its `_metadata` file.
+    /// directory or its `_metadata` file. Given several times (one
+    /// stop-with-savepoint of every instance of a cluster): a rescale of
+    /// the cluster, see docs/scaling.md.
     #[arg(long, value_name = "latest|PATH")]
-    pub restore: Option<String>,
+    pub restore: Vec<String>,
 }
 
 /// What `run` and `restore` share.
@@ -214,7 +216,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{report}");
             Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        Command::Restore(args) => run_pipeline(RunArgs { restore: Some(args.savepoint.display().to_string()), options: args.options }),
+        Command::Restore(args) => run_pipeline(RunArgs { restore: vec![args.savepoint.display().to_string()], options: args.options }),
         Command::Savepoint(command) => savepoint_command(command),
         Command::Status(args) => status_command(args),
     }
@@ -344,10 +346,15 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         })?),
         None => None,
     };
-    let restore = args.restore.as_deref().map(|r| match r {
-        "latest" => RestoreFrom::Latest,
-        path => RestoreFrom::Path(path.into()),
-    });
+    let restore = match args.restore.as_slice() {
+        [] => None,
+        [r] if r == "latest" => Some(RestoreFrom::Latest),
+        [path] => Some(RestoreFrom::Path(path.into())),
+        set if set.iter().any(|r| r == "latest") => {
+            return Err(UsageError("--restore latest cannot be part of a savepoint set: give one path per old instance".into()).into())
+        }
+        set => Some(RestoreFrom::Set(set.iter().map(PathBuf::from).collect())),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     // Before anything that can take long (the lock, loading a checkpoint,
     // rebuilding state, opening connectors): a signal from here on stops

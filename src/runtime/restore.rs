@@ -39,6 +39,9 @@ use crate::types::Millis;
 pub enum RestoreFrom {
     Latest,
     Path(PathBuf),
+    /// A rescale: one stop-with-savepoint of every instance of a cluster
+    /// (`--restore` given several times), see docs/scaling.md.
+    Set(Vec<PathBuf>),
 }
 
 /// A refusal the user must act on (exit 2).
@@ -72,6 +75,8 @@ pub enum RestoreError {
     Storage(String),
     #[error(transparent)]
     Owner(#[from] crate::checkpoint::owner::OwnerError),
+    #[error("cannot restore the savepoint set: {0}; nothing was changed")]
+    Set(String),
 }
 
 /// Where a run starts from, and where its checkpoints continue.
@@ -101,8 +106,9 @@ pub struct RestoredState {
     pub started: std::time::Instant,
     /// The bundle MANIFESTs, in bundle order.
     pub manifests: Vec<BundleManifest>,
-    /// The download `dir` is in, removed with it (None: a local directory).
-    _download: Option<crate::checkpoint::publish::TempDir>,
+    /// The downloads `dir` (and the rest of a set) are in, removed with it
+    /// (none: local directories).
+    _download: Vec<crate::checkpoint::publish::TempDir>,
 }
 
 impl RestoredState {
@@ -246,16 +252,24 @@ fn decide(
     let (chosen, begins_lineage) = match restore {
         Some(RestoreFrom::Path(p)) => (Some(validate_path(pipeline, p)?), true),
         Some(RestoreFrom::Latest) => (resolve_latest(pipeline, layout, storage)?, false),
-        None => (None, true),
+        Some(RestoreFrom::Set(_)) | None => (None, true),
     };
-    let origin = chosen.as_ref().map(|c| (c.origin.clone(), c.valid.metadata.checkpoint_id, c.valid.metadata.kind));
-    let restored = match chosen {
-        Some(c) => {
+    let mut origin = chosen.as_ref().map(|c| (c.origin.clone(), c.valid.metadata.checkpoint_id, c.valid.metadata.kind));
+    let restored = match (chosen, restore) {
+        (Some(c), _) => {
             let mut r = load(pipeline, c.valid, policy)?;
-            r._download = c.download;
+            r._download.extend(c.download);
             Some(r)
         }
-        None => None,
+        (None, Some(RestoreFrom::Set(paths))) => {
+            let (r, first) = load_set(pipeline, paths, policy)?;
+            // The lineage names the set's first savepoint: a `--restore
+            // latest` before the first checkpoint finds it of another shape
+            // and is refused, rather than start over.
+            origin = Some(first);
+            Some(r)
+        }
+        (None, _) => None,
     };
     // Further checks of the restored state against the pipeline belong
     // here: nothing has been written yet.
@@ -483,7 +497,7 @@ fn a_savepoint_in(dir: &Path) -> Option<PathBuf> {
 /// `max_parallelism`, one holding state of operators the pipeline lacks
 /// (unless allowed), or one whose operators were keyed differently. The
 /// parallelism may differ: key groups and source positions are dealt anew.
-fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy) -> Result<(), RestoreError> {
+fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy, same_cluster: bool) -> Result<(), RestoreError> {
     let id = md.checkpoint_id;
     if md.pipeline != pipeline.name {
         return Err(RestoreError::Mismatch { id, what: "pipeline", found: md.pipeline.clone(), expected: pipeline.name.clone() });
@@ -493,10 +507,10 @@ fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy) -
         return Err(RestoreError::Mismatch { id, what: "max_parallelism", found, expected });
     }
     // A checkpoint holds the key groups and partitions of one instance of
-    // one cluster shape: never restored into another (rescaling goes
-    // through a savepoint set, not built yet).
+    // one cluster shape: never restored alone into another (a rescale goes
+    // through a savepoint set, checked by `check_set`).
     let expected = pipeline.cluster_record();
-    if md.cluster != expected {
+    if same_cluster && md.cluster != expected {
         let show =
             |c: &Option<crate::checkpoint::manifest::ClusterRecord>| c.as_ref().map_or("a single instance".to_string(), |c| c.to_string());
         return Err(RestoreError::Mismatch { id, what: "cluster", found: show(&md.cluster), expected: show(&expected) });
@@ -565,23 +579,11 @@ fn check_native(pipeline: &Pipeline, valid: &ValidCheckpoint) -> Result<(), Rest
 /// Read every task's snapshot of a valid checkpoint.
 fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> Result<RestoredState, RestoreError> {
     let started = std::time::Instant::now();
-    check_compatible(pipeline, &valid.metadata, policy)?;
+    check_compatible(pipeline, &valid.metadata, policy, true)?;
     check_native(pipeline, &valid)?;
     let md = &valid.metadata;
     let id = md.checkpoint_id;
-    let mut tasks = HashMap::new();
-    for m in &valid.manifests {
-        let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
-        for voter in &m.voters {
-            let path = bundle_dir.join(snapshot::file_name(*voter));
-            let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
-            if let Some(reason) = snapshot::older_format(&bytes) {
-                return Err(RestoreError::Invalid { path, reason });
-            }
-            let snap = TaskSnapshot::decode(&bytes).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
-            tasks.insert(*voter, snap);
-        }
-    }
+    let tasks = read_tasks(&valid)?;
     check_mappable(md, &tasks, &Plan::new(pipeline.clone()))?;
     let same_parallelism = md.parallelism == pipeline.parallelism;
     let mut positions: HashMap<String, RestoredPositions> = HashMap::new();
@@ -615,8 +617,169 @@ fn load(pipeline: &Pipeline, valid: ValidCheckpoint, policy: RestorePolicy) -> R
         positions,
         started,
         manifests: valid.manifests,
-        _download: None,
+        _download: Vec::new(),
     })
+}
+
+/// Every task's snapshot of a valid checkpoint, by task.
+fn read_tasks(valid: &ValidCheckpoint) -> Result<HashMap<TaskId, TaskSnapshot>, RestoreError> {
+    let mut tasks = HashMap::new();
+    for m in &valid.manifests {
+        let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
+        for voter in &m.voters {
+            let path = bundle_dir.join(snapshot::file_name(*voter));
+            let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            if let Some(reason) = snapshot::older_format(&bytes) {
+                return Err(RestoreError::Invalid { path, reason });
+            }
+            let snap = TaskSnapshot::decode(&bytes).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            tasks.insert(*voter, snap);
+        }
+    }
+    Ok(tasks)
+}
+
+/// Refuse a set that is not exactly one savepoint of each instance of one
+/// cluster of this pipeline (reads nothing but the metadata).
+fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), RestoreError> {
+    let refuse = |why: String| Err(RestoreError::Set(why));
+    let Some((first_place, first)) = set.first() else { return refuse("no savepoint given".into()) };
+    for (place, md) in set {
+        if md.kind != Kind::Savepoint {
+            return refuse(format!("{place} is a checkpoint: a rescale restores a stop-with-savepoint of every instance (`weir savepoint trigger P --instance I/N --stop`)"));
+        }
+        let Some(c) = &md.cluster else {
+            return refuse(format!(
+                "{place} was written by a single-instance run of pipeline `{}`, not by an instance of a cluster",
+                md.pipeline
+            ));
+        };
+        if md.pipeline != first.pipeline
+            || md.cluster.as_ref().map(|c| (&c.identity, c.instances)) != first.cluster.as_ref().map(|c| (&c.identity, c.instances))
+        {
+            let show = |md: &Metadata| {
+                format!("{} of pipeline `{}`", md.cluster.as_ref().map_or("a single instance".into(), |c| c.to_string()), md.pipeline)
+            };
+            return refuse(format!("it mixes pipelines or cluster shapes: {first_place} is {}, {place} is {}", show(first), show(md)));
+        }
+        if md.pipeline != pipeline.name {
+            return refuse(format!("{place} is of pipeline `{}`, this is pipeline `{}`", md.pipeline, pipeline.name));
+        }
+        if let Some(expected) = pipeline.cluster_record().filter(|e| e.identity != c.identity) {
+            return refuse(format!(
+                "{place} has pipeline identity {}, this pipeline has {} (its name, `max_parallelism` and the keys of its repartitioned operators must stay as they were)",
+                c.identity, expected.identity
+            ));
+        }
+    }
+    let n = first.cluster.as_ref().map_or(1, |c| c.instances);
+    let mut by_index: Vec<Vec<&str>> = vec![Vec::new(); n as usize];
+    for (place, md) in set {
+        if let Some(slot) = md.cluster.as_ref().and_then(|c| by_index.get_mut(c.index as usize)) {
+            slot.push(place);
+        }
+    }
+    let m = pipeline.max_parallelism;
+    for (i, places) in by_index.iter().enumerate() {
+        match places.len() {
+            1 => {}
+            0 => {
+                let kg = crate::types::key_group_range(i as u16, n, m);
+                return refuse(format!(
+                    "it is incomplete: no savepoint of instance {i} of {n}, so nothing holds its key groups {}..{} nor its Kafka partitions (give one savepoint of every instance 0..{n})",
+                    kg.start, kg.end
+                ));
+            }
+            _ => {
+                return refuse(format!(
+                    "it holds {} savepoints of instance {i} of {n} ({}): give exactly one",
+                    places.len(),
+                    places.join(", ")
+                ))
+            }
+        }
+    }
+    if !pipeline.cluster.is_cluster() && first.operators.iter().any(|o| o.ends_with(".repartition.receive")) {
+        return refuse(format!(
+            "a cluster of {n} instances with repartition topics cannot be restored into one instance: the records handed over that were not read yet are in those topics, which one instance does not read; restore into 2 or more instances (`--instance I/M`)"
+        ));
+    }
+    Ok(())
+}
+
+/// `--restore` of a set: one stop-with-savepoint of every old instance. This
+/// instance takes, from every savepoint, the state of the key groups it
+/// owns now and the offsets of every Kafka partition (sources and
+/// repartition topics): each Kafka source keeps those of its own
+/// partitions. Every check runs before anything is written.
+fn load_set(
+    pipeline: &Pipeline,
+    paths: &[PathBuf],
+    policy: RestorePolicy,
+) -> Result<(RestoredState, (PathBuf, CheckpointId, Kind)), RestoreError> {
+    let started = std::time::Instant::now();
+    let chosen: Vec<Chosen> = paths.iter().map(|p| validate_path(pipeline, p)).collect::<Result<_, _>>()?;
+    let places: Vec<(String, &Metadata)> = chosen.iter().map(|c| (c.origin.display().to_string(), &c.valid.metadata)).collect();
+    check_set(pipeline, &places)?;
+    let m = pipeline.max_parallelism;
+    let keep = match pipeline.cluster_record() {
+        Some(c) => crate::types::key_group_range(c.index, c.instances, m),
+        None => 0..m,
+    };
+    let mut tasks = HashMap::new();
+    let mut positions: HashMap<String, RestoredPositions> = HashMap::new();
+    let mut parallelism = 0;
+    for (n, c) in chosen.iter().enumerate() {
+        let md = &c.valid.metadata;
+        check_compatible(pipeline, md, policy, false)?;
+        if c.valid.manifests.iter().any(|m| native_files(m).is_some()) {
+            return Err(RestoreError::Set(format!("{} holds native RocksDB files; a savepoint never does", c.origin.display())));
+        }
+        parallelism = parallelism.max(md.parallelism);
+        let invalid = |reason: String| RestoreError::Invalid { path: c.valid.dir.clone(), reason };
+        for (task, mut snap) in read_tasks(&c.valid)? {
+            if snap.output_channels.iter().chain(&snap.input_channels).any(|ch| !ch.records.is_empty()) {
+                return Err(invalid("it holds in-flight records; a savepoint never does".into()));
+            }
+            for (_, bytes) in snap.operators.iter_mut() {
+                *bytes = crate::state::snapshot::retain_key_groups(bytes, &keep).map_err(|e| invalid(format!("reading its state: {e}")))?;
+            }
+            if let Some((source, position)) = &snap.source_position {
+                positions.entry(source.clone()).or_default().by_subtask.push(position.clone());
+            }
+            // Old tasks of different instances share ids: keep them apart.
+            tasks.insert(TaskId { chain: ((n as u32) << 16) | (task.chain & 0xffff), subtask: task.subtask }, snap);
+        }
+    }
+    // Kafka sources take the union of all positions (their own partitions).
+    for p in positions.values_mut() {
+        p.parallelism = p.by_subtask.len().min(u16::MAX as usize) as u16;
+    }
+    let first = &chosen[0].valid;
+    let id = chosen.iter().map(|c| c.valid.metadata.checkpoint_id).max().unwrap_or(first.metadata.checkpoint_id);
+    let old = first.metadata.cluster.as_ref().map_or(1, |c| c.instances);
+    tracing::info!(
+        savepoints = chosen.len(),
+        from_instances = old,
+        to_instances = pipeline.cluster.instances.max(1),
+        key_groups = %format!("{}..{}", keep.start, keep.end),
+        "Rescaling from a savepoint set: this instance's key groups and partitions are taken from every savepoint."
+    );
+    let origin = (chosen[0].origin.clone(), first.metadata.checkpoint_id, first.metadata.kind);
+    let dir = first.dir.clone();
+    let download = chosen.into_iter().filter_map(|c| c.download).collect();
+    let r = RestoredState {
+        id,
+        dir,
+        parallelism,
+        same_parallelism: false,
+        tasks,
+        positions,
+        started,
+        manifests: Vec::new(),
+        _download: download,
+    };
+    Ok((r, origin))
 }
 
 /// Refuse a checkpoint whose state the new plan cannot take back whole.
@@ -911,7 +1074,7 @@ sinks:
             positions: HashMap::new(),
             started: std::time::Instant::now(),
             manifests: Vec::new(),
-            _download: None,
+            _download: Vec::new(),
         };
         // New chaining (s2 reads gen): [gen], [unique, s1], [s2].
         let mut r = restored(old_tasks());
@@ -930,6 +1093,63 @@ sinks:
         assert_eq!(snap.output_channels[0].channel.consumer_subtask, 0);
         let (again, _) = r.for_task(TaskId { chain: 1, subtask: 0 }, &names(&["unique"]), &[], None);
         assert!(again.output_channels.is_empty() && again.operators.is_empty(), "state is handed out once");
+    }
+
+    /// The savepoint set of a rescale: exactly one stop-with-savepoint of
+    /// every instance of one cluster of this pipeline, else refused.
+    #[test]
+    fn a_savepoint_set_must_be_complete_and_of_one_cluster() {
+        let yaml = r#"
+name: p
+max_parallelism: 12
+checkpoint: {interval: 1s}
+cluster: {instances: 3, index: 0}
+sources:
+  - {name: orders, type: kafka, brokers: "b:9092", topics: [in]}
+operators:
+  - {name: unique, type: dedup, input: orders, key: [id]}
+sinks:
+  - {name: out, type: kafka, input: unique, brokers: "b:9092", topic: out}
+"#;
+        let new = crate::cluster::lay_out(crate::config::load_str(yaml, "t.yaml", &[]).unwrap()).unwrap();
+        let old = crate::cluster::lay_out(crate::config::load_str(&yaml.replace("instances: 3", "instances: 2"), "t.yaml", &[]).unwrap())
+            .unwrap();
+        let sp = |i: u16| {
+            let mut md = metadata(&Plan::new(old.clone()));
+            md.kind = Kind::Savepoint;
+            md.cluster.as_mut().unwrap().index = i;
+            (format!("sp{i}"), md)
+        };
+        let check = |set: Vec<(String, Metadata)>, into: &Pipeline| {
+            let refs: Vec<(String, &Metadata)> = set.iter().map(|(p, m)| (p.clone(), m)).collect();
+            check_set(into, &refs).err().map(|e| e.to_string())
+        };
+        assert_eq!(check(vec![sp(0), sp(1)], &new), None, "2 -> 3");
+        assert_eq!(check(vec![sp(1), sp(0)], &new), None, "in any order");
+        let e = check(vec![sp(1)], &new).unwrap();
+        assert!(e.contains("it is incomplete: no savepoint of instance 0 of 2, so nothing holds its key groups 0..6"), "{e}");
+        let e = check(vec![sp(0), sp(1), sp(1)], &new).unwrap();
+        assert!(e.contains("it holds 2 savepoints of instance 1 of 2 (sp1, sp1)"), "{e}");
+        let mut other = sp(1);
+        other.1.pipeline = "q".into();
+        let e = check(vec![sp(0), other], &new).unwrap();
+        assert!(e.contains("it mixes pipelines or cluster shapes"), "{e}");
+        let mut shape = sp(1);
+        shape.1.cluster.as_mut().unwrap().instances = 3;
+        assert!(check(vec![sp(0), shape], &new).unwrap().contains("it mixes pipelines or cluster shapes"));
+        let mut rekeyed = new.clone();
+        rekeyed.cluster.identity = "0000000000000001".into();
+        assert!(check(vec![sp(0), sp(1)], &rekeyed).unwrap().contains("has pipeline identity"));
+        let mut chk = sp(1);
+        chk.1.kind = Kind::Checkpoint;
+        assert!(check(vec![sp(0), chk], &new).unwrap().contains("sp1 is a checkpoint"));
+        let mut single = sp(1);
+        single.1.cluster = None;
+        assert!(check(vec![sp(0), single], &new).unwrap().contains("single-instance run"));
+        // One instance would not read what waits in the repartition topics.
+        let one = crate::cluster::lay_out(crate::config::load_str(&yaml.replace("instances: 3", "instances: 1"), "t.yaml", &[]).unwrap())
+            .unwrap();
+        assert!(check(vec![sp(0), sp(1)], &one).unwrap().contains("cannot be restored into one instance"));
     }
 
     /// A source with `on_error: dead_letter` runs the dead letter's commit
@@ -953,7 +1173,7 @@ sinks:
             positions: HashMap::new(),
             started: std::time::Instant::now(),
             manifests: Vec::new(),
-            _download: None,
+            _download: Vec::new(),
         };
         let (chain, commits) = (["gen".to_string()], [commit_operator_name("gen")]);
         let (snap, _) = r.for_task(TaskId { chain: 0, subtask: 1 }, &chain, &commits, Some("gen"));

@@ -68,6 +68,43 @@ pub fn read(dec: &mut Dec<'_>, tables: &[TableSpec], state: &mut dyn KeyedState)
     Ok(restored)
 }
 
+/// A snapshot written by `write` with only the entries of the key groups in
+/// `keep`: what one instance of a cluster takes from an old instance's
+/// savepoint when a cluster is rescaled (the tasks' own ranges span every
+/// key group, the instance owns only `keep`).
+pub fn retain_key_groups(bytes: &[u8], keep: &std::ops::Range<u16>) -> Result<Vec<u8>, DecodeError> {
+    let mut dec = Dec::new(bytes);
+    let mut out = Vec::with_capacity(bytes.len());
+    let n_tables = dec.u16("table count")?;
+    out.put_u16(n_tables);
+    for _ in 0..n_tables {
+        out.put_str(dec.str("table name")?);
+        let groups = dec.u32("key group count")?;
+        let count_at = out.len();
+        out.put_u32(0);
+        let mut kept: u32 = 0;
+        for _ in 0..groups {
+            let kg = dec.u16("key group")?;
+            let n = dec.u64("entry count")?;
+            let mine = keep.contains(&kg);
+            if mine {
+                out.put_u16(kg);
+                out.put_u64(n);
+                kept += 1;
+            }
+            for _ in 0..n {
+                let (k, v) = (dec.bytes("key")?, dec.bytes("value")?);
+                if mine {
+                    out.put_bytes(k);
+                    out.put_bytes(v);
+                }
+            }
+        }
+        out[count_at..count_at + 4].copy_from_slice(&kept.to_be_bytes());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +131,25 @@ mod tests {
         assert!(high.get(1, 6, &[6, 1], &mut out).unwrap());
         assert_eq!(out, b"yy");
         assert_eq!(low.len(0), 4);
+    }
+
+    #[test]
+    fn a_rescaled_instance_keeps_only_its_key_groups() {
+        let mut s = MemoryState::new(&T, 0..8);
+        for kg in 0..8u16 {
+            s.put(0, kg, &[kg as u8], b"x").unwrap();
+            s.put(1, kg, &[kg as u8, 1], b"yy").unwrap();
+        }
+        let mut buf = Vec::new();
+        write(&s, &T, &mut buf).unwrap();
+        let part = retain_key_groups(&buf, &(2..5)).unwrap();
+        // Read into a handle that owns every key group, as a task does.
+        let mut all = MemoryState::new(&T, 0..8);
+        assert_eq!(read(&mut Dec::new(&part), &T, &mut all).unwrap(), 6);
+        assert_eq!((all.len(0), all.len(1)), (3, 3));
+        let mut out = Vec::new();
+        assert!(all.get(1, 4, &[4, 1], &mut out).unwrap() && !all.get(0, 5, &[5], &mut out).unwrap());
+        assert!(retain_key_groups(&buf[..buf.len() - 1], &(0..8)).is_err(), "a cut snapshot is an error");
     }
 
     #[test]

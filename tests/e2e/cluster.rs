@@ -260,6 +260,129 @@ sinks:
         assert_eq!(listing(&state), before, "a refused start changes nothing on disk");
     }
 
+    /// Rescale 2 -> 3 -> 2 through stop-with-savepoint sets: every instance
+    /// stopped with a savepoint, input arriving while the cluster is down,
+    /// the new instances restored from the whole set (each takes its key
+    /// groups' state and its partitions' offsets, of the user's topic and of
+    /// the repartition topics, from every old savepoint): the
+    /// `read_committed` output is exactly the reference. Sets that are
+    /// incomplete, mix shapes, or would lose the hand-off (one instance) are
+    /// refused with nothing on disk changed.
+    #[test]
+    fn cluster_rescales_two_to_three_to_two_through_savepoint_sets_exactly_once() {
+        let b = broker();
+        let (input, output) = (topic("rescale-in"), topic("rescale-out"));
+        create_topic(b, &input, 4);
+        let dir = tmp();
+        let name = format!("rescale-{}", std::process::id());
+        let text = PIPELINE
+            .replace("@NAME@", &name)
+            .replace("@STATE@", "unused")
+            .replace("@BROKERS@", b)
+            .replace("@IN@", &input)
+            .replace("@OUT@", &output);
+        let p = dir.path().join("p.yaml");
+        std::fs::write(&p, text).unwrap();
+        let p = p.display().to_string();
+        let state = |stage: &str| dir.path().join(format!("state-{stage}")).display().to_string();
+        let run = |stage: &str, i: u16, n: u16, set: &[String]| {
+            let mut w =
+                weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/{n}"), "--set", &format!("state.dir={}", state(stage))]);
+            for s in set {
+                w = w.arg("--restore").arg(s);
+            }
+            w
+        };
+        // Stop every instance with a savepoint into `target`, all at once
+        // (so that each stops in the middle of its input when input is
+        // flowing); the set, by index.
+        let stop_all = |stage: &str, instances: Vec<Running>, target: &str| -> Vec<String> {
+            let n = instances.len() as u16;
+            let triggers: Vec<Running> = (0..n)
+                .map(|i| {
+                    weir(&["savepoint", "trigger", &p, "--instance", &format!("{i}/{n}"), "--stop", "--target", target])
+                        .arg("--set")
+                        .arg(format!("state.dir={}", state(stage)))
+                        .spawn()
+                })
+                .collect();
+            let mut set = Vec::new();
+            for t in triggers {
+                let o = t.wait_for(Duration::from_secs(60));
+                o.expect_code(0);
+                let path = o.stdout.trim().rsplit("Path: ").next().unwrap().to_string();
+                assert!(std::path::Path::new(&path).join("_metadata").is_file(), "{}", o.stdout);
+                set.push(path);
+            }
+            for r in instances {
+                let o = r.wait_for(Duration::from_secs(60));
+                o.expect_code(0);
+                assert!(!o.stderr.contains("was not committed before the crash"), "a stop commits its sinks: {}", o.stderr);
+            }
+            set
+        };
+        let started = |stage: &str, n: u16, set: &[String], rate: &str| -> Vec<Running> {
+            (0..n).map(|i| run(stage, i, n, set).arg("--set").arg(format!("sources.orders.rate_limit={rate}")).spawn()).collect()
+        };
+        let mut all = orders(0..120);
+        send(&input, &all);
+        let mut a = started("a", 2, &[], "100000");
+        wait_for_output(&output, &reference(&all), Duration::from_secs(60), &mut a);
+        let sp1 = stop_all("a", a, &dir.path().join("sp1").display().to_string());
+        // Input while the cluster is down, with copies of earlier orders.
+        let more: Vec<(i32, String)> = orders(120..200).into_iter().chain(orders(30..60)).collect();
+        send(&input, &more);
+        all.extend(more);
+
+        // 2 -> 3: every new instance restores from the whole set. Slowed
+        // down, so that the stop below comes while input flows: the
+        // savepoints then hold staged transactions (committed by the stop),
+        // which the next cluster checks under the old instances' ids.
+        let mut bb = started("b", 3, &sp1, "20");
+        wait_for_output(&output, &reference(&all), Duration::from_secs(60), &mut bb);
+        let more: Vec<(i32, String)> = orders(200..260).into_iter().chain(orders(100..130)).collect();
+        send(&input, &more);
+        all.extend(more);
+        let sp2 = stop_all("b", bb, &dir.path().join("sp2").display().to_string());
+        let more: Vec<(i32, String)> = orders(260..300).into_iter().chain(orders(0..20)).collect();
+        send(&input, &more);
+        all.extend(more);
+
+        // Refusals, before anything is read or written.
+        let before = listing(dir.path());
+        let refused = |set: &[String], n: u16, needle: &str| {
+            let o = run("c", 0, n, set).run();
+            o.expect_code(2);
+            o.expect_stderr_contains("cannot restore the savepoint set");
+            o.expect_stderr_contains(needle);
+        };
+        refused(&sp2[..2], 2, "it is incomplete: no savepoint of instance 2 of 3");
+        refused(&[sp2[0].clone(), sp2[0].clone(), sp2[1].clone()], 2, "it holds 2 savepoints of instance 0 of 3");
+        refused(&[sp1[0].clone(), sp2[1].clone(), sp2[2].clone()], 2, "it mixes pipelines or cluster shapes");
+        refused(&sp2, 1, "cannot be restored into one instance");
+        assert_eq!(listing(dir.path()), before, "a refused restore changes nothing on disk");
+
+        // 3 -> 2.
+        let mut c = started("c", 2, &sp2, "100000");
+        wait_for_output(&output, &reference(&all), Duration::from_secs(60), &mut c);
+        for r in &c {
+            r.terminate();
+        }
+        let mut checked = 0;
+        for r in c {
+            let o = r.wait_for(Duration::from_secs(60));
+            o.expect_code(0);
+            o.expect_stderr_contains("Rescaling from a savepoint set");
+            assert!(
+                !o.stderr.contains("was not committed before the crash"),
+                "old transactions are checked under their own ids: {}",
+                o.stderr
+            );
+            checked += o.stderr.matches("Transaction of the restored checkpoint was committed before the crash").count();
+        }
+        assert!(checked > 0, "the set held staged transactions of the stopped instances, checked on restore");
+    }
+
     /// Every path below `dir` with its size.
     fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
         let mut out = Vec::new();

@@ -84,6 +84,11 @@ const TXN_KEY: &[u8] = b"txn";
 /// run, checkpoint id, records). A value without it is of the format before
 /// runs (origin, id, records), checked against the group without a run.
 const STAGED_MAGIC: &[u8; 4] = b"WKT2";
+/// The same with the instance of a cluster that staged it after the origin
+/// subtask (`u16::MAX`: not a cluster), so that another instance can
+/// repair it under the right transactional id after a rescale.
+const STAGED_MAGIC_INSTANCE: &[u8; 4] = b"WKT3";
+const NO_INSTANCE: u16 = u16::MAX;
 
 /// The producer's context: the shared one plus the delivery error to report.
 pub struct SinkContext {
@@ -220,6 +225,14 @@ pub struct KafkaSink {
     fenced: Vec<u16>,
     /// Subtasks of this sink now: ids below it belong to live producers.
     parallelism: u16,
+    /// `weir-<pipeline>-`, and `-<sink>-`: a transactional id of any instance.
+    id_parts: (String, String),
+    /// This instance of a cluster (None: not a cluster).
+    instance: Option<u16>,
+    /// The key of this sink's staged transaction in state: per instance, so
+    /// that the transactions of several old instances restored into one
+    /// subtask after a rescale keep apart.
+    txn_key: Vec<u8>,
     /// The producer's `message.max.bytes`: larger records are refused before sending.
     max_message_bytes: u64,
     on_error: OnError,
@@ -247,9 +260,30 @@ enum Lineage {
 #[derive(Debug, PartialEq, Eq)]
 struct Staged {
     origin: u16,
+    /// The instance that staged it (None: not a cluster).
+    instance: Option<u16>,
     lineage: Lineage,
     id: u64,
     records: Vec<Msg>,
+}
+
+/// `weir-<pipeline>-<sink>-` (`weir-<pipeline>-i<I>-<sink>-` for instance I
+/// of a cluster: every instance fences only its own zombies); the
+/// transactional id of subtask s is this plus s.
+fn txn_prefix(pipeline: &str, name: &str, instance: Option<u16>) -> String {
+    match instance {
+        Some(i) => format!("weir-{pipeline}-i{i}-{name}-"),
+        None => format!("weir-{pipeline}-{name}-"),
+    }
+}
+
+/// The state key of the staged transaction of `instance`.
+fn txn_key(instance: Option<u16>) -> Vec<u8> {
+    let mut k = TXN_KEY.to_vec();
+    if let Some(i) = instance {
+        k.extend_from_slice(&i.to_be_bytes());
+    }
+    k
 }
 
 /// The marker group of transactional id `txn_id` for `lineage`.
@@ -324,10 +358,7 @@ impl KafkaSink {
         let bound_ms = spec.broker_timeout.as_millis().to_string();
         config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
         // In a cluster every instance has its own ids (it fences only its own zombies).
-        let txn_prefix = match spec.instance {
-            Some(i) => format!("weir-{pipeline}-i{i}-{name}-"),
-            None => format!("weir-{pipeline}-{name}-"),
-        };
+        let txn_prefix = txn_prefix(pipeline, name, spec.instance);
         if let Some(partitions) = spec.repartition {
             super::repartition::ensure_topic(&spec.brokers, &spec.topic, partitions, spec.broker_timeout)
                 .map_err(|e| format!("{who}: {e}"))?;
@@ -409,6 +440,9 @@ impl KafkaSink {
             repartition: spec.repartition,
             fenced,
             parallelism,
+            id_parts: (pipeline.to_string(), name.to_string()),
+            instance: spec.instance,
+            txn_key: txn_key(spec.instance),
             max_message_bytes,
             on_error: spec.on_error.clone(),
             dead_letter,
@@ -550,11 +584,19 @@ impl KafkaSink {
     /// again and commit them with that run's marker, so a second restore of
     /// the same checkpoint does not send them again.
     fn repair(&mut self, id: u64, s: Staged) -> Result<u64, OpError> {
-        let origin_id = format!("{}{}", self.txn_prefix, s.origin);
+        // After a rescale the transaction may be another (old) instance's:
+        // its marker group is under that instance's transactional id.
+        let own = s.instance == self.instance;
+        let origin_id = match own {
+            true => format!("{}{}", self.txn_prefix, s.origin),
+            false => format!("{}{}", txn_prefix(&self.id_parts.0, &self.id_parts.1, s.instance), s.origin),
+        };
         // The id of a live subtask was fenced by that subtask's own
         // init_transactions at open (every sink opens before any restore);
-        // fencing it again here would fence the live producer.
-        if s.origin != self.subtask && s.origin >= self.parallelism && !self.fenced.contains(&s.origin) {
+        // fencing it again here would fence the live producer. Another
+        // instance's id may be live in the new cluster: never fenced here
+        // (docs/scaling.md, "Rescale").
+        if own && s.origin != self.subtask && s.origin >= self.parallelism && !self.fenced.contains(&s.origin) {
             // A subtask that no longer exists: end its transaction first, as
             // its own restart would have.
             fence(&self.producer_config, &origin_id, self.timeout).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
@@ -623,10 +665,17 @@ fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
     out
 }
 
-/// The state value of a transaction staged by `origin` in `run`.
-fn encode_staged(origin: u16, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
-    let mut out = STAGED_MAGIC.to_vec();
+/// The state value of a transaction staged by `origin` of `instance` in
+/// `run`: WKT3 in a cluster, else WKT2 as before (an older weir restores it).
+fn encode_staged(origin: u16, instance: Option<u16>, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
+    let mut out = match instance {
+        Some(_) => STAGED_MAGIC_INSTANCE.to_vec(),
+        None => STAGED_MAGIC.to_vec(),
+    };
     out.extend_from_slice(&origin.to_be_bytes());
+    if let Some(i) = instance {
+        out.extend_from_slice(&i.to_be_bytes());
+    }
     let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
     out.push(run.len() as u8);
     out.extend_from_slice(run);
@@ -636,6 +685,20 @@ fn encode_staged(origin: u16, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
 
 fn decode_staged(b: &[u8]) -> Result<Staged, String> {
     let bad = || "malformed staged Kafka transaction in state".to_string();
+    // WKT3: the instance after the origin; read it out and go on as WKT2.
+    let (instance, with_instance);
+    let b = match b.strip_prefix(STAGED_MAGIC_INSTANCE.as_slice()) {
+        Some(r) => {
+            let i = r.get(2..4).map(|i| u16::from_be_bytes([i[0], i[1]])).ok_or_else(bad)?;
+            instance = (i != NO_INSTANCE).then_some(i);
+            with_instance = [STAGED_MAGIC.as_slice(), &r[..2], &r[4..]].concat();
+            with_instance.as_slice()
+        }
+        None => {
+            instance = None;
+            b
+        }
+    };
     let (lineage, rest) = match b.strip_prefix(STAGED_MAGIC.as_slice()) {
         Some(r) => {
             let len = *r.get(2).ok_or_else(bad)? as usize;
@@ -647,7 +710,7 @@ fn decode_staged(b: &[u8]) -> Result<Staged, String> {
     };
     let origin = rest.get(..2).map(|o| u16::from_be_bytes([o[0], o[1]])).ok_or_else(bad)?;
     let (id, records) = decode_txn(&rest[2..])?;
-    Ok(Staged { origin, lineage, id, records })
+    Ok(Staged { origin, instance, lineage, id, records })
 }
 
 fn decode_txn(b: &[u8]) -> Result<(u64, Vec<Msg>), String> {
@@ -720,15 +783,15 @@ impl Operator for KafkaSink {
         let kg = ctx.state.key_groups().start;
         let t = self.txn.as_ref().expect("exactly-once");
         if !t.open {
-            ctx.state.delete(TXN, kg, TXN_KEY)?;
+            ctx.state.delete(TXN, kg, &self.txn_key)?;
             return Ok(());
         }
         self.flush()?;
         self.add_marker(id)?;
         let t = self.txn.as_mut().expect("exactly-once");
         t.staged = Some(id);
-        let value = encode_staged(self.subtask, &t.run, id, &t.records);
-        ctx.state.put(TXN, kg, TXN_KEY, &value)?;
+        let value = encode_staged(self.subtask, self.instance, &t.run, id, &t.records);
+        ctx.state.put(TXN, kg, &self.txn_key, &value)?;
         self.show_transactions(ctx.metrics);
         Ok(())
     }
@@ -747,7 +810,7 @@ impl Operator for KafkaSink {
         let committed = t.records.len() as u64;
         self.commit()?;
         OperatorMetrics::add(&ctx.metrics.records_committed, committed);
-        ctx.state.delete(TXN, ctx.state.key_groups().start, TXN_KEY)?;
+        ctx.state.delete(TXN, ctx.state.key_groups().start, &self.txn_key)?;
         let held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
         for m in held {
             self.send_in_txn(m)?;
@@ -762,16 +825,20 @@ impl Operator for KafkaSink {
         }
         // A staged transaction is kept at the first key group of the subtask
         // that staged it; after a change of parallelism it may be anywhere
-        // in this subtask's range, and of another transactional id.
-        let mut buf = Vec::new();
+        // in this subtask's range, and of another transactional id; after a
+        // rescale of a cluster, several old instances' (one key each).
         for kg in ctx.state.key_groups() {
-            if !ctx.state.get(TXN, kg, TXN_KEY, &mut buf)? {
-                continue;
+            let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            ctx.state.scan_all(TXN, kg, &mut |k, v| {
+                found.push((k.to_vec(), v.to_vec()));
+                std::ops::ControlFlow::Continue(())
+            })?;
+            for (key, value) in found {
+                let staged = decode_staged(&value).map_err(OpError::Data)?;
+                let sent_again = self.repair(id, staged)?;
+                OperatorMetrics::add(&ctx.metrics.records_committed, sent_again);
+                ctx.state.delete(TXN, kg, &key)?;
             }
-            let staged = decode_staged(&buf).map_err(OpError::Data)?;
-            let sent_again = self.repair(id, staged)?;
-            OperatorMetrics::add(&ctx.metrics.records_committed, sent_again);
-            ctx.state.delete(TXN, kg, TXN_KEY)?;
         }
         Ok(())
     }
@@ -855,8 +922,21 @@ mod tests {
     #[test]
     fn staged_transactions_carry_the_run_that_staged_them() {
         let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into())];
-        let s = decode_staged(&encode_staged(3, "00ab", 7, &recs)).unwrap();
-        assert_eq!(s, Staged { origin: 3, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
+        let v = encode_staged(3, None, "00ab", 7, &recs);
+        assert!(v.starts_with(STAGED_MAGIC), "outside a cluster, the format an older weir reads");
+        let s = decode_staged(&v).unwrap();
+        assert_eq!(s, Staged { origin: 3, instance: None, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
+        // A cluster's: the instance too (a rescale repairs it under that instance's id).
+        let s = decode_staged(&encode_staged(3, Some(2), "00ab", 7, &recs)).unwrap();
+        assert_eq!(s, Staged { origin: 3, instance: Some(2), lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
+        // The format before instances (WKT2).
+        let mut v2 = STAGED_MAGIC.to_vec();
+        v2.extend_from_slice(&3u16.to_be_bytes());
+        v2.extend_from_slice(b"\x0200");
+        v2.extend_from_slice(&encode_txn(7, &recs));
+        let s = decode_staged(&v2).unwrap();
+        assert_eq!((s.origin, s.instance, s.lineage, s.id), (3, None, Lineage::Run("00".into()), 7));
+        assert!(decode_staged(b"WKT3\0\x01").is_err(), "an instance cut short");
         // The format before runs: origin, then the transaction.
         let mut legacy = 1u16.to_be_bytes().to_vec();
         legacy.extend_from_slice(&encode_txn(5, &recs));
