@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 
 use super::control::Limits;
 use super::metrics::{CheckpointMetrics, Exported, FailureReason};
+use crate::operators::OperatorMetrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -470,17 +471,30 @@ fn sources_and_sinks(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), st
     if e.details.file_sinks.is_empty() {
         return Ok(());
     }
-    let mut m = enc.encode_descriptor(
-        "weir_sink_parts_published",
-        "Part files a file sink subtask published (renamed to their final name).",
-        None,
-        prometheus_client::metrics::MetricType::Counter,
-    )?;
-    for node in e.nodes.iter().filter(|n| e.details.file_sinks.contains(&n.name)) {
+    subtask_counters(
+        enc,
+        e,
+        ("weir_sink_parts_published", "Part files a file sink subtask published (renamed to their final name)."),
+        |n| e.details.file_sinks.iter().any(|s| s == n),
+        |sub| sub.parts_published.load(Ordering::Relaxed),
+    )
+}
+
+/// One counter family, (name, help), with a series per subtask of the
+/// nodes `of` picks, valued by `value` from each subtask's counters.
+fn subtask_counters(
+    enc: &mut DescriptorEncoder,
+    e: &Exported,
+    (name, help): (&str, &str),
+    of: impl Fn(&str) -> bool,
+    value: impl Fn(&OperatorMetrics) -> u64,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+    for node in e.nodes.iter().filter(|n| of(&n.name)) {
         for (i, sub) in node.subtasks.iter().enumerate() {
             let subtask = i.to_string();
             let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
-            ConstCounter::new(sub.parts_published.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
+            ConstCounter::new(value(sub)).encode(m.encode_family(&labels)?)?;
         }
     }
     Ok(())
@@ -566,20 +580,13 @@ fn dropped(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Er
             }
         }
     }
-    let mut m = enc.encode_descriptor(
-        "weir_records_dead_lettered",
-        "Dropped records a subtask wrote to its dead letter.",
-        None,
-        MetricType::Counter,
-    )?;
-    for node in &e.nodes {
-        for (i, sub) in node.subtasks.iter().enumerate() {
-            let subtask = i.to_string();
-            let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
-            ConstCounter::new(sub.dead_lettered.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
-        }
-    }
-    Ok(())
+    subtask_counters(
+        enc,
+        e,
+        ("weir_records_dead_lettered", "Dropped records a subtask wrote to its dead letter."),
+        |_| true,
+        |sub| sub.dead_lettered.load(Ordering::Relaxed),
+    )
 }
 
 /// File and Kafka sinks: the records each subtask made durable and visible
@@ -588,20 +595,16 @@ fn records_committed(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), st
     if e.details.committing_sinks.is_empty() {
         return Ok(());
     }
-    let mut m = enc.encode_descriptor(
-        "weir_sink_records_committed",
-        "Records a sink subtask committed: in published part files, committed Kafka transactions, or acknowledged and covered by a completed checkpoint.",
-        None,
-        prometheus_client::metrics::MetricType::Counter,
-    )?;
-    for node in e.nodes.iter().filter(|n| e.details.committing_sinks.contains(&n.name)) {
-        for (i, sub) in node.subtasks.iter().enumerate() {
-            let subtask = i.to_string();
-            let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
-            ConstCounter::new(sub.records_committed.load(Ordering::Relaxed)).encode(m.encode_family(&labels)?)?;
-        }
-    }
-    Ok(())
+    subtask_counters(
+        enc,
+        e,
+        (
+            "weir_sink_records_committed",
+            "Records a sink subtask committed: in published part files, committed Kafka transactions, or acknowledged and covered by a completed checkpoint.",
+        ),
+        |n| e.details.committing_sinks.iter().any(|s| s == n),
+        |sub| sub.records_committed.load(Ordering::Relaxed),
+    )
 }
 
 /// Exactly-once Kafka sinks: open and pending transactions.
