@@ -62,7 +62,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
         items.iter().zip(&kinds).filter_map(|(it, k)| Some(super::cluster::ClusterNode { path: &it.path, kind: k.as_ref()? })).collect();
     super::cluster::check(&mut cx, &cluster, checkpoint.as_ref(), &in_cluster);
     check_kafka_transactions(&mut cx, &items, &kinds, checkpoint.as_ref());
-    for (at, message) in features::unmet(&needs(&state, &items, &kinds), features) {
+    for (at, message) in features::unmet(&needs(&state, checkpoint.as_ref(), savepoint_dir.as_deref(), &items, &kinds), features) {
         cx.err(at, message);
     }
     outputs::check(&mut cx, &places(raw, &state, savepoint_dir.as_deref(), &items, &kinds));
@@ -331,8 +331,20 @@ fn check_flow(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], kinds: &[Op
 }
 
 /// What the pipeline uses that a build may lack (`config::features`).
-fn needs(state: &StateSpec, items: &[Item], kinds: &[Option<NodeKind>]) -> Vec<Need> {
+fn needs(
+    state: &StateSpec,
+    checkpoint: Option<&CheckpointSpec>,
+    savepoint_dir: Option<&std::path::Path>,
+    items: &[Item],
+    kinds: &[Option<NodeKind>],
+) -> Vec<Need> {
     let mut needs = Vec::new();
+    let storage = checkpoint.and_then(|c| c.storage.as_ref()).map(|s| (["checkpoint", "storage"], s.url.clone()));
+    let savepoints = savepoint_dir.and_then(|d| d.to_str()).filter(|d| crate::checkpoint::remote::is_url(d));
+    for (at, url) in storage.into_iter().chain(savepoints.map(|d| (["savepoint", "dir"], d.to_string()))) {
+        let what = format!("{}.{}: {url}", at[0], at[1]);
+        needs.push(Need { at: at.iter().map(|k| Seg::Key((*k).into())).collect(), what, feature: Feature::S3 });
+    }
     if matches!(state.backend, Backend::RocksDb(_)) {
         let at = vec![Seg::Key("state".into()), Seg::Key("backend".into())];
         needs.push(Need { at, what: "state.backend: rocksdb".into(), feature: Feature::RocksDb });

@@ -1,5 +1,6 @@
-//! Cargo features a pipeline needs: `rocksdb` (`state.backend: rocksdb`)
-//! and `kafka` (Kafka sources and sinks). A weir built without one refuses
+//! Cargo features a pipeline needs: `rocksdb` (`state.backend: rocksdb`),
+//! `kafka` (Kafka sources and sinks) and `s3` (checkpoints or savepoints on
+//! `s3://`). A weir built without one refuses
 //! a pipeline that needs it at validation, located, with the command that
 //! builds a weir that has it, instead of failing when the job starts.
 //!
@@ -12,6 +13,7 @@ use super::locate::YPath;
 pub enum Feature {
     RocksDb,
     Kafka,
+    S3,
 }
 
 impl Feature {
@@ -19,6 +21,7 @@ impl Feature {
         match self {
             Feature::RocksDb => "rocksdb",
             Feature::Kafka => "kafka",
+            Feature::S3 => "s3",
         }
     }
 }
@@ -28,16 +31,19 @@ impl Feature {
 pub struct Features {
     pub rocksdb: bool,
     pub kafka: bool,
+    pub s3: bool,
 }
 
 impl Features {
     /// The features of this build.
-    pub const COMPILED: Features = Features { rocksdb: cfg!(feature = "rocksdb"), kafka: cfg!(feature = "kafka") };
+    pub const COMPILED: Features =
+        Features { rocksdb: cfg!(feature = "rocksdb"), kafka: cfg!(feature = "kafka"), s3: cfg!(feature = "s3") };
 
     pub fn has(self, f: Feature) -> bool {
         match f {
             Feature::RocksDb => self.rocksdb,
             Feature::Kafka => self.kafka,
+            Feature::S3 => self.s3,
         }
     }
 }
@@ -68,8 +74,8 @@ mod tests {
     use super::*;
     use crate::config::load::load_with_features;
 
-    const ALL: Features = Features { rocksdb: true, kafka: true };
-    const NONE: Features = Features { rocksdb: false, kafka: false };
+    const ALL: Features = Features { rocksdb: true, kafka: true, s3: true };
+    const NONE: Features = Features { rocksdb: false, kafka: false, s3: false };
 
     const ROCKS: &str = "name: p
 state:
@@ -105,15 +111,15 @@ sinks:
     #[test]
     fn rocksdb_backend_without_the_feature_is_refused_at_the_backend() {
         assert_eq!(
-            messages(ROCKS, Features { rocksdb: false, kafka: true }),
+            messages(ROCKS, Features { rocksdb: false, kafka: true, s3: true }),
             ["pipeline.yaml:3:12: state.backend: rocksdb needs a weir built with the `rocksdb` feature (cargo build --release --features rocksdb)"]
         );
-        assert!(messages(ROCKS, Features { rocksdb: true, kafka: false }).is_empty());
+        assert!(messages(ROCKS, Features { rocksdb: true, kafka: false, s3: true }).is_empty());
     }
 
     #[test]
     fn kafka_source_and_sink_without_the_feature_are_refused_at_their_type() {
-        let got = messages(KAFKA, Features { rocksdb: true, kafka: false });
+        let got = messages(KAFKA, Features { rocksdb: true, kafka: false, s3: true });
         assert_eq!(
             got,
             [
@@ -121,7 +127,31 @@ sinks:
                 "pipeline.yaml:10:11: sink `out`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
             ]
         );
-        assert!(messages(KAFKA, Features { rocksdb: false, kafka: true }).is_empty());
+        assert!(messages(KAFKA, Features { rocksdb: false, kafka: true, s3: true }).is_empty());
+    }
+
+    const S3: &str = "name: p
+checkpoint:
+  interval: 1s
+  storage: s3://bucket/chk
+savepoint:
+  dir: s3://bucket/sp
+sources:
+  - {name: in, type: datagen, fields: {user: {kind: key, cardinality: 10}}}
+sinks:
+  - {name: out, type: blackhole, input: in}
+";
+
+    #[test]
+    fn storage_on_s3_without_the_feature_is_refused_at_the_url() {
+        assert_eq!(
+            messages(S3, Features { rocksdb: true, kafka: true, s3: false }),
+            [
+                "pipeline.yaml:4:12: checkpoint.storage: s3://bucket/chk needs a weir built with the `s3` feature (cargo build --release --features s3)",
+                "pipeline.yaml:6:8: savepoint.dir: s3://bucket/sp needs a weir built with the `s3` feature (cargo build --release --features s3)",
+            ]
+        );
+        assert!(messages(S3, Features { rocksdb: false, kafka: false, s3: true }).is_empty());
     }
 
     #[test]

@@ -182,7 +182,13 @@ fn restore_on_a_new_machine(backend: Backend) {
 #[test]
 fn local_recovery_uses_a_matching_local_copy() {
     let Some(bucket) = Bucket::new("local-recovery") else { return };
-    let (job, restore) = killed_midway(&bucket, Backend::Memory);
+    // A crash right after the second checkpoint's commit, not a timed kill:
+    // a kill between the store's `_metadata` and the local one leaves a
+    // local copy that rightly does not match (then the restore downloads).
+    let (job, cmd, restore) = job_on(&bucket, Backend::Memory);
+    let crashed = cmd().set("sources.events.rate_limit", "700").env("WEIR_FAULTS", "crash=after_metadata:2").run();
+    crashed.expect_stderr_contains("injected crash at after_metadata");
+    assert_eq!(bucket.complete().len(), 2, "{}", crashed.stderr);
     let o = fast(restore()).ok();
     assert!(o.stderr.contains("Local copy matches the store; restoring from it (local recovery)."), "{}", o.stderr);
     assert_exactly_once("local recovery", job.lines());
@@ -436,6 +442,36 @@ fn storage_faults_abort_checkpoints_and_the_output_stays_exactly_once() {
     assert!(!completed(&o.stderr).is_empty(), "no checkpoint completed:\n{}", o.stderr);
     job.assert_no_in_progress_files();
     assert_exactly_once("storage_fail=0.3", job.lines());
+}
+
+/// Past `tolerable_failures` a pipeline whose uploads fail ends with an
+/// error that names the object it could not write and why.
+#[test]
+fn failed_uploads_past_tolerable_failures_fail_the_pipeline_naming_the_object() {
+    let Some(bucket) = Bucket::new("upload-fails") else { return };
+    let (_job, cmd, _) = job_on(&bucket, Backend::Memory);
+    let o = cmd().set("checkpoint.tolerable_failures", "0").env("WEIR_FAULTS", "storage_fail=1,seed=3").run();
+    assert_ne!(o.code(), Some(0), "the run succeeded with every upload failing:\n{}", o.stderr);
+    assert!(o.stderr.contains("tolerable_failures"), "{}", o.stderr);
+    assert!(o.stderr.contains(&format!("{}/chk-", bucket.url)), "the error does not name the object:\n{}", o.stderr);
+    assert!(o.stderr.contains("injected storage failure"), "the error does not say why:\n{}", o.stderr);
+    assert!(bucket.complete().is_empty(), "a checkpoint reached the store");
+}
+
+/// An object over the multipart threshold goes up in parts and comes back
+/// byte for byte (checkpoint state files of large states take this path).
+#[test]
+fn a_file_over_the_multipart_threshold_goes_up_in_parts_and_back_unchanged() {
+    let Some(bucket) = Bucket::new("multipart") else { return };
+    let dir = tmp();
+    let (from, back) = (dir.path().join("big"), dir.path().join("back"));
+    let size = weir::checkpoint::remote::MULTIPART_THRESHOLD as usize + (3 << 20) + 7;
+    let bytes: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(&from, &bytes).unwrap();
+    bucket.storage.put_file("big", &from).unwrap();
+    assert_eq!(bucket.objects(), [("big".to_string(), size as u64)]);
+    bucket.storage.get_to_file("big", &back).unwrap();
+    assert!(std::fs::read(&back).unwrap() == bytes, "the object came back changed");
 }
 
 #[test]
