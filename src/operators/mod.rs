@@ -59,11 +59,25 @@ pub struct OperatorMetrics {
     /// that has not completed yet (pending). Gauges, set once per call.
     pub transactions_open: AtomicU64,
     pub transactions_pending: AtomicU64,
+    /// Memory-backed keyed state as of the task's last batch: entries and
+    /// their key + value bytes, over all the operator's tables. Set by the
+    /// owning task alone, once per batch (`Chain::publish_state`).
+    pub state_keys: AtomicU64,
+    pub state_bytes: AtomicU64,
+    /// Set once the task published the figures above (memory state with tables).
+    pub state_counted: std::sync::atomic::AtomicBool,
 }
 
 impl OperatorMetrics {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Publish the state figures (the owning task, once per batch).
+    pub fn set_state(&self, stats: crate::state::StateStats) {
+        self.state_keys.store(stats.keys, Ordering::Relaxed);
+        self.state_bytes.store(stats.bytes, Ordering::Relaxed);
+        self.state_counted.store(true, Ordering::Relaxed);
     }
 
     /// A record dropped because it came too late (rare: per record).

@@ -95,6 +95,17 @@ impl Chain {
         Ok(batch)
     }
 
+    /// Publish each operator's state figures (memory state only) to its
+    /// metrics: plain counts the state kept, stored once per call; the task
+    /// calls it once per batch or event, never per record.
+    pub fn publish_state(&self) {
+        for op in &self.ops {
+            if let Some(stats) = op.state.stats() {
+                op.metrics.set_state(stats);
+            }
+        }
+    }
+
     /// The input watermark advanced: each operator in turn takes its new
     /// watermark and fires, and what it emits passes through the operators
     /// after it while they still hold their old watermark (a channel would

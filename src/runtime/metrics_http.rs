@@ -286,6 +286,7 @@ impl Collector for WeirCollector {
         subtask_load(&mut enc, e)?;
 
         sources_and_sinks(&mut enc, e)?;
+        memory_state(&mut enc, e)?;
         rocksdb_properties(&mut enc, e)?;
         kafka_lag(&mut enc, e)?;
         let Some(c) = &e.checkpoints else { return Ok(()) };
@@ -639,6 +640,39 @@ fn kafka_transactions(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), s
                     MetricType::Counter => ConstCounter::new(v).encode(m.encode_family(&labels)?)?,
                     _ => ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?,
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Memory-backed keyed state per operator subtask, as its task last
+/// published it (once per batch): entries over all the operator's tables and
+/// their key + value bytes. Subtasks without memory state have no series.
+fn memory_state(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::MetricType;
+    type Pick = fn(&crate::operators::OperatorMetrics) -> u64;
+    let families: [(&str, &str, Pick); 2] = [
+        ("weir_state_keys", "Entries in the subtask's memory state (all the operator's tables), as of its last batch.", |m| {
+            m.state_keys.load(Ordering::Relaxed)
+        }),
+        (
+            "weir_state_size_bytes",
+            "Key and value bytes of those entries (not the allocator's or the tables' overhead), as of its last batch.",
+            |m| m.state_bytes.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, pick) in families {
+        let counted = |m: &&Arc<crate::operators::OperatorMetrics>| m.state_counted.load(Ordering::Relaxed);
+        if !e.nodes.iter().any(|n| n.subtasks.iter().any(|m| counted(&m))) {
+            continue;
+        }
+        let mut f = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for node in &e.nodes {
+            for (i, m) in node.subtasks.iter().enumerate().filter(|(_, m)| counted(m)) {
+                let subtask = i.to_string();
+                let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+                ConstGauge::new(pick(m) as i64).encode(f.encode_family(&labels)?)?;
             }
         }
     }

@@ -191,6 +191,7 @@ impl SourceTask {
                 split_watermarks(&mut batch, self.timing.max_out_of_orderness);
                 let out = self.chain.process(0, batch)?;
                 self.output.push(out);
+                self.chain.publish_state();
                 if let Some(ooo) = self.timing.max_out_of_orderness {
                     let bounded = self.source.event_time_bound().map_or(max_ts, |b| b.min(max_ts));
                     let wm = bounded.saturating_sub(ooo).saturating_sub(1);
@@ -263,6 +264,7 @@ impl SourceTask {
 
     /// Wait until `until` (None: forever) or something happens.
     async fn wait(&mut self, until: Option<Instant>) -> Wake {
+        self.chain.publish_state();
         self.meters.times.enter(Phase::Idle);
         let wake = self.wait_for(until).await;
         self.meters.times.enter(Phase::Busy);
@@ -416,6 +418,7 @@ impl SourceTask {
     async fn exit(mut self, finished: bool) -> TaskResult {
         self.notify_completed()?;
         let _ = self.output.flush().await;
+        self.chain.publish_state();
         self.chain.close()?;
         Ok(if finished { TaskEnd::Finished } else { TaskEnd::Stopped })
     }
@@ -424,6 +427,7 @@ impl SourceTask {
     /// channels close so downstream stops too.
     async fn shut_down(mut self) -> TaskResult {
         let _ = self.output.flush().await;
+        self.chain.publish_state();
         self.chain.close()?;
         Ok(TaskEnd::Stopped)
     }
@@ -482,6 +486,8 @@ impl OperatorTask {
         let mut ended = false;
         loop {
             let tick = self.chain.next_tick_in();
+            // Once per loop turn (a batch, a watermark, a barrier), not per record.
+            self.chain.publish_state();
             self.meters.times.enter(Phase::Idle);
             let step = match &mut self.checkpointing {
                 None => tokio::select! {
@@ -707,6 +713,7 @@ impl OperatorTask {
             c.ck.wait_done().await;
         }
         self.notify_completed()?;
+        self.chain.publish_state();
         self.chain.close()?;
         Ok(if finished { TaskEnd::Finished } else { TaskEnd::Stopped })
     }

@@ -13,7 +13,7 @@ use std::ops::{Bound, Range};
 
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
-use super::{snapshot, BufferPool, KeyedState, ScanFn, StateError, StateSnapshot, TableId, TableKind, TableSpec};
+use super::{snapshot, BufferPool, KeyedState, ScanFn, StateError, StateSnapshot, StateStats, TableId, TableKind, TableSpec};
 use crate::types::KeyGroup;
 
 /// Bytes stored inline; 22 keeps `Bytes` at 24 bytes, like a boxed slice plus tag.
@@ -264,6 +264,9 @@ pub struct MemoryState {
     scratch: Vec<u8>,
     /// The last snapshot's buffer, back from the checkpoint writer.
     pool: BufferPool,
+    /// Entries and key + value bytes, counted as they change (plain
+    /// integers: only the owning task writes this state).
+    stats: StateStats,
 }
 
 fn hash(hasher: &KeyHasher, key: &[u8]) -> u64 {
@@ -275,12 +278,20 @@ fn find_in<'a, E: PointEntry>(m: &'a HashTable<E>, hasher: &KeyHasher, key: &[u8
 }
 
 /// Store `key` = `value`; false (nothing changed) if the entry does not fit `E`.
-fn put_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], value: &[u8]) -> bool {
+fn put_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, stats: &mut StateStats, key: &[u8], value: &[u8]) -> bool {
     match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
-        Slot::Occupied(mut e) => e.get_mut().try_set_value(value),
+        Slot::Occupied(mut e) => {
+            let old = e.get().value().len();
+            let set = e.get_mut().try_set_value(value);
+            if set {
+                stats.resized(old, value.len());
+            }
+            set
+        }
         Slot::Vacant(e) => match E::make(key, value) {
             Some(entry) => {
                 e.insert(entry);
+                stats.added(key.len(), value.len());
                 true
             }
             None => false,
@@ -293,14 +304,23 @@ fn put_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], v
 fn update_in<E: PointEntry>(
     m: &mut HashTable<E>,
     hasher: &KeyHasher,
+    stats: &mut StateStats,
     key: &[u8],
     buf: &mut Vec<u8>,
     f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool,
 ) -> bool {
     match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
         Slot::Occupied(mut e) => {
+            let old = e.get().value().len();
             buf.extend_from_slice(e.get().value());
-            !f(buf, true) || e.get_mut().try_set_value(buf)
+            if !f(buf, true) {
+                return true;
+            }
+            let set = e.get_mut().try_set_value(buf);
+            if set {
+                stats.resized(old, buf.len());
+            }
+            set
         }
         Slot::Vacant(e) => {
             if !f(buf, false) {
@@ -309,6 +329,7 @@ fn update_in<E: PointEntry>(
             match E::make(key, buf) {
                 Some(entry) => {
                     e.insert(entry);
+                    stats.added(key.len(), buf.len());
                     true
                 }
                 None => false,
@@ -318,19 +339,27 @@ fn update_in<E: PointEntry>(
 }
 
 /// `put_if_absent` on a point table: None if absent but the entry does not fit `E`.
-fn put_if_absent_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], value: &[u8]) -> Option<bool> {
+fn put_if_absent_in<E: PointEntry>(
+    m: &mut HashTable<E>,
+    hasher: &KeyHasher,
+    stats: &mut StateStats,
+    key: &[u8],
+    value: &[u8],
+) -> Option<bool> {
     match m.entry(hash(hasher, key), |e| e.key() == key, |e| hash(hasher, e.key())) {
         Slot::Occupied(_) => Some(false),
         Slot::Vacant(e) => {
             e.insert(E::make(key, value)?);
+            stats.added(key.len(), value.len());
             Some(true)
         }
     }
 }
 
-fn take_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], out: Option<&mut Vec<u8>>) -> bool {
+fn take_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, stats: &mut StateStats, key: &[u8], out: Option<&mut Vec<u8>>) -> bool {
     match m.find_entry(hash(hasher, key), |e| e.key() == key) {
         Ok(e) => {
+            stats.removed(key.len(), e.get().value().len());
             if let Some(out) = out {
                 out.extend_from_slice(e.get().value());
             }
@@ -343,7 +372,7 @@ fn take_in<E: PointEntry>(m: &mut HashTable<E>, hasher: &KeyHasher, key: &[u8], 
 
 /// Turn a `Tiny` or `Small` point map into the narrowest wider kind that
 /// holds `key` = `value`, then store it.
-fn put_wide(map: &mut Map, hasher: &KeyHasher, key: &[u8], value: &[u8]) {
+fn put_wide(map: &mut Map, hasher: &KeyHasher, stats: &mut StateStats, key: &[u8], value: &[u8]) {
     let fits_small = key.len() + value.len() <= 15;
     match map {
         Map::Tiny(tiny) if fits_small => {
@@ -359,10 +388,10 @@ fn put_wide(map: &mut Map, hasher: &KeyHasher, key: &[u8], value: &[u8]) {
     }
     match map {
         Map::Small(m) => {
-            put_in(m, hasher, key, value);
+            put_in(m, hasher, stats, key, value);
         }
         Map::Point(m) => {
-            put_in(m, hasher, key, value);
+            put_in(m, hasher, stats, key, value);
         }
         _ => {}
     }
@@ -375,6 +404,8 @@ fn to_entries<E: PointEntry>(from: &mut HashTable<E>, hasher: &KeyHasher) -> Has
     }
     wide
 }
+
+type Parts<'a> = (&'a mut Map, &'a KeyHasher, &'a mut Vec<u8>, &'a mut StateStats);
 
 impl MemoryState {
     pub fn new(tables: &[TableSpec], key_groups: Range<KeyGroup>) -> Self {
@@ -391,7 +422,14 @@ impl MemoryState {
                     .collect(),
             })
             .collect();
-        MemoryState { key_groups, tables, hasher: KeyHasher::default(), scratch: Vec::new(), pool: BufferPool::default() }
+        MemoryState {
+            key_groups,
+            tables,
+            hasher: KeyHasher::default(),
+            scratch: Vec::new(),
+            pool: BufferPool::default(),
+            stats: StateStats::default(),
+        }
     }
 
     fn map(&self, table: TableId, kg: KeyGroup) -> Result<&Map, StateError> {
@@ -407,10 +445,11 @@ impl MemoryState {
         }
     }
 
-    /// The map of (table, kg), the hasher and the scratch buffer, borrowed apart.
-    fn parts(&mut self, table: TableId, kg: KeyGroup) -> Result<(&mut Map, &KeyHasher, &mut Vec<u8>), StateError> {
+    /// The map of (table, kg), the hasher, the scratch buffer and the
+    /// counts, borrowed apart.
+    fn parts(&mut self, table: TableId, kg: KeyGroup) -> Result<Parts<'_>, StateError> {
         let i = self.index(kg)?;
-        Ok((&mut self.tables[table].groups[i], &self.hasher, &mut self.scratch))
+        Ok((&mut self.tables[table].groups[i], &self.hasher, &mut self.scratch, &mut self.stats))
     }
 
     fn find<'a>(&self, map: &'a Map, key: &[u8]) -> Option<&'a [u8]> {
@@ -482,25 +521,29 @@ impl KeyedState for MemoryState {
     }
 
     fn put(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<(), StateError> {
-        let (map, hasher, _) = self.parts(table, kg)?;
+        let (map, hasher, _, stats) = self.parts(table, kg)?;
         match map {
             Map::Tiny(m) => {
-                if !put_in(m, hasher, key, value) {
-                    put_wide(map, hasher, key, value);
+                if !put_in(m, hasher, stats, key, value) {
+                    put_wide(map, hasher, stats, key, value);
                 }
             }
             Map::Small(m) => {
-                if !put_in(m, hasher, key, value) {
-                    put_wide(map, hasher, key, value);
+                if !put_in(m, hasher, stats, key, value) {
+                    put_wide(map, hasher, stats, key, value);
                 }
             }
             Map::Point(m) => {
-                put_in(m, hasher, key, value);
+                put_in(m, hasher, stats, key, value);
             }
             Map::Ordered(m) => match m.get_mut(key) {
-                Some(v) => v.set(value),
+                Some(v) => {
+                    stats.resized(v.as_slice().len(), value.len());
+                    v.set(value)
+                }
                 None => {
                     m.insert(Bytes::new(key), Bytes::new(value));
+                    stats.added(key.len(), value.len());
                 }
             },
         }
@@ -508,24 +551,31 @@ impl KeyedState for MemoryState {
     }
 
     fn delete(&mut self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
-        let (map, hasher, _) = self.parts(table, kg)?;
+        let (map, hasher, _, stats) = self.parts(table, kg)?;
         Ok(match map {
-            Map::Tiny(m) => take_in(m, hasher, key, None),
-            Map::Small(m) => take_in(m, hasher, key, None),
-            Map::Point(m) => take_in(m, hasher, key, None),
-            Map::Ordered(m) => m.remove(key).is_some(),
+            Map::Tiny(m) => take_in(m, hasher, stats, key, None),
+            Map::Small(m) => take_in(m, hasher, stats, key, None),
+            Map::Point(m) => take_in(m, hasher, stats, key, None),
+            Map::Ordered(m) => match m.remove(key) {
+                Some(v) => {
+                    stats.removed(key.len(), v.as_slice().len());
+                    true
+                }
+                None => false,
+            },
         })
     }
 
     fn take(&mut self, table: TableId, kg: KeyGroup, key: &[u8], out: &mut Vec<u8>) -> Result<bool, StateError> {
-        let (map, hasher, _) = self.parts(table, kg)?;
+        let (map, hasher, _, stats) = self.parts(table, kg)?;
         out.clear();
         Ok(match map {
-            Map::Tiny(m) => take_in(m, hasher, key, Some(out)),
-            Map::Small(m) => take_in(m, hasher, key, Some(out)),
-            Map::Point(m) => take_in(m, hasher, key, Some(out)),
+            Map::Tiny(m) => take_in(m, hasher, stats, key, Some(out)),
+            Map::Small(m) => take_in(m, hasher, stats, key, Some(out)),
+            Map::Point(m) => take_in(m, hasher, stats, key, Some(out)),
             Map::Ordered(m) => match m.remove(key) {
                 Some(v) => {
+                    stats.removed(key.len(), v.as_slice().len());
                     out.extend_from_slice(v.as_slice());
                     true
                 }
@@ -604,32 +654,34 @@ impl KeyedState for MemoryState {
         key: &[u8],
         f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool,
     ) -> Result<(), StateError> {
-        let (map, hasher, buf) = self.parts(table, kg)?;
+        let (map, hasher, buf, stats) = self.parts(table, kg)?;
         buf.clear();
         match map {
             Map::Tiny(m) => {
-                if !update_in(m, hasher, key, buf, f) {
-                    put_wide(map, hasher, key, buf);
+                if !update_in(m, hasher, stats, key, buf, f) {
+                    put_wide(map, hasher, stats, key, buf);
                 }
             }
             Map::Small(m) => {
-                if !update_in(m, hasher, key, buf, f) {
-                    put_wide(map, hasher, key, buf);
+                if !update_in(m, hasher, stats, key, buf, f) {
+                    put_wide(map, hasher, stats, key, buf);
                 }
             }
             Map::Point(m) => {
-                update_in(m, hasher, key, buf, f);
+                update_in(m, hasher, stats, key, buf, f);
             }
             Map::Ordered(m) => match m.get_mut(key) {
                 Some(v) => {
                     buf.extend_from_slice(v.as_slice());
                     if f(buf, true) {
+                        stats.resized(v.as_slice().len(), buf.len());
                         v.set(buf);
                     }
                 }
                 None => {
                     if f(buf, false) {
                         m.insert(Bytes::new(key), Bytes::new(buf));
+                        stats.added(key.len(), buf.len());
                     }
                 }
             },
@@ -638,32 +690,38 @@ impl KeyedState for MemoryState {
     }
 
     fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
-        let (map, hasher, _) = self.parts(table, kg)?;
+        let (map, hasher, _, stats) = self.parts(table, kg)?;
         Ok(match map {
-            Map::Tiny(m) => match put_if_absent_in(m, hasher, key, value) {
+            Map::Tiny(m) => match put_if_absent_in(m, hasher, stats, key, value) {
                 Some(inserted) => inserted,
                 None => {
-                    put_wide(map, hasher, key, value);
+                    put_wide(map, hasher, stats, key, value);
                     true
                 }
             },
-            Map::Small(m) => match put_if_absent_in(m, hasher, key, value) {
+            Map::Small(m) => match put_if_absent_in(m, hasher, stats, key, value) {
                 Some(inserted) => inserted,
                 None => {
-                    put_wide(map, hasher, key, value);
+                    put_wide(map, hasher, stats, key, value);
                     true
                 }
             },
-            Map::Point(m) => put_if_absent_in(m, hasher, key, value).unwrap_or(false),
+            Map::Point(m) => put_if_absent_in(m, hasher, stats, key, value).unwrap_or(false),
             Map::Ordered(m) => {
                 if m.contains_key(key) {
                     false
                 } else {
                     m.insert(Bytes::new(key), Bytes::new(value));
+                    stats.added(key.len(), value.len());
                     true
                 }
             }
         })
+    }
+
+    fn stats(&self) -> Option<StateStats> {
+        // A stateless operator's empty handle has nothing to report.
+        (!self.tables.is_empty()).then_some(self.stats)
     }
 
     fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
@@ -895,6 +953,73 @@ mod tests {
             let bytes = s.snapshot(&T).unwrap().finish().unwrap();
             assert!(bytes.len() <= s.snapshot_bound(&T), "the bound is an upper bound");
         }
+    }
+
+    /// The counts behind `weir_state_keys` / `weir_state_size_bytes`:
+    /// random inserts, overwrites (growing and shrinking values, so point
+    /// maps widen) and deletes on both table kinds, checked against a plain
+    /// map's entry count and key + value bytes after every operation, and
+    /// carried through a snapshot and restore.
+    #[test]
+    fn stats_follow_inserts_overwrites_and_deletes_like_a_plain_map() {
+        let mut rng = 0x2545f4914f6cdd1du64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut s = MemoryState::new(&T, 0..2);
+        let mut model: std::collections::BTreeMap<(usize, u16, Vec<u8>), Vec<u8>> = Default::default();
+        let expected = |m: &std::collections::BTreeMap<(usize, u16, Vec<u8>), Vec<u8>>| StateStats {
+            keys: m.len() as u64,
+            bytes: m.iter().map(|((_, _, k), v)| (k.len() + v.len()) as u64).sum(),
+        };
+        assert_eq!(s.stats(), Some(StateStats::default()));
+        for step in 0..5000 {
+            let table = next(2) as usize;
+            let kg = next(2) as u16;
+            let key: Vec<u8> = vec![next(32) as u8; 1 + next(20) as usize];
+            let value: Vec<u8> = vec![next(256) as u8; next(40) as usize];
+            let at = (table, kg, key.clone());
+            let mut out = Vec::new();
+            match next(6) {
+                0 => {
+                    s.put(table, kg, &key, &value).unwrap();
+                    model.insert(at, value);
+                }
+                1 => assert_eq!(s.delete(table, kg, &key).unwrap(), model.remove(&at).is_some()),
+                2 => assert_eq!(s.take(table, kg, &key, &mut out).unwrap(), model.remove(&at).is_some()),
+                3 => {
+                    let inserted = s.put_if_absent(table, kg, &key, &value).unwrap();
+                    assert_eq!(inserted, !model.contains_key(&at));
+                    model.entry(at).or_insert(value);
+                }
+                4 => {
+                    let store = !value.is_empty();
+                    s.update(table, kg, &key, &mut |v, _| {
+                        v.clear();
+                        v.extend_from_slice(&value);
+                        store
+                    })
+                    .unwrap();
+                    if store {
+                        model.insert(at, value);
+                    }
+                }
+                _ => {
+                    // A refused key group changes nothing.
+                    assert!(s.put(table, 2, &key, &value).is_err());
+                }
+            }
+            assert_eq!(s.stats(), Some(expected(&model)), "after step {step}");
+        }
+        assert!(model.len() > 100, "the run keeps a sizable state");
+        let bytes = s.snapshot(&T).unwrap().finish().unwrap();
+        let mut back = MemoryState::new(&T, 0..2);
+        snapshot::read(&mut crate::codec::Dec::new(&bytes), &T, &mut back).unwrap();
+        assert_eq!(back.stats(), Some(expected(&model)), "a restore counts what it loads");
+        assert_eq!(MemoryState::new(&[], 0..2).stats(), None, "no tables, nothing to report");
     }
 
     #[test]

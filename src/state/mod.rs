@@ -117,6 +117,31 @@ impl std::fmt::Debug for StateSnapshot {
     }
 }
 
+/// How much a state holds: entries over all its tables and key groups, and
+/// the bytes of their keys and values (not the backend's overhead).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateStats {
+    pub keys: u64,
+    pub bytes: u64,
+}
+
+impl StateStats {
+    pub(crate) fn added(&mut self, key: usize, value: usize) {
+        self.keys += 1;
+        self.bytes += (key + value) as u64;
+    }
+
+    pub(crate) fn removed(&mut self, key: usize, value: usize) {
+        self.keys = self.keys.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub((key + value) as u64);
+    }
+
+    /// A value of `old` bytes was replaced by one of `new`.
+    pub(crate) fn resized(&mut self, old: usize, new: usize) {
+        self.bytes = self.bytes.saturating_sub(old as u64) + new as u64;
+    }
+}
+
 /// The keyed state of one operator in one subtask.
 pub trait KeyedState: Send {
     /// The key groups this handle owns.
@@ -189,6 +214,13 @@ pub trait KeyedState: Send {
         let mut out = Vec::new();
         snapshot::write(self, tables, &mut out)?;
         Ok(StateSnapshot::Bytes(out))
+    }
+
+    /// Entries and their bytes, if the backend keeps them as it goes (the
+    /// memory backend; RocksDB reports its own estimates per column family).
+    /// Cheap: read once per batch by the owning task.
+    fn stats(&self) -> Option<StateStats> {
+        None
     }
 
     /// Whether the state lives in a bundle DB that native (incremental)

@@ -771,3 +771,54 @@ fn prometheus_fires_the_repeated_failure_alert_while_a_stalled_subtask_fails_che
     let others = prom.query(r#"ALERTS{alertstate="firing",alertname!="WeirCheckpointRepeatedFailure"}"#);
     assert!(others.is_empty(), "{others:?}");
 }
+
+/// Memory state figures: after a bounded running count has taken all its
+/// input (the final checkpoint's barrier stalls it, so the process still
+/// serves), `weir_state_keys` of the aggregate summed over its subtasks is
+/// the number of distinct keys of the input (the accumulators; the dirty
+/// marks were cleared by the final emission), and stateless nodes have none.
+#[test]
+fn memory_state_keys_equal_the_distinct_keys_of_the_input_after_a_bounded_count() {
+    const ROWS: usize = 3000;
+    let dir = tmp();
+    let input = dir.path().join("in.jsonl");
+    let mut text = String::new();
+    let mut distinct = std::collections::BTreeSet::new();
+    let mut x = 0x9e3779b9u32;
+    for i in 0..ROWS {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let user = format!("u{}", x % 700);
+        text.push_str(&format!("{{\"i\": {i}, \"user\": \"{user}\"}}\n"));
+        distinct.insert(user);
+    }
+    std::fs::write(&input, text).unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        &format!(
+            "name: counted\ncheckpoint: {{interval: 1h}}\nsources:\n  - {{name: events, type: file, path: {}}}\noperators:\n  - {{name: per_user, type: aggregate, input: events, key: [user], aggregates: [{{fn: count, as: n}}]}}\nsinks:\n  - {{name: out, type: blackhole, input: per_user}}\n",
+            input.display()
+        ),
+    );
+    let port = free_port();
+    let run =
+        weir_run(&pipeline, 2).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=per_user:0:3s").spawn();
+    let op = r#"operator="per_user""#;
+    let want = distinct.len() as f64;
+    let text = wait_scrape(&run, port, "the count's state of all its input", |t| {
+        value(t, "weir_records_in_total", &[op]) == Some(ROWS as f64) && value(t, "weir_state_keys", &[op]) == Some(want)
+    });
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    o.expect_stderr_contains("Injected stall.");
+    assert_eq!(summary_count(&o.stderr, "per_user", "in"), ROWS as u64, "{}", o.stderr);
+    // One series per subtask; the keys split between them by key group.
+    let per: Vec<f64> = (0..2).map(|s| must(&text, "weir_state_keys", &[op, &format!(r#"subtask="{s}""#)])).collect();
+    assert!(per.iter().all(|&k| k > 0.0), "{per:?}");
+    assert_eq!(per.iter().sum::<f64>(), want);
+    // Key and value bytes: every entry has a non-empty key and an accumulator.
+    let bytes = must(&text, "weir_state_size_bytes", &[op, r#"pipeline="counted""#]);
+    assert!(bytes > 2.0 * want, "{bytes} bytes for {want} keys");
+    assert_eq!(value(&text, "weir_state_keys", &[r#"operator="out""#]), None, "a stateless sink has no state series");
+}
