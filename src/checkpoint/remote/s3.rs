@@ -130,7 +130,7 @@ impl ObjectStorage {
     }
 
     async fn put_file_async(&self, key: &str, from: &Path) -> Result<(), StorageError> {
-        let (mut file, size) = super::store::open_regular(from).map_err(|e| local_read(from, e))?;
+        let (mut file, size) = crate::checkpoint::store::open_regular(from).map_err(|e| local_read(from, e))?;
         let path = self.path(key);
         if size <= MULTIPART_THRESHOLD {
             let mut bytes = Vec::with_capacity(size as usize);
@@ -222,7 +222,7 @@ fn redact(message: &str) -> String {
 }
 
 fn local_read(path: &Path, source: std::io::Error) -> StorageError {
-    StorageError::Local(super::store::StoreError::Io { op: "read", path: path.to_path_buf(), source })
+    StorageError::Local(crate::checkpoint::store::StoreError::Io { op: "read", path: path.to_path_buf(), source })
 }
 
 impl Storage for ObjectStorage {
@@ -269,7 +269,7 @@ impl Storage for ObjectStorage {
 
     fn get_to_file(&self, key: &str, to: &Path) -> Result<(), StorageError> {
         let bytes = self.get(key)?;
-        super::storage::write_new_file(to, &bytes)
+        crate::checkpoint::storage::write_new_file(to, &bytes)
     }
 
     fn get_many(&self, files: Vec<(String, std::path::PathBuf)>) -> Result<(), StorageError> {
@@ -282,7 +282,7 @@ impl Storage for ObjectStorage {
                     let bytes = this.retry("get", &key, || async { this.store.get(&path).await?.bytes().await }).await?;
                     // The file write is small next to the request; a blocking
                     // thread keeps the storage runtime's workers free.
-                    tokio::task::spawn_blocking(move || super::storage::write_new_file(&to, &bytes))
+                    tokio::task::spawn_blocking(move || crate::checkpoint::storage::write_new_file(&to, &bytes))
                         .await
                         .map_err(|e| StorageError::Failed { op: "write", url: this.url(&key), message: e.to_string() })?
                 }
