@@ -226,7 +226,8 @@ fn crash_loops_on_s3_in_the_other_checkpoint_modes() {
     let modes: [(&str, fn(Weir) -> Weir); 3] = [
         ("unaligned", |w| w.set("checkpoint.alignment", "unaligned")),
         ("aligned_timeout", |w| w.set("checkpoint.aligned_timeout", "1ms")),
-        ("at_least_once", |w| w.set("checkpoint.mode", "at_least_once")),
+        // The example pipeline says `alignment: aligned`, which at-least-once refuses.
+        ("at_least_once", |w| w.set("checkpoint.mode", "at_least_once").set("checkpoint.alignment", "null")),
     ];
     for (mode, configure) in modes {
         let Some(bucket) = Bucket::new(&format!("mode-{mode}")) else { return };
@@ -444,18 +445,33 @@ fn storage_faults_abort_checkpoints_and_the_output_stays_exactly_once() {
     assert_exactly_once("storage_fail=0.3", job.lines());
 }
 
-/// Past `tolerable_failures` a pipeline whose uploads fail ends with an
-/// error that names the object it could not write and why.
+/// A store that refuses every request stops the run at its start, naming
+/// the object it could not reach and why, before anything is written.
 #[test]
-fn failed_uploads_past_tolerable_failures_fail_the_pipeline_naming_the_object() {
-    let Some(bucket) = Bucket::new("upload-fails") else { return };
-    let (_job, cmd, _) = job_on(&bucket, Backend::Memory);
-    let o = cmd().set("checkpoint.tolerable_failures", "0").env("WEIR_FAULTS", "storage_fail=1,seed=3").run();
-    assert_ne!(o.code(), Some(0), "the run succeeded with every upload failing:\n{}", o.stderr);
-    assert!(o.stderr.contains("tolerable_failures"), "{}", o.stderr);
-    assert!(o.stderr.contains(&format!("{}/chk-", bucket.url)), "the error does not name the object:\n{}", o.stderr);
+fn a_store_that_fails_every_request_stops_the_run_naming_the_object_and_the_cause() {
+    let Some(bucket) = Bucket::new("store-fails") else { return };
+    let (job, cmd, _) = job_on(&bucket, Backend::Memory);
+    let o = cmd().env("WEIR_FAULTS", "storage_fail=1,seed=3").run();
+    assert_ne!(o.code(), Some(0), "the run succeeded with every request failing:\n{}", o.stderr);
+    assert!(o.stderr.contains(&format!("{}/", bucket.url)), "the error does not name the object:\n{}", o.stderr);
     assert!(o.stderr.contains("injected storage failure"), "the error does not say why:\n{}", o.stderr);
-    assert!(bucket.complete().is_empty(), "a checkpoint reached the store");
+    assert!(bucket.objects().is_empty() && job.lines().is_empty(), "something was written");
+}
+
+/// Past `tolerable_failures` (0 here) a pipeline whose store went away
+/// fails, and says which object it could not write and why.
+#[test]
+fn a_store_gone_past_tolerable_failures_fails_the_pipeline_naming_the_object() {
+    let Some(server) = PrivateServer::start("store-gone") else { return };
+    let bucket = Bucket::at("gone", server.env.clone());
+    let (_job, cmd, _) = job_on(&bucket, Backend::Memory);
+    let run = cmd().set("sources.events.rate_limit", "700").set("checkpoint.tolerable_failures", "0").spawn();
+    assert!(wait_until(Duration::from_secs(20), || !bucket.complete().is_empty()), "no checkpoint reached the store");
+    server.stop();
+    let o = run.wait_for(RUN_TIMEOUT);
+    assert_ne!(o.code(), Some(0), "the run succeeded without its store:\n{}", o.stderr);
+    assert!(o.stderr.contains("tolerable_failures"), "{}", o.stderr);
+    assert!(o.stderr.contains(&format!("{}/chk-", bucket.url)), "no message names the object:\n{}", o.stderr);
 }
 
 /// An object over the multipart threshold goes up in parts and comes back
