@@ -172,6 +172,19 @@ impl Attempt {
     }
 }
 
+/// A per-file rate of failed snapshot writes. A checkpoint writes about one
+/// file per task, so a fixed rate would let a wide pipeline almost never
+/// complete one (0.3 over 16 files: 1 in 300), and a run that must reach a
+/// checkpoint (its final one, a kill at 'Checkpoint complete.') would
+/// outlast the hang limit by chance. The high rate lets about 1 checkpoint
+/// in 20 through, the low one about 2 in 3, whatever the width.
+pub fn write_fail_rate(shape: &Shape, high: bool) -> String {
+    let files = (shape.parallelism as usize * (shape.nodes().len() + shape.sinks.len())).max(1) as f64;
+    let through: f64 = if high { 0.05 } else { 0.67 };
+    let rate = (1.0 - through.powf(1.0 / files)).min(0.3);
+    format!("{rate:.3}")
+}
+
 /// The faulty runs of a case (clean runs to the end follow them).
 pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
     // Short waits and many runs: each kill -9 costs a process start and a
@@ -206,8 +219,8 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
             faults.push(format!("crash={point}:{}", rng.range(1, 5)));
         }
         if rng.chance(0.2) {
-            // 0.3 per file aborts most checkpoints of a wide pipeline; 0.05 lets some through.
-            faults.push(format!("state_write_fail={}", rng.pick(&["0.3", "0.05"])));
+            // The high rate aborts most checkpoints, the low one lets most through.
+            faults.push(format!("state_write_fail={}", write_fail_rate(shape, rng.chance(0.5))));
             faults.push(format!("seed={}", rng.next() % 1000));
         }
         if rng.chance(0.2) {
@@ -227,4 +240,18 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         attempts.push(Attempt { action, faults, rescale, edit, consume, outage: None, then_kill, fast: false, recreate_topic: false });
     }
     attempts
+}
+
+#[test]
+fn snapshot_write_failures_let_checkpoints_through_at_any_width() {
+    let mut rng = Rng::new(11);
+    for seed in 0..200 {
+        let shape = Shape::draw(&mut rng, seed);
+        let files = shape.parallelism as i32 * (shape.nodes().len() + shape.sinks.len()) as i32;
+        for (high, least) in [(true, 0.05), (false, 0.67)] {
+            let rate: f64 = write_fail_rate(&shape, high).parse().unwrap();
+            assert!(rate > 0.0 && rate <= 0.3, "{rate}");
+            assert!((1.0 - rate).powi(files) >= least * 0.95, "{files} files at {rate}");
+        }
+    }
 }
