@@ -406,6 +406,23 @@ mod tests {
     }
 
     #[test]
+    fn value_functions_order_by_event_time_then_json_text() {
+        let lines: Vec<String> =
+            [r#"{"u":1,"ts":5,"v":"b"}"#, r#"{"u":1,"ts":5,"v":2}"#, r#"{"u":1,"ts":1,"v":2.0}"#, r#"{"u":1,"ts":0,"v":null}"#]
+                .map(String::from)
+                .to_vec();
+        let aggs = [
+            (Func::CountDistinct, Some("v"), "d"),
+            (Func::First, Some("v"), "f"),
+            (Func::Last, Some("v"), "l"),
+            (Func::Collect(2), Some("v"), "c"),
+        ];
+        let out = aggregate(&lines, &["u"], "ts", None, &aggs);
+        // `2` and `2.0` are one value; at ts 5 the text `"b"` sorts before `2` (0x22 < 0x32).
+        assert_eq!(super::super::records::canonical(&out[0]), r#"{u=1i, d=2i, f=2.000000f, l=2i, c=[2.0,"b"]}"#);
+    }
+
+    #[test]
     fn windows_assign_as_specified() {
         let lines: Vec<String> =
             [(1, 5), (1, 10_500), (1, 12_000), (2, 19_999)].iter().map(|(u, t)| format!(r#"{{"u":{u},"ts":{t}}}"#)).collect();
