@@ -356,6 +356,31 @@ pub enum AggFunc {
     Min,
     Max,
     Avg,
+    /// Exact number of distinct non-null values.
+    CountDistinct,
+    /// The value of the earliest record by event time.
+    First,
+    /// The value of the latest record by event time.
+    Last,
+    /// The first `max_items` values by event time, as a JSON array.
+    Collect {
+        max_items: u32,
+    },
+}
+
+/// The largest `max_items` of `collect`: it bounds a key's (or window's) state.
+pub const MAX_COLLECT_ITEMS: u64 = 10_000;
+
+impl AggFunc {
+    /// Whether the function needs a number (others take any scalar).
+    pub fn needs_number(self) -> bool {
+        matches!(self, AggFunc::Sum | AggFunc::Min | AggFunc::Max | AggFunc::Avg)
+    }
+
+    /// Whether the function orders values by event time and so needs it.
+    pub fn needs_event_time(self) -> bool {
+        matches!(self, AggFunc::First | AggFunc::Last)
+    }
 }
 
 #[derive(Debug, Clone)]

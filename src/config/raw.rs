@@ -278,6 +278,9 @@ pub struct RawAggregate {
     pub field: Option<String>,
     #[serde(rename = "as")]
     pub alias: String,
+    /// `collect` only: how many values it keeps.
+    #[serde(default)]
+    pub max_items: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -288,6 +291,10 @@ pub enum RawAggFn {
     Min,
     Max,
     Avg,
+    CountDistinct,
+    First,
+    Last,
+    Collect,
 }
 
 #[derive(Debug, Deserialize)]

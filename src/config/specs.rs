@@ -858,6 +858,19 @@ fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], 
         if a.func != RawAggFn::Count && a.field.is_none() {
             cx.err(&here, format!("`fn: {}` needs a `field` to aggregate", fn_name(a.func)));
         }
+        match (a.func, a.max_items) {
+            (RawAggFn::Collect, None) => cx.err(
+                &here,
+                format!("`fn: collect` needs `max_items`, the most values it keeps (1 to {MAX_COLLECT_ITEMS}), e.g. `max_items: 100`"),
+            ),
+            (RawAggFn::Collect, Some(n)) if !(1..=MAX_COLLECT_ITEMS).contains(&n) => {
+                cx.err(&child(&here, "max_items"), format!("`max_items: {n}` is out of range: expected 1 to {MAX_COLLECT_ITEMS}"))
+            }
+            (RawAggFn::Collect, Some(_)) | (_, None) => {}
+            (f, Some(_)) => {
+                cx.err_key(&child(&here, "max_items"), format!("`max_items` is only for `fn: collect`, not `fn: {}`", fn_name(f)))
+            }
+        }
         let alias_at = child(&here, "as");
         let alias = a.alias.as_str();
         if alias.is_empty() {
@@ -875,13 +888,18 @@ fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], 
         .enumerate()
         .map(|(i, a)| {
             let field = a.field.as_ref().map(|f| field_path(cx, &child(&item(at, i), "field"), f));
-            AggregateFn { func: agg_func(a.func), field, alias: a.alias.clone() }
+            AggregateFn { func: agg_func(a.func, a.max_items), field, alias: a.alias.clone() }
         })
         .collect()
 }
 
-fn agg_func(f: RawAggFn) -> AggFunc {
+fn agg_func(f: RawAggFn, max_items: Option<u64>) -> AggFunc {
     match f {
+        RawAggFn::CountDistinct => AggFunc::CountDistinct,
+        RawAggFn::First => AggFunc::First,
+        RawAggFn::Last => AggFunc::Last,
+        // Out of range is reported above; clamped only to build a spec that is never run.
+        RawAggFn::Collect => AggFunc::Collect { max_items: max_items.unwrap_or(1).clamp(1, MAX_COLLECT_ITEMS) as u32 },
         RawAggFn::Count => AggFunc::Count,
         RawAggFn::Sum => AggFunc::Sum,
         RawAggFn::Min => AggFunc::Min,
@@ -897,6 +915,10 @@ fn fn_name(f: RawAggFn) -> &'static str {
         RawAggFn::Min => "min",
         RawAggFn::Max => "max",
         RawAggFn::Avg => "avg",
+        RawAggFn::CountDistinct => "count_distinct",
+        RawAggFn::First => "first",
+        RawAggFn::Last => "last",
+        RawAggFn::Collect => "collect",
     }
 }
 
@@ -990,6 +1012,14 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], name: &str, kind: &NodeKind, input: 
                 if let Some(field) = &f.field {
                     let field_at = child(&item(&child(at, "aggregates"), i), "field");
                     check_field(cx, &field_at, field, input_name, upstream);
+                }
+                if let (true, Time::Missing(why)) = (f.func.needs_event_time(), &upstream.time) {
+                    // Arrival order differs between runs and parallelisms: only event time makes first/last one answer.
+                    let name = if f.func == AggFunc::First { "first" } else { "last" };
+                    cx.err(
+                        &child(&item(&child(at, "aggregates"), i), "fn"),
+                        format!("`fn: {name}` picks by event time, but {why}: give the source an `event_time`"),
+                    );
                 }
             }
             let time = match (&a.window, &upstream.time) {

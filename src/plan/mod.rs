@@ -127,9 +127,9 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
         }
         NodeKind::Aggregate(a) => {
             merge_needs(&mut needs, a.key.iter().map(|k| (k.clone(), FieldNeed { required: true, numeric: false })).collect());
-            // `count` counts non-null values of any type (SQL `COUNT(field)`);
-            // the other functions need numbers.
-            let fields = a.aggregates.iter().filter_map(|f| Some((f.field.clone()?, f.func != crate::config::AggFunc::Count)));
+            // `count` counts non-null values of any type (SQL `COUNT(field)`), as do
+            // count_distinct, first, last and collect; the other functions need numbers.
+            let fields = a.aggregates.iter().filter_map(|f| Some((f.field.clone()?, f.func.needs_number())));
             merge_needs(&mut needs, fields.map(|(f, numeric)| (f, FieldNeed { required: false, numeric })).collect());
         }
         NodeKind::Sink(crate::config::SinkSpec::Kafka(k)) => {

@@ -35,6 +35,7 @@ mod terminal;
 mod transform;
 mod util;
 mod validate;
+mod value_aggs;
 mod values;
 #[path = "../common/wait.rs"]
 mod wait;

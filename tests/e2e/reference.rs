@@ -174,6 +174,14 @@ pub enum Func {
     Min,
     Max,
     Avg,
+    /// Distinct non-null values; numbers equal by value (`1` is `1.0`).
+    CountDistinct,
+    /// The value of the record first by (event time, JSON text of the value).
+    First,
+    /// The value of the record last by (event time, JSON text of the value).
+    Last,
+    /// The values of the first n records by (event time, JSON text), as an array.
+    Collect(usize),
 }
 
 /// One aggregate: function, input field (None: count records), output name.
@@ -303,7 +311,7 @@ pub fn aggregate_late(
                 out.insert("window_end".into(), e.into());
             }
             for (func, field, alias) in aggs {
-                out.insert(alias.to_string(), apply(*func, *field, &rs));
+                out.insert(alias.to_string(), apply(*func, *field, &rs, ts_field));
             }
             out
         })
@@ -312,11 +320,14 @@ pub fn aggregate_late(
 }
 
 /// One aggregate function over a group; nulls and missing fields are skipped.
-fn apply(func: Func, field: Option<&str>, rs: &[Obj]) -> Value {
+fn apply(func: Func, field: Option<&str>, rs: &[Obj], ts_field: &str) -> Value {
     let Some(field) = field else {
         assert_eq!(func, Func::Count, "only count may omit `field`");
         return rs.len().into();
     };
+    if let Some(v) = apply_any(func, field, rs, ts_field) {
+        return v;
+    }
     let values: Vec<&Number> = rs
         .iter()
         .filter_map(|r| match get_path(r, field) {
@@ -334,13 +345,46 @@ fn apply(func: Func, field: Option<&str>, rs: &[Obj]) -> Value {
     let all_ints = values.iter().all(|n| n.is_i64());
     let f = |n: &Number| n.as_f64().unwrap();
     match func {
-        Func::Count => unreachable!(),
+        Func::Count | Func::CountDistinct | Func::First | Func::Last | Func::Collect(_) => unreachable!(),
         Func::Sum if all_ints => values.iter().map(|n| n.as_i64().unwrap()).sum::<i64>().into(),
         Func::Sum => float(values.iter().map(|n| f(n)).sum()),
         Func::Avg => float(values.iter().map(|n| f(n)).sum::<f64>() / values.len() as f64),
         // Min/max keep the input's type: return the winning input number itself.
         Func::Min => Value::Number((*values.iter().min_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone()),
         Func::Max => Value::Number((*values.iter().max_by(|a, b| f(a).total_cmp(&f(b))).unwrap()).clone()),
+    }
+}
+
+/// The functions over values of any type; None for the numeric ones.
+fn apply_any(func: Func, field: &str, rs: &[Obj], ts_field: &str) -> Option<Value> {
+    let present = || rs.iter().filter_map(|r| get_path(r, field).filter(|v| !v.is_null()).map(|v| (r, v)));
+    // (event time, JSON text, value), sorted.
+    let ordered = || {
+        let mut v: Vec<(i64, String, Value)> =
+            present().map(|(r, v)| (event_time(r, ts_field).unwrap_or(i64::MIN), v.to_string(), v.clone())).collect();
+        v.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        v
+    };
+    Some(match func {
+        Func::CountDistinct => present().map(|(_, v)| same_value(v)).collect::<HashSet<String>>().len().into(),
+        Func::First => ordered().into_iter().next().map_or(Value::Null, |e| e.2),
+        Func::Last => ordered().pop().map_or(Value::Null, |e| e.2),
+        Func::Collect(n) => Value::Array(ordered().into_iter().take(n).map(|e| e.2).collect()),
+        _ => return None,
+    })
+}
+
+/// A text equal for equal values: a number by its value (integral floats as integers).
+fn same_value(v: &Value) -> String {
+    match v {
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => format!("n{i}"),
+            (None, Some(u), _) => format!("n{u}"),
+            (None, None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => format!("n{}", f as i64),
+            (None, None, Some(f)) => format!("f{}", f.to_bits()),
+            _ => format!("?{n}"),
+        },
+        other => other.to_string(),
     }
 }
 
@@ -359,6 +403,23 @@ mod tests {
         assert_eq!(parse_rfc3339("2023-11-15T00:13:20.974+02:00"), Some(1_700_000_000_974));
         assert_eq!(parse_rfc3339("2023-11-14T16:43:20.968-05:30"), Some(1_700_000_000_968));
         assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn value_functions_order_by_event_time_then_json_text() {
+        let lines: Vec<String> =
+            [r#"{"u":1,"ts":5,"v":"b"}"#, r#"{"u":1,"ts":5,"v":2}"#, r#"{"u":1,"ts":1,"v":2.0}"#, r#"{"u":1,"ts":0,"v":null}"#]
+                .map(String::from)
+                .to_vec();
+        let aggs = [
+            (Func::CountDistinct, Some("v"), "d"),
+            (Func::First, Some("v"), "f"),
+            (Func::Last, Some("v"), "l"),
+            (Func::Collect(2), Some("v"), "c"),
+        ];
+        let out = aggregate(&lines, &["u"], "ts", None, &aggs);
+        // `2` and `2.0` are one value; at ts 5 the text `"b"` sorts before `2` (0x22 < 0x32).
+        assert_eq!(super::super::records::canonical(&out[0]), r#"{u=1i, d=2i, f=2.000000f, l=2i, c=[2.0,"b"]}"#);
     }
 
     #[test]

@@ -26,15 +26,26 @@
 //! once). Nulls and non-numbers are skipped; over no values the result is
 //! Null (count gives 0). A float sum outside the f64 range is infinite
 //! (printed as the string `"Infinity"` or `"-Infinity"`).
+//!
+//! **Variable-width functions** (`count_distinct`, `first`, `last`,
+//! `collect`; see `variable.rs`) come after the fixed slots, each as
+//! `u64 LE length ++ payload`, in spec order. A spec with none of them has
+//! exactly the fixed layout above (and its fast paths); with some, the
+//! empty state is still all zeros (`width()` bytes: each length 0). Such
+//! specs are newer than the legacy layout, so `adopt` only checks them.
 
+use super::variable::{self, Kind};
 use crate::config::{AggFunc, AggregateFn};
-use crate::types::Value;
+use crate::types::{Millis, Value};
 
 /// The slots of one aggregate spec: where each function reads and writes.
 #[derive(Debug, Clone)]
 pub struct Accumulators {
     slots: Vec<Slot>,
-    width: usize,
+    /// The bytes of the fixed slots.
+    fixed: usize,
+    /// The variable-width slots, in spec order: (kind, input field).
+    vars: Vec<(Kind, usize)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +53,25 @@ struct Slot {
     func: AggFunc,
     /// Index of the input field; None for `count` of records.
     input: Option<usize>,
+    /// Byte offset of a fixed slot; index in `vars` of a variable one.
     offset: usize,
+}
+
+fn kind_of(func: AggFunc) -> Option<Kind> {
+    match func {
+        AggFunc::CountDistinct => Some(Kind::Distinct),
+        AggFunc::First => Some(Kind::First),
+        AggFunc::Last => Some(Kind::Last),
+        AggFunc::Collect { max_items } => Some(Kind::Collect(max_items as usize)),
+        AggFunc::Count | AggFunc::Sum | AggFunc::Min | AggFunc::Max | AggFunc::Avg => None,
+    }
+}
+
+/// The payload at `at` of a variable tail and the offset after it.
+fn payload_at(acc: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let len = usize::try_from(u64::from_le_bytes(acc.get(at..at + 8)?.try_into().ok()?)).ok()?;
+    let end = (at + 8).checked_add(len)?;
+    Some((acc.get(at + 8..end)?, end))
 }
 
 /// A number read from input or from a min/max slot.
@@ -187,6 +216,8 @@ const TAG_FLOAT: u8 = 2;
 
 fn width_of(func: AggFunc) -> usize {
     match func {
+        // Variable: the empty payload's length.
+        AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => 0,
         AggFunc::Count => 8,
         AggFunc::Min | AggFunc::Max => 9,
         AggFunc::Sum => 1 + SUM_WIDTH,
@@ -197,6 +228,8 @@ fn width_of(func: AggFunc) -> usize {
 /// The width of a slot in the layout before exact sums.
 fn legacy_width_of(func: AggFunc) -> usize {
     match func {
+        // Never in the legacy layout.
+        AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => 0,
         AggFunc::Count => 8,
         AggFunc::Sum | AggFunc::Min | AggFunc::Max => 9,
         AggFunc::Avg => 16,
@@ -236,6 +269,7 @@ impl Accumulators {
     pub fn new(aggregates: &[AggregateFn], input_fields: &[String]) -> Result<Accumulators, String> {
         let mut slots = Vec::with_capacity(aggregates.len());
         let mut width = 0;
+        let mut vars = Vec::new();
         for a in aggregates {
             let input = match &a.field {
                 Some(f) => {
@@ -244,25 +278,103 @@ impl Accumulators {
                 None if a.func == AggFunc::Count => None,
                 None => return Err(format!("aggregate `{}`: {:?} needs a field", a.alias, a.func)),
             };
-            slots.push(Slot { func: a.func, input, offset: width });
-            width += width_of(a.func);
+            match (kind_of(a.func), input) {
+                (Some(kind), Some(i)) => {
+                    slots.push(Slot { func: a.func, input, offset: vars.len() });
+                    vars.push((kind, i));
+                }
+                _ => {
+                    slots.push(Slot { func: a.func, input, offset: width });
+                    width += width_of(a.func);
+                }
+            }
         }
-        Ok(Accumulators { slots, width })
+        Ok(Accumulators { slots, fixed: width, vars })
     }
 
-    /// The byte length of an encoded accumulator set.
+    /// The byte length of the empty accumulator set; of every set when
+    /// `is_fixed()`.
     pub fn width(&self) -> usize {
-        self.width
+        self.fixed + 8 * self.vars.len()
+    }
+
+    /// True if every set has the same length (no variable-width function).
+    pub fn is_fixed(&self) -> bool {
+        self.vars.is_empty()
+    }
+
+    /// Which outputs (in spec order) are JSON text to write as is (`collect`'s arrays).
+    pub fn json_outputs(&self) -> Vec<bool> {
+        self.slots.iter().map(|s| matches!(s.func, AggFunc::Collect { .. })).collect()
+    }
+
+    /// The length of the accumulator set at the start of `bytes`, or None
+    /// if it cannot be one.
+    pub fn encoded_len(&self, bytes: &[u8]) -> Option<usize> {
+        let mut at = self.fixed;
+        if bytes.len() < at {
+            return None;
+        }
+        for _ in &self.vars {
+            at = payload_at(bytes, at)?.1;
+        }
+        Some(at)
+    }
+
+    /// True if `acc` is exactly one well-formed set of this layout.
+    pub fn is_valid(&self, acc: &[u8]) -> bool {
+        if self.is_fixed() {
+            return acc.len() == self.fixed;
+        }
+        let mut at = self.fixed;
+        for _ in &self.vars {
+            match payload_at(acc, at) {
+                Some((p, next)) if variable::items(p).is_some() => at = next,
+                _ => return false,
+            }
+        }
+        at == acc.len() && acc.len() >= self.fixed
     }
 
     /// Reset `buf` to the empty accumulators.
     pub fn init(&self, buf: &mut Vec<u8>) {
         buf.clear();
-        buf.resize(self.width, 0);
+        buf.resize(self.width(), 0);
     }
 
-    /// Fold one record's fields into `acc` (of length `width()`).
-    pub fn add(&self, acc: &mut [u8], fields: &[Value]) {
+    /// Fold one record (its fields and event time) into the well-formed set `acc`.
+    pub fn add(&self, acc: &mut Vec<u8>, fields: &[Value], ts: Option<Millis>) {
+        self.add_in_place(&mut acc[..], fields);
+        if self.vars.is_empty() {
+            return;
+        }
+        // Without event time (a running aggregate's input may have none) values order by their JSON text alone.
+        let ts = ts.unwrap_or(Millis::MIN);
+        let (mut tail, mut one, mut at) = (Vec::with_capacity(acc.len() - self.fixed + 64), Vec::new(), self.fixed);
+        for &(kind, input) in &self.vars {
+            let Some((payload, next)) = payload_at(acc, at) else { return };
+            let len_at = tail.len();
+            tail.extend_from_slice(&[0; 8]);
+            match fields.get(input) {
+                None | Some(Value::Null) => tail.extend_from_slice(payload),
+                Some(v) => {
+                    variable::single(kind, v, ts, &mut one);
+                    if !variable::merge(kind, payload, &one, &mut tail) {
+                        return;
+                    }
+                }
+            }
+            let len = (tail.len() - len_at - 8) as u64;
+            tail[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
+            at = next;
+        }
+        acc.truncate(self.fixed);
+        acc.extend_from_slice(&tail);
+    }
+
+    /// Fold one record's fields into the fixed slots of `acc`: all of it
+    /// when `is_fixed()`, which may then be a slice of a session list.
+    pub fn add_in_place(&self, acc: &mut [u8], fields: &[Value]) {
         for s in &self.slots {
             let input = s.input.and_then(|i| fields.get(i));
             let at = s.offset;
@@ -289,6 +401,7 @@ impl Accumulators {
                         sum.write(acc, at + 8);
                     }
                 }
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
                 func => {
                     if let Some(n) = input.and_then(Num::of) {
                         self.fold(func, acc, at, n);
@@ -298,8 +411,29 @@ impl Accumulators {
         }
     }
 
-    /// Merge the accumulators `from` into `into` (both of length `width()`).
-    pub fn merge(&self, into: &mut [u8], from: &[u8]) {
+    /// Merge the well-formed sets `from` into `into`.
+    pub fn merge(&self, into: &mut Vec<u8>, from: &[u8]) {
+        self.merge_fixed(&mut into[..], from);
+        if self.vars.is_empty() {
+            return;
+        }
+        let (mut tail, mut at, mut from_at) = (Vec::new(), self.fixed, self.fixed);
+        for &(kind, _) in &self.vars {
+            let (Some((a, next)), Some((b, from_next))) = (payload_at(into, at), payload_at(from, from_at)) else { return };
+            let len_at = tail.len();
+            tail.extend_from_slice(&[0; 8]);
+            if !variable::merge(kind, a, b, &mut tail) {
+                return;
+            }
+            let len = (tail.len() - len_at - 8) as u64;
+            tail[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
+            (at, from_at) = (next, from_next);
+        }
+        into.truncate(self.fixed);
+        into.extend_from_slice(&tail);
+    }
+
+    fn merge_fixed(&self, into: &mut [u8], from: &[u8]) {
         for s in &self.slots {
             let at = s.offset;
             match s.func {
@@ -316,6 +450,7 @@ impl Accumulators {
                     sum.merge(Sum::read(from, at + 8));
                     sum.write(into, at + 8);
                 }
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
                 func => {
                     if let Some(n) = rd_num(from, at) {
                         self.fold(func, into, at, n);
@@ -336,7 +471,7 @@ impl Accumulators {
                 Some(cur) if !cur.lt(n) => {}
                 _ => wr_num(acc, at, n),
             },
-            AggFunc::Count | AggFunc::Sum | AggFunc::Avg => {}
+            _ => {}
         }
     }
 
@@ -349,7 +484,10 @@ impl Accumulators {
     /// Make `acc` an accumulator set of this layout: true if it is one, or
     /// was one of the legacy layout (upgraded in place); false otherwise.
     pub fn adopt(&self, acc: &mut Vec<u8>) -> bool {
-        if acc.len() == self.width {
+        if !self.is_fixed() {
+            return self.is_valid(acc);
+        }
+        if acc.len() == self.fixed {
             return true;
         }
         if acc.len() != self.legacy_width() {
@@ -376,6 +514,7 @@ impl Accumulators {
                     acc[at..at + 8].copy_from_slice(&old[from..from + 8]);
                     Sum { float: f64::from_bits(rd_u64(&old, from + 8)), ..Sum::default() }.write(acc, at + 8);
                 }
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
             }
             from += legacy_width_of(s.func);
         }
@@ -384,8 +523,19 @@ impl Accumulators {
 
     /// Append one output value per function, in spec order.
     pub fn finish(&self, acc: &[u8], out: &mut Vec<Value>) {
+        let mut payloads = Vec::with_capacity(self.vars.len());
+        let mut at = self.fixed;
+        for _ in &self.vars {
+            let (p, next) = payload_at(acc, at).unwrap_or((&[][..], at));
+            payloads.push(p);
+            at = next;
+        }
         for s in &self.slots {
             let at = s.offset;
+            if let Some(kind) = kind_of(s.func) {
+                out.push(variable::finish(kind, payloads.get(at).copied().unwrap_or_default()));
+                continue;
+            }
             out.push(match s.func {
                 AggFunc::Count => Value::Int(rd_u64(acc, at).min(i64::MAX as u64) as i64),
                 AggFunc::Min | AggFunc::Max => rd_num(acc, at).map_or(Value::Null, Num::value),
@@ -398,6 +548,7 @@ impl Accumulators {
                     0 => Value::Null,
                     n => Value::Float(Sum::read(acc, at + 8).mean(n)),
                 },
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => Value::Null,
             });
         }
     }
@@ -420,7 +571,7 @@ mod tests {
         let mut acc = Vec::new();
         a.init(&mut acc);
         for x in xs {
-            a.add(&mut acc, &[x.clone(), Value::Null]);
+            a.add(&mut acc, &[x.clone(), Value::Null], None);
         }
         let mut out = Vec::new();
         a.finish(&acc, &mut out);
@@ -502,7 +653,7 @@ mod tests {
         old.extend_from_slice(&1.5f64.to_bits().to_le_bytes());
         assert!(a.adopt(&mut old));
         assert_eq!(old.len(), a.width());
-        a.add(&mut old, &[I(1), F(0.5)]);
+        a.add(&mut old, &[I(1), F(0.5)], None);
         let mut out = Vec::new();
         a.finish(&old, &mut out);
         assert_eq!(out, vec![I(4), I(-3), I(7), F(2.0), F(2.0)]);
@@ -516,8 +667,8 @@ mod tests {
         let (mut l, mut r) = (Vec::new(), Vec::new());
         a.init(&mut l);
         a.init(&mut r);
-        left.iter().for_each(|x| a.add(&mut l, std::slice::from_ref(x)));
-        right.iter().for_each(|x| a.add(&mut r, std::slice::from_ref(x)));
+        left.iter().for_each(|x| a.add(&mut l, std::slice::from_ref(x), None));
+        right.iter().for_each(|x| a.add(&mut r, std::slice::from_ref(x), None));
         a.merge(&mut l, &r);
         let mut merged = Vec::new();
         a.finish(&l, &mut merged);

@@ -41,9 +41,13 @@
 //!
 //! Keys are `Value::encode_key` bytes (decoded back with `decode_key` when
 //! firing); times are sign-flipped big-endian (8 bytes); accumulators use the
-//! fixed layout of `accumulator.rs`.
+//! layout of `accumulator.rs`: fixed-width unless the spec has a
+//! variable-width function (`count_distinct`, `first`, `last`, `collect`),
+//! whose session entries are then found by walking the list
+//! (`session_spans`).
 
 pub mod accumulator;
+mod variable;
 pub mod window;
 
 use std::ops::ControlFlow;
@@ -81,6 +85,8 @@ struct Output {
     accs: Accumulators,
     /// `{"name":` for the first field, `,"name":` for the others.
     json_names: Vec<Box<[u8]>>,
+    /// Per output field: a string holding JSON text to write as is (`collect`).
+    raw_json: Vec<bool>,
 }
 
 impl Output {
@@ -95,7 +101,7 @@ impl Output {
             fields.push(Value::Int(w.end));
         }
         let mut adopted;
-        let acc = if acc.len() == self.accs.width() {
+        let acc = if self.accs.is_valid(acc) {
             acc
         } else {
             adopted = acc.to_vec();
@@ -109,9 +115,12 @@ impl Output {
         if self.json_names.is_empty() {
             json.push(b'{');
         }
-        for (name, value) in self.json_names.iter().zip(&fields) {
+        for ((name, value), &raw) in self.json_names.iter().zip(&fields).zip(&self.raw_json) {
             json.extend_from_slice(name);
-            value.write_json(json);
+            match value {
+                Value::Str(text) if raw => json.extend_from_slice(text.as_bytes()),
+                _ => value.write_json(json),
+            }
         }
         json.push(b'}');
         let raw = String::from_utf8_lossy(json).into_owned().into_boxed_str();
@@ -139,6 +148,8 @@ pub struct Aggregate {
     json: Vec<u8>,
     windows: Vec<Window>,
     sessions: Vec<Window>,
+    /// Where each of `sessions` keeps its accumulators in the loaded list (`other`).
+    spans: Vec<std::ops::Range<usize>>,
     due: KeyList,
     /// Every timer below this fire time is gone: scans for due windows
     /// start here, never walking over deleted timers (RocksDB tombstones).
@@ -171,7 +182,7 @@ fn add_to_accumulator(
     table: TableId,
     kg: KeyGroup,
     key: &[u8],
-    fields: &[Value],
+    record: &Record,
     ctx: &mut Context<'_>,
 ) -> Result<(bool, bool), OpError> {
     let (mut created, mut ok) = (false, true);
@@ -183,7 +194,7 @@ fn add_to_accumulator(
             ok = false;
             return false;
         }
-        accs.add(acc, fields);
+        accs.add(acc, &record.fields, record.event_time);
         true
     })?;
     Ok((created, ok))
@@ -194,6 +205,9 @@ fn add_to_accumulator(
 /// fits both strides is read in the layout whose windows are well-formed
 /// (each start < end, sorted, not overlapping).
 fn adopt_sessions(accs: &Accumulators, list: &mut Vec<u8>) -> bool {
+    if !accs.is_fixed() {
+        return session_spans(accs, list, &mut Vec::new());
+    }
     let (new, old) = (16 + accs.width(), 16 + accs.legacy_width());
     let fits = |stride: usize| list.len() % stride == 0;
     let well_formed = |stride: usize| {
@@ -221,6 +235,26 @@ fn adopt_sessions(accs: &Accumulators, list: &mut Vec<u8>) -> bool {
         upgraded.extend_from_slice(&acc);
     }
     *list = upgraded;
+    true
+}
+
+/// The byte range of each session's accumulators in a session list of a
+/// spec with variable-width functions (entries: start ++ end ++ set), into
+/// `spans`; false if the list is malformed or not well-formed windows.
+fn session_spans(accs: &Accumulators, list: &[u8], spans: &mut Vec<std::ops::Range<usize>>) -> bool {
+    spans.clear();
+    let (mut at, mut prev_end) = (0, Millis::MIN);
+    while at < list.len() {
+        let Some(head) = list.get(at..at + 16) else { return false };
+        let (start, end) = (decode_time(&head[..8]), decode_time(&head[8..]));
+        let Some(len) = accs.encoded_len(&list[at + 16..]) else { return false };
+        if !(prev_end <= start && start < end) || !accs.is_valid(&list[at + 16..at + 16 + len]) {
+            return false;
+        }
+        prev_end = end;
+        spans.push(at + 16..at + 16 + len);
+        at += 16 + len;
+    }
     true
 }
 
@@ -255,6 +289,8 @@ impl Aggregate {
             }
             Some(WindowSpec::Session { gap }) => Some(Assigner::Session { gap: positive_ms(gap, "gap")? }),
         };
+        let mut raw_json = vec![false; spec.output_fields().len() - spec.aggregates.len()];
+        raw_json.extend(accs.json_outputs());
         let json_names = spec
             .output_fields()
             .iter()
@@ -278,7 +314,7 @@ impl Aggregate {
             lateness: duration_ms(spec.allowed_lateness),
             emit_interval: spec.emit_interval.max(Duration::from_millis(1)),
             dead_letter,
-            output: Output { accs, json_names },
+            output: Output { raw_json, accs, json_names },
             key: Vec::new(),
             wkey: Vec::new(),
             timer: Vec::new(),
@@ -287,6 +323,7 @@ impl Aggregate {
             json: Vec::new(),
             windows: Vec::new(),
             sessions: Vec::new(),
+            spans: Vec::new(),
             due: KeyList::default(),
             timers_from: Millis::MIN,
         })
@@ -312,9 +349,9 @@ impl Aggregate {
 
     /// Add `fields` to window `w` of the current key (`self.key`), creating
     /// the window and its timer if new.
-    fn add_to_window(&mut self, kg: KeyGroup, w: Window, fields: &[Value], ctx: &mut Context<'_>) -> OpResult {
+    fn add_to_window(&mut self, kg: KeyGroup, w: Window, record: &Record, ctx: &mut Context<'_>) -> OpResult {
         window_key(&self.key, w, &mut self.wkey);
-        let (created, ok) = add_to_accumulator(&self.output.accs, WINDOWS, kg, &self.wkey, fields, ctx)?;
+        let (created, ok) = add_to_accumulator(&self.output.accs, WINDOWS, kg, &self.wkey, record, ctx)?;
         if !ok {
             return Err(corrupt("accumulator"));
         }
@@ -339,21 +376,26 @@ impl Aggregate {
         Ok(())
     }
 
-    /// Bytes per entry of a session list: start, end, accumulators.
-    fn session_stride(&self) -> usize {
-        16 + self.output.accs.width()
-    }
-
     /// Load the sessions of `self.key`: windows into `self.sessions`, the
-    /// encoded list into `self.other`.
+    /// encoded list into `self.other`, where each session's accumulators
+    /// are into `self.spans`.
     fn load_sessions(&mut self, kg: KeyGroup, ctx: &mut Context<'_>) -> OpResult {
         self.sessions.clear();
+        self.spans.clear();
         if ctx.state.get(SESSIONS, kg, &self.key, &mut self.other)? {
             if !adopt_sessions(&self.output.accs, &mut self.other) {
                 return Err(corrupt("session list"));
             }
-            let stride = self.session_stride();
-            self.sessions.extend(self.other.chunks_exact(stride).map(|c| Window::new(decode_time(&c[..8]), decode_time(&c[8..16]))));
+            let accs = &self.output.accs;
+            if accs.is_fixed() {
+                let stride = 16 + accs.width();
+                self.spans.extend((0..self.other.len() / stride).map(|i| i * stride + 16..(i + 1) * stride));
+            } else if !session_spans(accs, &self.other, &mut self.spans) {
+                return Err(corrupt("session list"));
+            }
+            let other = &self.other;
+            self.sessions
+                .extend(self.spans.iter().map(|r| Window::new(decode_time(&other[r.start - 16..]), decode_time(&other[r.start - 8..]))));
         } else {
             self.other.clear();
         }
@@ -384,26 +426,33 @@ impl Aggregate {
         }
         self.load_sessions(kg, ctx)?;
         let (range, merged) = window::merge_session(&self.sessions, new);
-        let stride = self.session_stride();
+        let accs = &self.output.accs;
         if range.len() == 1 && self.sessions[range.start] == merged {
             // The record falls inside an open session: update it in place.
-            let at = range.start * stride + 16;
-            self.output.accs.add(&mut self.other[at..at + stride - 16], &record.fields);
+            let span = self.spans[range.start].clone();
+            if accs.is_fixed() {
+                accs.add_in_place(&mut self.other[span], &record.fields);
+            } else {
+                self.acc.clear();
+                self.acc.extend_from_slice(&self.other[span.clone()]);
+                accs.add(&mut self.acc, &record.fields, record.event_time);
+                self.other.splice(span, self.acc.iter().copied());
+            }
             return self.save_sessions(kg, ctx);
         }
         // Replace the overlapped sessions (maybe none) by one holding them and the record.
-        self.acc.clear();
-        self.acc.extend_from_slice(&encode_time(merged.start));
-        self.acc.extend_from_slice(&encode_time(merged.end));
-        self.acc.resize(stride, 0);
+        accs.init(&mut self.acc);
         for i in range.clone() {
-            let at = i * stride + 16;
-            self.output.accs.merge(&mut self.acc[16..], &self.other[at..at + stride - 16]);
+            self.output.accs.merge(&mut self.acc, &self.other[self.spans[i].clone()]);
             self.session_timer(self.sessions[i]);
             ctx.state.delete(TIMERS, kg, &self.timer)?;
         }
-        self.output.accs.add(&mut self.acc[16..], &record.fields);
-        self.other.splice(range.start * stride..range.end * stride, self.acc.iter().copied());
+        self.output.accs.add(&mut self.acc, &record.fields, record.event_time);
+        // The overlapped entries' bytes: from the first's start to the last's end, or the insertion point.
+        let from = self.spans.get(range.start).map_or(self.other.len(), |r| r.start - 16);
+        let to = if range.is_empty() { from } else { self.spans[range.end - 1].end };
+        let entry = encode_time(merged.start).into_iter().chain(encode_time(merged.end)).chain(self.acc.iter().copied());
+        self.other.splice(from..to, entry);
         self.session_timer(merged);
         ctx.state.put(TIMERS, kg, &self.timer, &[])?;
         self.save_sessions(kg, ctx)
@@ -420,7 +469,7 @@ impl Aggregate {
                 if self.fired(w, wm) {
                     return self.late(record, w, wm, ctx);
                 }
-                self.add_to_window(kg, w, &record.fields, ctx)
+                self.add_to_window(kg, w, record, ctx)
             }
             Assigner::Sliding { size, slide } => {
                 let mut windows = std::mem::take(&mut self.windows);
@@ -433,7 +482,7 @@ impl Aggregate {
                 for &w in &windows {
                     // Judged per window by the split's watermark: the windows a record joins do not depend on when watermarks came.
                     if !self.fired(w, wm) {
-                        self.add_to_window(kg, w, &record.fields, ctx)?;
+                        self.add_to_window(kg, w, record, ctx)?;
                         added = true;
                     }
                 }
@@ -451,7 +500,7 @@ impl Aggregate {
     fn process_running(&mut self, record: &Record, ctx: &mut Context<'_>) -> OpResult {
         encode_key(&record.fields, &self.key_indices, &mut self.key);
         let kg = record.key_group;
-        let (_, ok) = add_to_accumulator(&self.output.accs, ACCS, kg, &self.key, &record.fields, ctx)?;
+        let (_, ok) = add_to_accumulator(&self.output.accs, ACCS, kg, &self.key, record, ctx)?;
         if !ok {
             return Err(corrupt("accumulator"));
         }
@@ -505,9 +554,9 @@ impl Aggregate {
             self.key.extend_from_slice(key);
             self.load_sessions(kg, ctx)?;
             let i = self.sessions.iter().position(|s| *s == w).ok_or_else(|| corrupt("timer without session"))?;
-            let stride = self.session_stride();
+            let span = self.spans[i].clone();
             self.acc.clear();
-            self.acc.extend(self.other.drain(i * stride..(i + 1) * stride).skip(16));
+            self.acc.extend(self.other.drain(span.start - 16..span.end).skip(16));
             self.save_sessions(kg, ctx)?;
         } else {
             if !ctx.state.take(WINDOWS, kg, wkey, &mut self.acc)? {

@@ -1,5 +1,6 @@
 //! Operator-level tests: drive `Aggregate` directly over a `MemoryState`.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -441,4 +442,222 @@ fn lateness_follows_the_records_split_watermark() {
     h.feed(vec![behind("a", 120, 119), behind("a", 100, 119)]);
     assert_eq!(h.dropped(), 0);
     assert_eq!(rows(&h.end()), [("a".to_string(), 100, 150, 2)]);
+}
+
+// ---- count_distinct, first, last, collect (issue 16) ----
+
+/// Every new function next to an old one (the fixed and variable parts).
+fn new_fns() -> Vec<AggregateFn> {
+    vec![
+        agg(AggFunc::CountDistinct, Some("amount"), "distinct"),
+        agg(AggFunc::First, Some("amount"), "first"),
+        agg(AggFunc::Last, Some("amount"), "last"),
+        agg(AggFunc::Collect { max_items: 3 }, Some("amount"), "some"),
+        agg(AggFunc::Sum, Some("amount"), "total"),
+    ]
+}
+
+#[test]
+fn new_functions_order_by_event_time_then_value() {
+    let mut h = Harness::for_spec(&spec(None, 0, new_fns()), None);
+    let s = |t: &str| Value::Str(t.into());
+    h.feed(vec![
+        rec("a", Value::Int(5), 30),
+        rec("a", s("x"), 10),
+        rec("a", Value::Null, 5),
+        rec("a", Value::Float(1.0), 20),
+        rec("a", Value::Int(1), 20),
+        rec("a", Value::Int(5), 40),
+        rec("a", s("w"), 40),
+    ]);
+    // Distinct: 5, "x", 1 (1.0 is 1, as for keys), "w". First at 10; last at 40: of `5` and `"w"` the larger JSON text.
+    // Collect: (10,"x"), (20,"1"), (20,"1.0"): ties at 20 by JSON text, the float keeps its type.
+    assert_eq!(raws(&h.end()), [r#"{"user":"a","distinct":4,"first":"x","last":5,"some":["x",1,1.0],"total":12.0}"#]);
+    // Nothing but nulls: 0, null, null, [].
+    let mut h = Harness::for_spec(&spec(None, 0, new_fns()), None);
+    h.feed(vec![rec("b", Value::Null, 1)]);
+    assert_eq!(raws(&h.end()), [r#"{"user":"b","distinct":0,"first":null,"last":null,"some":[],"total":null}"#]);
+}
+
+#[test]
+fn old_specs_keep_the_fixed_layout() {
+    let input: Vec<String> = INPUT.iter().map(|s| s.to_string()).collect();
+    let old = accumulator::Accumulators::new(&[agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "s")], &input).unwrap();
+    assert!(old.is_fixed());
+    assert_eq!(old.width(), 8 + 33);
+    let new = accumulator::Accumulators::new(&new_fns(), &input).unwrap();
+    assert!(!new.is_fixed());
+    assert_eq!(new.width(), 33 + 4 * 8, "the empty set: the sum, then four empty payloads");
+}
+
+/// The accumulators of `values` (as amounts, event time = index * 7 % 11).
+fn folded(a: &accumulator::Accumulators, values: &[Value]) -> Vec<u8> {
+    let mut acc = Vec::new();
+    a.init(&mut acc);
+    for (i, v) in values.iter().enumerate() {
+        a.add(&mut acc, &[Value::Null, v.clone(), Value::Null], Some((i as Millis * 7) % 11));
+    }
+    acc
+}
+
+fn finished(a: &accumulator::Accumulators, acc: &[u8]) -> Vec<Value> {
+    let mut out = Vec::new();
+    a.finish(acc, &mut out);
+    out
+}
+
+#[test]
+fn new_accumulators_merge_like_adding_everything_and_round_trip() {
+    let input: Vec<String> = INPUT.iter().map(|s| s.to_string()).collect();
+    let a = accumulator::Accumulators::new(&new_fns(), &input).unwrap();
+    let values: Vec<Value> = (0..40)
+        .map(|i| match i % 5 {
+            0 => Value::Int(i % 7),
+            1 => Value::Float(i as f64 / 4.0),
+            2 => Value::Str(format!("s{}", i % 3).into()),
+            3 => Value::Null,
+            _ => Value::Bool(i % 2 == 0),
+        })
+        .collect();
+    let all = finished(&a, &folded(&a, &values));
+    for cut in [0, 1, 17, 39, 40] {
+        // Event times differ by position: fold each half with the times it had in the whole.
+        let mut left = folded(&a, &values[..cut]);
+        let mut right = Vec::new();
+        a.init(&mut right);
+        for (i, v) in values.iter().enumerate().skip(cut) {
+            a.add(&mut right, &[Value::Null, v.clone(), Value::Null], Some((i as Millis * 7) % 11));
+        }
+        assert!(a.is_valid(&left) && a.is_valid(&right));
+        let mut other_way = right.clone();
+        a.merge(&mut left, &right);
+        a.merge(&mut other_way, &folded(&a, &values[..cut]));
+        assert_eq!(finished(&a, &left), all, "cut {cut}");
+        assert_eq!(left[33..], other_way[33..], "the variable part merges symmetrically, cut {cut}");
+        assert_eq!(a.encoded_len(&[left.clone(), vec![9; 5]].concat()), Some(left.len()), "a set knows its length");
+    }
+    // Collect keeps the first 3 by (event time, JSON text); nulls are skipped.
+    let mut want: Vec<(Millis, String)> = values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v != Value::Null)
+        .map(|(i, v)| {
+            let mut j = Vec::new();
+            v.write_json(&mut j);
+            ((i as Millis * 7) % 11, String::from_utf8(j).unwrap())
+        })
+        .collect();
+    want.sort();
+    let texts: Vec<&str> = want.iter().take(3).map(|(_, t)| t.as_str()).collect();
+    assert_eq!(all[3], Value::Str(format!("[{}]", texts.join(",")).into()));
+    // Corrupt sets are refused, never a panic: truncated, extended, lengths pointing out.
+    let acc = folded(&a, &values);
+    for n in 0..acc.len() {
+        assert!(!a.is_valid(&acc[..n]), "truncated at {n}");
+        if n >= 33 {
+            // Only valid sets reach `finish`; its variable part still reads a bad tail without panicking.
+            let _ = finished(&a, &acc[..n]);
+        }
+    }
+    assert!(!a.is_valid(&[acc.clone(), vec![0]].concat()));
+    let mut bad = acc.clone();
+    bad[33..41].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(!a.is_valid(&bad) && a.encoded_len(&bad).is_none());
+    let mut e = bad.clone();
+    assert!(!a.adopt(&mut e));
+}
+
+#[test]
+fn session_merge_merges_the_new_accumulators() {
+    let s = spec(Some(WindowSpec::Session { gap: ms(10) }), 0, new_fns());
+    let mut h = Harness::for_spec(&s, None);
+    // Sessions [0, 10) and [20, 35); 12 grows the second to [12, 35), then 5 ([5, 15)) bridges both.
+    h.feed(vec![int("a", 3, 0), int("a", 9, 20), int("a", 3, 25)]);
+    h.feed(vec![int("a", 7, 12), int("a", 1, 5)]);
+    assert_eq!(
+        raws(&h.end()),
+        [r#"{"user":"a","window_start":0,"window_end":35,"distinct":4,"first":3,"last":3,"some":[3,1,7],"total":23}"#]
+    );
+    assert_eq!(h.state_len(), 0);
+}
+
+/// Sorted raw outputs and the last output per (user, window start), of
+/// `input` run at `before` subtasks up to `cut`, a snapshot restored at
+/// `after` subtasks, then the rest.
+fn run_restored(s: &AggregateSpec, input: &[Record], before: u16, after: u16, cut: usize) -> (Vec<String>, BTreeMap<String, String>) {
+    let subtasks = |p: u16| -> Vec<Harness> { (0..p).map(|i| Harness::subtask(s, None, key_group_range(i, p, MAX_PAR))).collect() };
+    let feed = |hs: &mut Vec<Harness>, chunk: &[Record], wm: &mut Millis, out: &mut Vec<Record>| {
+        let p = hs.len() as u16;
+        for (i, h) in hs.iter_mut().enumerate() {
+            h.feed(chunk.iter().filter(|r| subtask_for_key_group(r.key_group, p, MAX_PAR) as usize == i).cloned().collect());
+        }
+        *wm = (*wm).max(chunk.iter().filter_map(|r| r.event_time).max().unwrap_or(*wm) - 40);
+        for h in hs.iter_mut() {
+            out.extend(h.watermark(*wm));
+            out.extend(h.tick());
+        }
+    };
+    let (mut out, mut wm) = (Vec::new(), Millis::MIN);
+    let mut hs = subtasks(before);
+    input[..cut].chunks(30).for_each(|c| feed(&mut hs, c, &mut wm, &mut out));
+    let tables = hs[0].op.tables();
+    let snapshots: Vec<Vec<u8>> = hs
+        .iter()
+        .map(|h| {
+            let mut b = Vec::new();
+            crate::state::snapshot::write(h.state.as_ref(), &tables, &mut b).unwrap();
+            b
+        })
+        .collect();
+    let mut hs = subtasks(after);
+    for h in hs.iter_mut() {
+        h.watermark = wm;
+        for b in &snapshots {
+            crate::state::snapshot::read(&mut crate::codec::Dec::new(b), &tables, h.state.as_mut()).unwrap();
+        }
+    }
+    input[cut..].chunks(30).for_each(|c| feed(&mut hs, c, &mut wm, &mut out));
+    hs.iter_mut().for_each(|h| out.extend(h.end()));
+    assert!(s.window.is_none() || hs.iter().all(|h| h.state_len() == 0));
+    let mut last = BTreeMap::new();
+    for r in &out {
+        last.insert(format!("{:?}", &r.fields[..if s.window.is_some() { 2 } else { 1 }]), r.raw.to_string());
+    }
+    let mut all: Vec<String> = out.iter().map(|r| r.raw.to_string()).collect();
+    all.sort();
+    (all, last)
+}
+
+#[test]
+fn new_functions_restore_at_another_parallelism_in_every_window() {
+    let windows = [
+        None,
+        Some(WindowSpec::Tumbling { size: ms(50) }),
+        Some(WindowSpec::Sliding { size: ms(60), slide: ms(20) }),
+        Some(WindowSpec::Session { gap: ms(9) }),
+    ];
+    let input: Vec<Record> = (0..300)
+        .map(|i| {
+            let v = match i % 4 {
+                0 => Value::Int(i % 9),
+                1 => Value::Str(format!("v{}", i % 5).into()),
+                2 => Value::Float((i % 6) as f64 / 2.0),
+                _ => Value::Null,
+            };
+            // Out of order by at most 30 ms: nothing is late at watermark max - 40.
+            rec(&format!("u{}", i % 7), v, i * 3 + (i * 13) % 30)
+        })
+        .collect();
+    for window in windows {
+        let s = spec(window, 0, new_fns());
+        let whole = run_restored(&s, &input, 1, 1, 0);
+        assert!(!whole.0.is_empty());
+        for (before, after) in [(1, 3), (3, 2), (2, 1)] {
+            let got = run_restored(&s, &input, before, after, 140);
+            if window.is_some() {
+                assert_eq!(got.0, whole.0, "{window:?} {before} -> {after}");
+            }
+            assert_eq!(got.1, whole.1, "{window:?} {before} -> {after}");
+        }
+    }
 }
