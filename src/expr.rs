@@ -13,6 +13,9 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use cel::common::ast::{EntryExpr, Expr};
+use cel::common::types::{CelBool, CelDouble, CelInt, CelNull, CelString};
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::{Context, Env, IdedExpr, Program, Value};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -139,29 +142,13 @@ impl Expression {
     }
 
     /// The variables of this expression from the JSON object `line`.
-    pub fn read(&self, line: &str) -> Result<Vars, String> {
+    pub fn read(&self, line: &str) -> Result<Vars<'_>, String> {
         // The fast path takes records whose fields it reads are all present
         // scalars of the same value in both readings; a missing field, a
         // nested value, a number beyond i64 or f64, invalid JSON: the full
         // reading decides.
-        if let Ok(r) = self.scalars.parse(line) {
-            let mut vars = Vars { values: Vec::with_capacity(r.fields.len()) };
-            let mut exact = true;
-            for (name, v) in self.variables.iter().zip(r.fields) {
-                let c = match v {
-                    crate::types::Value::Null => Value::Null,
-                    crate::types::Value::Bool(b) => Value::Bool(b),
-                    crate::types::Value::Int(i) => Value::Int(i),
-                    crate::types::Value::Float(f) => Value::Float(f),
-                    crate::types::Value::Str(s) => Value::String(Arc::new(s.into_string())),
-                    crate::types::Value::Decimal(_) => {
-                        exact = false;
-                        break;
-                    }
-                };
-                vars.values.push((name.clone(), c));
-            }
-            if exact {
+        if let Ok(fields) = self.scalars.fields(line) {
+            if let Some(vars) = Vars::from_scalars(&self.variables, fields) {
                 return Ok(vars);
             }
         }
@@ -178,11 +165,11 @@ impl Expression {
     }
 
     /// Evaluate against `vars` (the fields of one record).
-    pub fn eval(&self, vars: &Vars) -> Result<Value, String> {
+    pub fn eval(&self, vars: &Vars<'_>) -> Result<Value, String> {
+        // The record's fields are looked up through a resolver over `vars`:
+        // no map of variables (and no copy of their names) per evaluation.
         let mut ctx = Context::with_env(Arc::clone(env()));
-        for (name, v) in &vars.values {
-            ctx.add_variable_from_value(name.as_str(), v.clone());
-        }
+        ctx.set_variable_resolver(vars);
         self.program.execute(&ctx).map_err(|e| format!("`{}`: {e}", self.source))
     }
 }
@@ -220,16 +207,50 @@ fn entry_calls(e: &EntryExpr, out: &mut Vec<(u64, String)>) {
     }
 }
 
-/// The variables of one evaluation: some top-level fields of a record.
+/// The variables of one evaluation: some top-level fields of a record,
+/// already in CEL's value form, named by the expression's own strings.
 #[derive(Default)]
-pub struct Vars {
-    values: Vec<(String, Value)>,
+pub struct Vars<'n> {
+    values: Vec<(&'n str, Box<dyn Val>)>,
 }
 
-impl Vars {
+impl VariableResolver for Vars<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        // A handful of variables: a scan beats any map.
+        self.values.iter().find(|(n, _)| *n == variable).map(|(_, v)| CowVal::Borrowed(v.as_ref()))
+    }
+}
+
+impl<'n> Vars<'n> {
+    /// The scalars the source's scanner read for `names` (in order), or
+    /// None if one has no exact CEL form here (a decimal beyond f64 and i64).
+    pub fn from_scalars(names: &'n [String], fields: Vec<crate::types::Value>) -> Option<Vars<'n>> {
+        let mut vars = Vars { values: Vec::with_capacity(fields.len()) };
+        for (name, v) in names.iter().zip(fields) {
+            vars.bind_scalar(name, v)?;
+        }
+        Some(vars)
+    }
+
+    /// Bind `name` to a scalar the scanner read; None for a decimal beyond
+    /// f64 and i64 (no exact CEL form here).
+    pub fn bind_scalar(&mut self, name: &'n str, v: crate::types::Value) -> Option<()> {
+        use crate::types::Value as V;
+        let val: Box<dyn Val> = match v {
+            V::Null => Box::new(CelNull),
+            V::Bool(b) => Box::new(CelBool::from(b)),
+            V::Int(i) => Box::new(CelInt::from(i)),
+            V::Float(f) => Box::new(CelDouble::from(f)),
+            V::Str(s) => Box::new(CelString::from(s.into_string())),
+            V::Decimal(_) => return None,
+        };
+        self.values.push((name, val));
+        Some(())
+    }
+
     /// Read the fields named in `names` (sorted) from the JSON object
     /// `line`; fields the record lacks stay unbound.
-    pub fn from_json(line: &str, names: &[String]) -> Result<Vars, String> {
+    pub fn from_json(line: &str, names: &'n [String]) -> Result<Vars<'n>, String> {
         let mut vars = Vars::default();
         if names.is_empty() {
             // Still a JSON object, as a source would require.
@@ -250,14 +271,16 @@ impl Vars {
         picked.sort_by_key(|(i, _)| *i);
         for (i, r) in picked {
             let v: serde_json::Value = serde_json::from_str(r.get()).map_err(|e| format!("invalid JSON: {e}"))?;
-            vars.values.push((names[i].clone(), to_cel(&v)));
+            vars.bind(&names[i], &v)?;
         }
         Ok(vars)
     }
 
     /// Bind `name` to a JSON value.
-    pub fn bind(&mut self, name: &str, v: &serde_json::Value) {
-        self.values.push((name.to_string(), to_cel(v)));
+    pub fn bind(&mut self, name: &'n str, v: &serde_json::Value) -> Result<(), String> {
+        let val: Box<dyn Val> = to_cel(v).try_into().map_err(|e| format!("field `{name}`: {e}"))?;
+        self.values.push((name, val));
+        Ok(())
     }
 }
 
@@ -340,8 +363,23 @@ pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
             }
             serde_json::Value::Object(out)
         }
+        // CEL's JSON forms (those of protobuf's Timestamp and Duration).
+        Value::Timestamp(t) => serde_json::Value::String(t.to_rfc3339()),
+        Value::Duration(d) => serde_json::Value::String(duration_text(d.num_seconds(), d.subsec_nanos())),
         other => return Err(format!("the result is a {}, which has no JSON form", other.type_of())),
     })
+}
+
+/// A duration of `secs` and `nanos` (both of its sign, as chrono gives
+/// them) as seconds with a fraction and an `s` (`-1.5s`, `3600s`).
+fn duration_text(secs: i64, nanos: i32) -> String {
+    let sign = if secs < 0 || nanos < 0 { "-" } else { "" };
+    let (secs, nanos) = (secs.unsigned_abs(), nanos.unsigned_abs());
+    if nanos == 0 {
+        return format!("{sign}{secs}s");
+    }
+    let fraction = format!("{nanos:09}");
+    format!("{sign}{secs}.{}s", fraction.trim_end_matches('0'))
 }
 
 #[cfg(test)]
@@ -363,6 +401,10 @@ mod tests {
         assert_eq!(eval("amount * 2", line), Ok(Value::Int(300)));
         assert_eq!(eval("double(amount) * 0.5", line), Ok(Value::Float(75.0)));
         assert_eq!(eval("has(user.country)", line), Ok(Value::Bool(true)));
+        let ts = r#"{"ts": "2026-12-02T10:00:00Z", "name": "alice"}"#;
+        assert_eq!(eval("timestamp(ts).getDayOfWeek()", ts), Ok(Value::Int(3)), "a Wednesday");
+        assert_eq!(eval("name.matches('^al') && !name.matches('z')", ts), Ok(Value::Bool(true)));
+        assert_eq!(eval("timestamp(ts) + duration('1h') > timestamp('2026-12-02T10:30:00Z')", ts), Ok(Value::Bool(true)));
         let e = Expression::compile("amount > 1 && user.id == 7").unwrap();
         assert_eq!(e.variables(), ["amount", "user"]);
     }
@@ -398,5 +440,11 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(r#"{"a": [1, -2, 1.5, "s", null, true, {"b": 18446744073709551615}]}"#).unwrap();
         assert_eq!(to_json(&to_cel(&v)).unwrap(), v);
         assert!(to_json(&Value::Float(f64::INFINITY)).is_err());
+        let line = r#"{"ts": "2026-12-02T10:00:00Z", "ms": 1764669600000}"#;
+        let json = |src: &str| to_json(&eval(src, line).unwrap()).unwrap();
+        assert_eq!(json("timestamp(ts) + duration('90m')"), serde_json::json!("2026-12-02T11:30:00+00:00"));
+        assert_eq!(json("timestamp(ms / 1000) == timestamp('2025-12-02T10:00:00Z')"), serde_json::json!(true));
+        assert_eq!(json("duration('-1.5s')"), serde_json::json!("-1.5s"));
+        assert_eq!(json("timestamp(ts) - timestamp('2026-12-02T09:00:00Z')"), serde_json::json!("3600s"));
     }
 }

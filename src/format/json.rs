@@ -63,7 +63,19 @@ impl JsonParser {
         self.parse_with(line, true)
     }
 
+    /// The projected values of `line` alone, checked as `parse` checks them
+    /// (without copying the line into a record).
+    pub fn fields(&self, line: &str) -> Result<Vec<Value>, String> {
+        self.read(line, true).map(|(fields, _)| fields)
+    }
+
     fn parse_with(&self, line: &str, use_scanner: bool) -> Result<Record, String> {
+        let (fields, event_time) = self.read(line, use_scanner)?;
+        Ok(Record::new(fields, line.into(), event_time))
+    }
+
+    /// The projected values and the event time of `line`.
+    fn read(&self, line: &str, use_scanner: bool) -> Result<(Vec<Value>, Option<Millis>), String> {
         let mut fields = vec![Value::Null; self.fields.len()];
         let mut seen = Seen::new(self.fields.len());
         let mut event_time = None;
@@ -90,14 +102,28 @@ impl JsonParser {
         }
         if let Some(name) = &self.event_time {
             match event_time {
-                Some(Ok(t)) => {
-                    return Ok(Record::new(fields, line.into(), Some(t)));
-                }
+                Some(Ok(t)) => return Ok((fields, Some(t))),
                 Some(Err(e)) => return Err(format!("event-time field `{name}`: {e}")),
                 None => return Err(format!("missing event-time field `{name}`")),
             }
         }
-        Ok(Record::new(fields, line.into(), None))
+        Ok((fields, None))
+    }
+
+    /// The fast scanner alone, for flat lines (top-level scalars, strings
+    /// without escapes): the projected values and whether each was present;
+    /// None where it declines (nested values, escapes, invalid JSON), and
+    /// for projections of nested paths.
+    pub fn scan_flat(&self, line: &str) -> Option<(Vec<Value>, Vec<bool>)> {
+        if !self.nested.is_empty() {
+            return None;
+        }
+        let mut fields = vec![Value::Null; self.fields.len()];
+        let mut seen = Seen::new(self.fields.len());
+        let mut event_time = None;
+        scan(self, line, &mut fields, &mut seen, &mut event_time)?;
+        let present = (0..self.fields.len()).map(|i| seen.get(i)).collect();
+        Some((fields, present))
     }
 
     /// The projection slot of a top-level key, and whether it is the event-time field.

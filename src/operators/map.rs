@@ -35,6 +35,18 @@ pub struct Map {
     dead_letter: Option<DeadLetter>,
     /// The fields needed downstream (None: none are).
     projection: Option<JsonParser>,
+    /// The fast path of a map that only sets new top-level fields.
+    appending: Option<Appending>,
+}
+
+/// A map with only `set`, of top-level keys none of its expressions reads:
+/// a flat record that lacks all of them gets the new members appended to
+/// its raw text, read by the source's scanner instead of being rebuilt.
+struct Appending {
+    /// The map's variables, then its set keys (for their presence).
+    reader: JsonParser,
+    /// Each set key as JSON text (`"k"`).
+    keys: Vec<String>,
 }
 
 /// A top-level member: its raw text, or a value the map has touched.
@@ -71,7 +83,9 @@ impl Map {
         let mut variables: Vec<String> = spec.set.iter().flat_map(|(_, e)| e.variables().iter().cloned()).collect();
         variables.sort();
         variables.dedup();
+        let appending = Appending::new(spec, &variables);
         Map {
+            appending,
             name: name.to_string(),
             rename: spec.rename.iter().map(|(new, old)| (keys(new), keys(old))).collect(),
             set: spec.set.iter().map(|(p, e)| (keys(p), e.clone())).collect(),
@@ -85,12 +99,60 @@ impl Map {
 
     /// The output text of `raw`, or None when nothing changes.
     fn apply(&self, raw: &str) -> Result<Option<String>, String> {
+        if let Some(out) = self.append(raw) {
+            return out.map(Some);
+        }
+        self.rebuild(raw)
+    }
+
+    /// The fast path (`Appending`), or None where it does not apply: the
+    /// record is not flat, holds a set key already (it is replaced in
+    /// place), or a value has no exact form in the scanner's reading.
+    fn append(&self, raw: &str) -> Option<Result<String, String>> {
+        let fast = self.appending.as_ref()?;
+        let (values, present) = fast.reader.scan_flat(raw)?;
+        let n = self.variables.len();
+        if present[n..].iter().any(|&p| p) {
+            return None;
+        }
+        let mut vars = Vars::default();
+        for ((name, v), here) in self.variables.iter().zip(values).zip(&present) {
+            if *here {
+                vars.bind_scalar(name, v)?;
+            }
+        }
+        // The scanner checked the object: it ends with `}` and whitespace.
+        let close = raw.rfind('}')?;
+        let body = raw[..close].trim_end();
+        let mut out = String::with_capacity(raw.len() + 32);
+        out.push_str(body);
+        let mut first = body.ends_with('{');
+        for ((_, e), key) in self.set.iter().zip(&fast.keys) {
+            let value = match e.eval(&vars).and_then(|v| to_json(&v).map_err(|why| format!("`{}`: {why}", e.source()))) {
+                Ok(v) => v,
+                Err(why) => return Some(Err(why)),
+            };
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(key);
+            out.push(':');
+            out.push_str(&value.to_string());
+        }
+        out.push('}');
+        Some(Ok(out))
+    }
+
+    /// The general path: parse the top-level members, rename, set, drop,
+    /// and write the object again.
+    fn rebuild(&self, raw: &str) -> Result<Option<String>, String> {
         let obj: IndexMap<String, &RawValue> = serde_json::from_str(raw).map_err(|e| format!("invalid JSON: {e}"))?;
         let mut vars = Vars::default();
         for name in &self.variables {
             if let Some(r) = obj.get(name) {
                 let v: Json = serde_json::from_str(r.get()).map_err(|e| format!("invalid JSON: {e}"))?;
-                vars.bind(name, &v);
+                vars.bind(name, &v)?;
             }
         }
         let mut computed = Vec::with_capacity(self.set.len());
@@ -139,13 +201,33 @@ impl Map {
             Err(why) => return Err((r, why)),
         };
         let fields = match &self.projection {
-            Some(p) => match p.parse(&text) {
-                Ok(projected) => projected.fields,
+            Some(p) => match p.fields(&text) {
+                Ok(fields) => fields,
                 Err(why) => return Err((r, format!("output {text}: {why}"))),
             },
             None => Vec::new(),
         };
         Ok(Record { fields, raw: text, event_time: r.event_time, key_group: r.key_group, split_watermark: r.split_watermark })
+    }
+}
+
+impl Appending {
+    fn new(spec: &MapSpec, variables: &[String]) -> Option<Appending> {
+        if !spec.rename.is_empty() || !spec.drop.is_empty() || spec.set.is_empty() {
+            return None;
+        }
+        let mut targets = Vec::with_capacity(spec.set.len());
+        for (path, _) in &spec.set {
+            let k = keys(path);
+            if k.len() != 1 || variables.contains(&k[0]) {
+                return None;
+            }
+            targets.push(k.into_iter().next().expect("one key"));
+        }
+        let need = FieldNeed { required: false, numeric: false };
+        let fields = variables.iter().chain(&targets).map(|k| (FieldPath::key(k).to_string(), need)).collect();
+        let keys = targets.iter().map(|k| Json::String(k.clone()).to_string()).collect();
+        Some(Appending { reader: JsonParser::new(fields, None), keys })
     }
 }
 
@@ -245,5 +327,67 @@ mod tests {
         assert!(bad.apply(r#"{"x": "s"}"#).is_err());
         let clash = map(&[("a.b", "1")], &[], &[], vec![]);
         assert!(clash.apply(r#"{"a": 5}"#).unwrap_err().contains("`a` is not an object"));
+    }
+
+    #[test]
+    fn a_map_that_only_adds_fields_appends_them_to_the_raw_text() {
+        let m = map(&[("c", "a + 1"), ("d", "b + '!'")], &[], &[], vec![]);
+        assert!(m.appending.is_some());
+        assert_eq!(m.apply(r#"{"a": 1, "b": "x"}  "#).unwrap().unwrap(), r#"{"a": 1, "b": "x","c":2,"d":"x!"}"#);
+        let only = map(&[("c", "1")], &[], &[], vec![]);
+        assert_eq!(only.apply("{ }").unwrap().unwrap(), r#"{"c":1}"#);
+        // A record that holds a set key has it replaced in place (the general path).
+        assert_eq!(only.apply(r#"{"c": 0, "z": 1}"#).unwrap().unwrap(), r#"{"c":1,"z":1}"#);
+        // Errors are the same on both paths.
+        assert!(m.apply(r#"{"a": 1}"#).unwrap_err().contains('b'), "b is missing");
+        assert!(m.apply(r#"{"a": "s", "b": "x"}"#).is_err());
+        // Not for maps that rename or drop, set nested keys, or set a field they read.
+        for m in [
+            map(&[("c", "1")], &["x"], &[], vec![]),
+            map(&[("c", "1")], &[], &[("y", "x")], vec![]),
+            map(&[("c.d", "1")], &[], &[], vec![]),
+            map(&[("a", "a + 1")], &[], &[], vec![]),
+        ] {
+            assert!(m.appending.is_none());
+        }
+    }
+
+    #[test]
+    fn appending_and_rebuilding_give_the_same_object() {
+        let m = map(&[("n", "size(s) + a"), ("t", "s + 'x'")], &[], &[], vec![]);
+        let mut seed = 7u64;
+        let mut next = move |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..2000 {
+            let mut members = Vec::new();
+            for k in ["a", "s", "n", "q", "t"] {
+                if next(4) == 0 {
+                    continue;
+                }
+                let v = match (k, next(7)) {
+                    ("a", 0) => "1.5".to_string(),
+                    ("a", 1) => "\"1\"".to_string(),
+                    ("a", _) => format!("{}", next(1000) as i64 - 500),
+                    (_, 0) => "{\"x\": [1]}".to_string(),
+                    (_, 1) => "\"e\\u00e9\"".to_string(),
+                    (_, 2) => "null".to_string(),
+                    (_, _) => format!("\"v{}\"", next(100)),
+                };
+                members.push(format!("\"{k}\": {v}"));
+            }
+            let raw = format!("{{{}}}", members.join(", "));
+            let fast = m.apply(&raw);
+            let general = m.rebuild(&raw);
+            match (fast, general) {
+                (Ok(Some(f)), Ok(Some(g))) => {
+                    let (f, g): (Json, Json) = (serde_json::from_str(&f).unwrap(), serde_json::from_str(&g).unwrap());
+                    assert_eq!(f, g, "{raw}");
+                }
+                (Err(_), Err(_)) => {}
+                (f, g) => panic!("{raw}: appending {f:?}, rebuilding {g:?}"),
+            }
+        }
     }
 }

@@ -287,3 +287,54 @@ sinks:
         assert_same_records(&format!("chain -p {p}"), &lines, &expected);
     }
 }
+
+#[test]
+fn a_map_that_adds_fields_keeps_each_records_text_at_every_parallelism() {
+    // A `map` with only new top-level fields appends them to the flat
+    // input's JSON text; the expected lines are built here from the input.
+    let dir = tmp();
+    let pipeline = dir.path().join("append.yaml");
+    let input = super::util::repo().join(ORDERS);
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"name: append
+sources:
+  - {{name: orders, type: file, path: "{}"}}
+operators:
+  - {{name: some, type: filter, input: orders, where: "amount % 3 != 0", on_error: skip}}
+  - name: tagged
+    type: map
+    input: some
+    set: {{amount_x2: "amount * 2", day: "timestamp(ts / 1000).getDayOfWeek()", dear: "double(price) > 50.0", who: "user.matches('^u0')"}}
+    on_error: skip
+sinks:
+  - {{name: out, type: file, input: tagged, path: out}}
+"#,
+            input.display()
+        ),
+    )
+    .unwrap();
+    let expected: Vec<String> = input_lines(ORDERS)
+        .iter()
+        .filter_map(|line| {
+            let o = parse(line);
+            // Without an integer amount the filter skips the record, without a numeric price the map.
+            let amount = o.get("amount").and_then(|a| a.as_i64())?;
+            if amount % 3 == 0 || !o.get("price").is_some_and(|p| p.is_number()) {
+                return None;
+            }
+            // 1970-01-01 was a Thursday (CEL counts from Sunday = 0).
+            let day = (o["ts"].as_i64().unwrap().div_euclid(1000).div_euclid(86_400) + 4).rem_euclid(7);
+            let dear = o["price"].as_f64().unwrap() > 50.0;
+            let who = o["user"].as_str().unwrap().starts_with("u0");
+            let body = line.trim_end().strip_suffix('}').unwrap();
+            Some(format!(r#"{body},"amount_x2":{},"day":{day},"dear":{dear},"who":{who}}}"#, amount * 2))
+        })
+        .collect();
+    assert!(expected.len() > 100);
+    for p in PARALLELISMS {
+        let got = run_to_sink(pipeline.to_str().unwrap(), p, |w| w);
+        assert_same_multiset(&format!("append -p {p}"), got, expected.clone());
+    }
+}
