@@ -156,6 +156,7 @@ const KEYS: &[&str] = &[
     "state",
     "block_cache",
     "write_buffer",
+    "write_cache",
     "broker_timeout",
     "ünïcode",
     "",

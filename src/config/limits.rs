@@ -55,6 +55,9 @@ pub(crate) const FILE_BYTES: (u64, u64) = (1, TIB);
 pub(crate) const BLOCK_CACHE: (u64, u64) = (1, TIB);
 /// `state.rocksdb.write_buffer`: RocksDB's own bounds for a memtable.
 pub(crate) const WRITE_BUFFER: (u64, u64) = (64 * KIB, 64 * GIB);
+/// `state.rocksdb.write_cache`: 0 turns the cache off (every entry is
+/// flushed as it is written); it lives in memory, so at most 1 TiB.
+pub(crate) const WRITE_CACHE: (u64, u64) = (0, TIB);
 
 /// `batch_size` of sources: records read per poll (1024 is the runtime's batch).
 pub(crate) const BATCH_SIZE: (u64, u64) = (1, 1024);

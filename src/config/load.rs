@@ -366,6 +366,7 @@ sources:
             ),
             (rocks("write_buffer: 1KiB"), "1KiB", "`write_buffer` must be between 64KiB and 64GiB, got 1024 bytes"),
             (rocks("block_cache: 2TiB"), "2TiB", "`block_cache` must be between 1B and 1TiB"),
+            (rocks("write_cache: 2TiB"), "2TiB", "`write_cache` must be between 0B and 1TiB"),
         ];
         for (text, value, want) in &cases {
             assert_one(text, &format!("{}: {want}", place_of(text, value)));
@@ -379,7 +380,8 @@ sources:
             src("start_time: 253402300799999"),
             dedup("100y"),
             agg("{type: sliding, size: 10s, slide: 1ms}", ", allowed_lateness: 100y"),
-            rocks("write_buffer: 64GiB, block_cache: 1TiB"),
+            rocks("write_buffer: 64GiB, block_cache: 1TiB, write_cache: 1TiB"),
+            rocks("write_cache: 0"),
         ];
         for text in &largest {
             assert_eq!(errors(text), Vec::<String>::new(), "{text}");

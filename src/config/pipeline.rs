@@ -93,6 +93,8 @@ pub struct RocksDbSpec {
     pub block_cache: u64,
     /// Bytes of one column family's memtable.
     pub write_buffer: u64,
+    /// Bytes of each subtask's write-behind cache of point-table entries.
+    pub write_cache: u64,
     pub compression: Compression,
 }
 

@@ -435,6 +435,9 @@ pub struct RawRocksDb {
     /// Memtable size per column family.
     #[serde(default)]
     pub write_buffer: Option<serde_yaml::Value>,
+    /// Write-behind cache of point-table entries per subtask.
+    #[serde(default)]
+    pub write_cache: Option<serde_yaml::Value>,
     #[serde(default)]
     pub compression: Option<RawCompression>,
 }

@@ -32,6 +32,7 @@ const DEFAULT_BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_TOLERABLE_FAILURES: u32 = 3;
 const DEFAULT_BLOCK_CACHE: u64 = 256 << 20;
 const DEFAULT_WRITE_BUFFER: u64 = 64 << 20;
+const DEFAULT_WRITE_CACHE: u64 = 64 << 20;
 
 /// Where errors go while compiling.
 pub(crate) struct Cx<'a> {
@@ -150,12 +151,19 @@ pub(crate) fn state(cx: &mut Cx, raw: &RawPipeline) -> StateSpec {
             };
             let block_cache = size("block_cache", r.and_then(|r| r.block_cache.as_ref()), DEFAULT_BLOCK_CACHE, BLOCK_CACHE);
             let write_buffer = size("write_buffer", r.and_then(|r| r.write_buffer.as_ref()), DEFAULT_WRITE_BUFFER, WRITE_BUFFER);
+            let write_cache = size("write_cache", r.and_then(|r| r.write_cache.as_ref()), DEFAULT_WRITE_CACHE, WRITE_CACHE);
             let compression = match r.and_then(|r| r.compression).unwrap_or(RawCompression::Lz4) {
                 RawCompression::None => Compression::None,
                 RawCompression::Lz4 => Compression::Lz4,
                 RawCompression::Zstd => Compression::Zstd,
             };
-            Backend::RocksDb(RocksDbSpec { incremental: s.incremental.unwrap_or(true), block_cache, write_buffer, compression })
+            Backend::RocksDb(RocksDbSpec {
+                incremental: s.incremental.unwrap_or(true),
+                block_cache,
+                write_buffer,
+                write_cache,
+                compression,
+            })
         }
     };
     StateSpec { dir, backend }

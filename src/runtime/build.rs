@@ -405,6 +405,7 @@ impl Backends {
         let options = rocks::RocksOptions {
             block_cache: spec.block_cache,
             write_buffer: spec.write_buffer,
+            write_cache: usize::try_from(spec.write_cache).unwrap_or(usize::MAX),
             compression: spec.compression,
             ..rocks::RocksOptions::default()
         };

@@ -15,19 +15,34 @@
 //! here and deleted before any flush (a window that fired between two
 //! checkpoints) never touches RocksDB at all, not even as a tombstone.
 
+use std::hash::BuildHasher;
+
 use foldhash::fast::FixedState;
-use hashbrown::HashMap;
+use hashbrown::HashTable;
 
-use crate::state::memory::Bytes;
+use super::filter::FlushedKeys;
 
-/// Bytes an entry costs besides its key and value (one hash-table slot;
-/// long keys and values have a heap block each): the budget is
+/// Bytes an entry costs besides its key and value (its 64-byte slot and
+/// control byte; long entries have a heap block too): the budget is
 /// approximate, in the same way as RocksDB's.
 const ENTRY_OVERHEAD: usize = 64;
 
-pub(super) struct Slot {
-    /// Inline when short: a probe touches one slot, no heap block.
-    value: Bytes,
+/// Key and value side by side in the slot when they fit together: a probe
+/// reads one cache line (an accumulator of count + sum, 11 + 33 bytes, fits).
+const INLINE: usize = 48;
+
+enum Store {
+    Inline([u8; INLINE]),
+    /// key ++ value.
+    Heap(Box<[u8]>),
+}
+
+#[repr(align(64))]
+pub(super) struct Entry {
+    store: Store,
+    key_len: u32,
+    /// The value's length when inline.
+    inline_value_len: u8,
     /// false: deleted (a tombstone to write, if RocksDB may hold the key).
     present: bool,
     /// Changed since the last flush.
@@ -36,18 +51,81 @@ pub(super) struct Slot {
     in_db: bool,
 }
 
-impl Slot {
+impl Entry {
+    fn new(key: &[u8], value: Option<&[u8]>, dirty: bool, in_db: bool) -> Self {
+        let mut e = Entry {
+            store: Store::Inline([0; INLINE]),
+            key_len: key.len() as u32,
+            inline_value_len: 0,
+            present: value.is_some(),
+            dirty,
+            in_db,
+        };
+        e.store_kv(key, value.unwrap_or(&[]));
+        e
+    }
+
+    fn store_kv(&mut self, key: &[u8], value: &[u8]) {
+        if key.len() + value.len() <= INLINE {
+            let mut data = [0; INLINE];
+            data[..key.len()].copy_from_slice(key);
+            data[key.len()..key.len() + value.len()].copy_from_slice(value);
+            self.store = Store::Inline(data);
+            self.inline_value_len = value.len() as u8;
+        } else {
+            let mut kv = Vec::with_capacity(key.len() + value.len());
+            kv.extend_from_slice(key);
+            kv.extend_from_slice(value);
+            self.store = Store::Heap(kv.into_boxed_slice());
+        }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        let k = self.key_len as usize;
+        match &self.store {
+            Store::Inline(data) => &data[..k],
+            Store::Heap(kv) => &kv[..k],
+        }
+    }
+
+    fn stored_value(&self) -> &[u8] {
+        let k = self.key_len as usize;
+        match &self.store {
+            Store::Inline(data) => &data[k..k + self.inline_value_len as usize],
+            Store::Heap(kv) => &kv[k..],
+        }
+    }
+
     /// The value, None if deleted.
     pub fn value(&self) -> Option<&[u8]> {
-        self.present.then(|| self.value.as_slice())
+        self.present.then(|| self.stored_value())
+    }
+
+    /// Overwrite the value in place when it fits where the old one was.
+    fn set_value(&mut self, value: &[u8]) {
+        let k = self.key_len as usize;
+        match &mut self.store {
+            Store::Inline(data) if k + value.len() <= INLINE => {
+                data[k..k + value.len()].copy_from_slice(value);
+                self.inline_value_len = value.len() as u8;
+            }
+            Store::Heap(kv) if kv.len() == k + value.len() => kv[k..].copy_from_slice(value),
+            _ => {
+                let key = self.key().to_vec();
+                self.store_kv(&key, value);
+            }
+        }
     }
 }
 
 pub(super) struct WriteCache {
-    map: HashMap<Bytes, Slot, FixedState>,
+    map: HashTable<Entry>,
+    hasher: FixedState,
     bytes: usize,
     budget: usize,
     dirty: usize,
+    /// Every key a flush wrote: a miss on a key not there needs no read.
+    flushed: FlushedKeys,
 }
 
 /// One change a flush writes.
@@ -57,12 +135,28 @@ pub(super) enum Change<'a> {
 }
 
 impl WriteCache {
-    pub fn new(budget: usize) -> Self {
-        WriteCache { map: HashMap::with_hasher(FixedState::default()), bytes: 0, budget, dirty: 0 }
+    /// `flushed`: the keys RocksDB may hold besides those this cache will flush.
+    pub fn new(budget: usize, flushed: FlushedKeys) -> Self {
+        WriteCache { map: HashTable::new(), hasher: FixedState::default(), bytes: 0, budget, dirty: 0, flushed }
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<&Slot> {
-        self.map.get(key)
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Whether RocksDB cannot hold `key` (a key the cache does not know):
+    /// no flush ever wrote it, and it was not there when the subtask began.
+    pub fn never_flushed(&self, key: &[u8]) -> bool {
+        self.flushed.definitely_absent(key)
+    }
+
+    /// Remember that `key` (of an ordered table) is being written to RocksDB.
+    pub fn note_flushed(&mut self, key: &[u8]) {
+        self.flushed.insert(key);
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.map.find(self.hash(key), |e| e.key() == key)
     }
 
     /// Whether any entry awaits a flush.
@@ -75,80 +169,112 @@ impl WriteCache {
         self.bytes > self.budget
     }
 
+    /// `update` of a key the cache knows, in one probe: `f` sees a copy of
+    /// the value in `buf` and whether the key is present; if it returns
+    /// true, `buf` is the new value. None (nothing done) if the key is unknown.
+    pub fn update(&mut self, key: &[u8], buf: &mut Vec<u8>, f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool) -> Option<()> {
+        let hash = self.hash(key);
+        let e = self.map.find_mut(hash, |e| e.key() == key)?;
+        let found = e.present;
+        if found {
+            buf.extend_from_slice(e.stored_value());
+        }
+        let old = e.value().map_or(0, <[u8]>::len);
+        if f(buf, found) {
+            e.set_value(buf);
+            e.present = true;
+            if !e.dirty {
+                e.dirty = true;
+                self.dirty += 1;
+            }
+            self.bytes = (self.bytes + buf.len()).saturating_sub(old);
+        }
+        Some(())
+    }
+
     /// Set `key` to `value` (None: deleted). `in_db`: whether RocksDB may
     /// hold the key, for a key the cache does not know yet.
     pub fn set(&mut self, key: &[u8], value: Option<&[u8]>, in_db: bool) {
         let len = value.map_or(0, <[u8]>::len);
-        match self.map.get_mut(key) {
-            Some(slot) => {
-                let old = slot.value().map_or(0, <[u8]>::len);
+        let hash = self.hash(key);
+        match self.map.find_entry(hash, |e| e.key() == key) {
+            Ok(mut occupied) => {
+                let e = occupied.get_mut();
+                let old = e.value().map_or(0, <[u8]>::len);
                 self.bytes = (self.bytes + len).saturating_sub(old);
-                if !slot.dirty {
-                    slot.dirty = true;
+                if !e.dirty {
+                    e.dirty = true;
                     self.dirty += 1;
                 }
                 match value {
-                    None if !slot.in_db => {
+                    None if !e.in_db => {
                         // Never written to RocksDB: forget it altogether.
-                        self.map.remove(key);
+                        occupied.remove();
                         self.bytes = self.bytes.saturating_sub(key.len() + ENTRY_OVERHEAD);
                         self.dirty -= 1;
                     }
                     None => {
-                        slot.present = false;
-                        slot.value = Bytes::new(&[]);
+                        e.present = false;
+                        e.set_value(&[]);
                     }
                     Some(v) => {
-                        slot.value.set(v);
-                        slot.present = true;
+                        e.set_value(v);
+                        e.present = true;
                     }
                 }
             }
-            None => {
+            Err(absent) => {
                 if value.is_none() && !in_db {
                     return;
                 }
                 self.bytes += key.len() + len + ENTRY_OVERHEAD;
                 self.dirty += 1;
-                let slot = Slot { value: Bytes::new(value.unwrap_or(&[])), present: value.is_some(), dirty: true, in_db };
-                self.map.insert(Bytes::new(key), slot);
+                let hasher = &self.hasher;
+                absent.into_table().insert_unique(hash, Entry::new(key, value, true, in_db), |e| hasher.hash_one(e.key()));
             }
         }
     }
 
     /// Remember what RocksDB holds for `key` (read from it just now).
     pub fn set_clean(&mut self, key: &[u8], value: &[u8]) {
-        if self.map.contains_key(key) {
+        let hash = self.hash(key);
+        if self.map.find(hash, |e| e.key() == key).is_some() {
             return;
         }
         self.bytes += key.len() + value.len() + ENTRY_OVERHEAD;
-        self.map.insert(Bytes::new(key), Slot { value: Bytes::new(value), present: true, dirty: false, in_db: true });
+        let hasher = &self.hasher;
+        self.map.insert_unique(hash, Entry::new(key, Some(value), false, true), |e| hasher.hash_one(e.key()));
     }
 
-    /// Hand every dirty entry to `write` (all in one call, for one batch);
+    /// Hand every dirty entry (maybe none) to `write` (all in one call, for one batch);
     /// on success they are clean, and deleted entries are forgotten.
     pub fn flush<E>(&mut self, write: impl FnOnce(&mut dyn Iterator<Item = Change<'_>>) -> Result<(), E>) -> Result<(), E> {
         if self.dirty == 0 {
-            return Ok(());
+            return write(&mut std::iter::empty());
         }
         // In key order: RocksDB's skip list inserts a sorted run next to
         // the previous key instead of searching from the top for each.
-        let mut dirty: Vec<(&[u8], Option<&[u8]>)> =
-            self.map.iter().filter(|(_, s)| s.dirty).map(|(k, s)| (k.as_slice(), s.value())).collect();
+        let mut dirty: Vec<(&[u8], Option<&[u8]>)> = self.map.iter().filter(|e| e.dirty).map(|e| (e.key(), e.value())).collect();
         dirty.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        // Before the write: a failed batch may have been applied in part.
+        for (k, v) in &dirty {
+            if v.is_some() {
+                self.flushed.insert(k);
+            }
+        }
         let mut changes = dirty.into_iter().map(|(k, v)| match v {
             Some(v) => Change::Put(k, v),
             None => Change::Delete(k),
         });
         write(&mut changes)?;
         let mut freed = 0;
-        self.map.retain(|k, s| {
-            s.dirty = false;
-            s.in_db = true;
-            if !s.present {
-                freed += k.as_slice().len() + ENTRY_OVERHEAD;
+        self.map.retain(|e| {
+            e.dirty = false;
+            e.in_db = true;
+            if !e.present {
+                freed += e.key().len() + ENTRY_OVERHEAD;
             }
-            s.present
+            e.present
         });
         self.bytes = self.bytes.saturating_sub(freed);
         self.dirty = 0;
@@ -158,7 +284,31 @@ impl WriteCache {
     /// Forget every entry; only after a successful flush.
     pub fn clear(&mut self) {
         debug_assert_eq!(self.dirty, 0, "clearing a write cache with unflushed entries");
-        self.map = HashMap::with_hasher(FixedState::default());
+        self.map = HashTable::new();
         self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Entry>(), 64);
+    }
+
+    #[test]
+    fn values_move_between_inline_and_heap_storage() {
+        let key = b"0123456789";
+        let mut e = Entry::new(key, Some(b"short"), true, false);
+        for len in [0usize, 38, 39, 100, 100, 7, 200, 0] {
+            let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            e.set_value(&v);
+            assert_eq!((e.key(), e.value()), (&key[..], Some(&v[..])), "length {len}");
+        }
+        let long = vec![7u8; 300];
+        let e = Entry::new(&long, None, true, true);
+        assert_eq!((e.key(), e.value()), (&long[..], None));
     }
 }

@@ -13,19 +13,23 @@
 //! point, on a thread of their own (see [`snapshot`]).
 
 mod cache;
+mod filter;
 pub mod native;
+mod overlay;
 mod snapshot;
 
 use std::cell::RefCell;
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 
 use cache::{Change, WriteCache};
+use filter::FlushedKeys;
+use overlay::{Overlay, Pending};
 
 use super::{KeyedState, ScanFn, StateError, StateSnapshot, TableId, TableKind, TableSpec};
 use crate::config::Compression;
@@ -77,6 +81,11 @@ pub struct BundleDb {
     path: PathBuf,
     write: WriteOptions,
     write_cache: usize,
+    /// Created empty here (not rebuilt from a checkpoint): the key groups
+    /// no state has claimed yet hold nothing.
+    fresh: bool,
+    /// (column family, key groups) of every state made on this DB.
+    claimed: Mutex<Vec<(String, Range<KeyGroup>)>>,
     // Declared after `db`, so it runs once the DB is closed.
     _remove: RemoveOnDrop,
 }
@@ -98,11 +107,15 @@ impl BundleDb {
             _ => {}
         }
         std::fs::create_dir_all(path).map_err(|e| backend_error("cannot create", path, e))?;
-        Self::open(path, column_families, options)
+        Self::open_as(path, column_families, options, true)
     }
 
     /// Open the DB at `path`, creating it and any missing column family.
     pub fn open(path: &Path, column_families: &[String], options: &RocksOptions) -> Result<Arc<BundleDb>, StateError> {
+        Self::open_as(path, column_families, options, false)
+    }
+
+    fn open_as(path: &Path, column_families: &[String], options: &RocksOptions, fresh: bool) -> Result<Arc<BundleDb>, StateError> {
         let cache = Cache::new_lru_cache(options.block_cache as usize);
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -126,6 +139,8 @@ impl BundleDb {
             path: path.to_path_buf(),
             write,
             write_cache: options.write_cache,
+            fresh,
+            claimed: Mutex::new(Vec::new()),
             _remove: RemoveOnDrop(path.to_path_buf()),
         }))
     }
@@ -140,6 +155,15 @@ impl BundleDb {
     pub fn int_property(&self, cf: &str, name: &str) -> Option<u64> {
         let cf = self.db.cf_handle(cf)?;
         self.db.property_int_value_cf(cf, name).ok().flatten()
+    }
+
+    /// Record that a state of `cf` owns `key_groups` now; whether RocksDB
+    /// surely holds nothing of them (a fresh DB, no earlier state of them).
+    fn claim(&self, cf: &str, key_groups: &Range<KeyGroup>) -> bool {
+        let mut claimed = self.claimed.lock().unwrap_or_else(|e| e.into_inner());
+        let overlaps = claimed.iter().any(|(c, r)| c == cf && r.start < key_groups.end && key_groups.start < r.end);
+        claimed.push((cf.to_string(), key_groups.clone()));
+        self.fresh && !overlaps
     }
 
     fn cf(&self, name: &str) -> Result<&ColumnFamily, StateError> {
@@ -162,11 +186,17 @@ fn cf_options(options: &RocksOptions, cache: &Cache) -> Options {
     // A bloom filter on the memtable too: most dedup lookups are misses.
     o.set_memtable_whole_key_filtering(true);
     o.set_memtable_prefix_bloom_ratio(0.05);
-    o.set_compression_type(match options.compression {
+    let compression = match options.compression {
         Compression::None => DBCompressionType::None,
         Compression::Lz4 => DBCompressionType::Lz4,
         Compression::Zstd => DBCompressionType::Zstd,
-    });
+    };
+    o.set_compression_type(compression);
+    // L0 files (a flush at every checkpoint) uncompressed: they are
+    // compacted into L1 soon, where compression pays.
+    let mut per_level = [compression; 7];
+    per_level[0] = DBCompressionType::None;
+    o.set_compression_per_level(&per_level);
     o
 }
 
@@ -201,6 +231,8 @@ pub struct RocksState {
     /// Point-table entries, written to the DB at [`KeyedState::flush`].
     /// A cell: reads through `&self` cache what they read, scans flush.
     cache: RefCell<WriteCache>,
+    /// Ordered-table changes since the last flush, written with the cache.
+    overlay: RefCell<Overlay>,
 }
 
 impl RocksState {
@@ -212,6 +244,7 @@ impl RocksState {
         }
         let mut read = ReadOptions::default();
         read.set_verify_checksums(false);
+        let flushed = if db.claim(cf, &key_groups) { FlushedKeys::on() } else { FlushedKeys::off() };
         Ok(RocksState {
             cf: cf.to_string(),
             key_groups,
@@ -220,7 +253,8 @@ impl RocksState {
             key: Vec::with_capacity(64),
             read_key: RefCell::new(Vec::with_capacity(64)),
             scratch: Vec::new(),
-            cache: RefCell::new(WriteCache::new(db.write_cache)),
+            cache: RefCell::new(WriteCache::new(db.write_cache, flushed)),
+            overlay: RefCell::new(Overlay::default()),
             db,
         })
     }
@@ -244,31 +278,68 @@ impl RocksState {
         Ok(f(v.as_deref()))
     }
 
-    fn write_value(&self, value: &[u8]) -> Result<(), StateError> {
-        let cf = self.db.cf(&self.cf)?;
-        self.db.db.put_cf_opt(cf, &self.key, value, &self.db.write).map_err(|e| self.err("write failed", e))
+    /// [`with_value`](Self::with_value) for a point-table key the cache
+    /// does not know: no read when no flush ever wrote the key.
+    fn with_uncached_value<R>(&self, f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, StateError> {
+        if self.cache.borrow().never_flushed(&self.key) {
+            return Ok(f(None));
+        }
+        self.with_value(f)
     }
 
-    fn delete_key(&self) -> Result<(), StateError> {
+    /// [`with_value`](Self::with_value) for an ordered-table key: the
+    /// overlay's change if it has one, else RocksDB (if it may hold the key).
+    fn with_ordered_value<R>(&self, k: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, StateError> {
+        if let Some(v) = self.overlay.borrow().get(k) {
+            return Ok(f(v));
+        }
+        if self.cache.borrow().never_flushed(k) {
+            return Ok(f(None));
+        }
         let cf = self.db.cf(&self.cf)?;
-        self.db.db.delete_cf_opt(cf, &self.key, &self.db.write).map_err(|e| self.err("delete failed", e))
+        let v = self.db.db.get_pinned_cf_opt(cf, k, &self.read).map_err(|e| self.err("read failed", e))?;
+        Ok(f(v.as_deref()))
+    }
+
+    /// Put the composed (ordered-table) key into the overlay.
+    fn write_value(&self, value: &[u8]) -> Result<(), StateError> {
+        let in_db = !self.cache.borrow().never_flushed(&self.key);
+        self.overlay.borrow_mut().put(&self.key, value, in_db);
+        self.bound_cache()
+    }
+
+    /// Delete the composed (ordered-table) key, known to be present.
+    fn delete_key(&self) -> Result<(), StateError> {
+        self.overlay.borrow_mut().delete(&self.key);
+        Ok(())
     }
 
     /// Point tables go through the write-behind cache; ordered tables
-    /// (scanned in key order) straight to the DB.
+    /// (scanned in key order) through the overlay.
     fn cached(&self, table: TableId) -> bool {
         self.tables.get(table).is_some_and(|t| t.kind == TableKind::Point)
     }
 
-    /// Write the cache's dirty entries to the DB in one batch.
+    /// Write the cache's dirty entries and the overlay to the DB in one batch.
     fn flush_cache(&self) -> Result<(), StateError> {
         let mut cache = self.cache.borrow_mut();
-        if !cache.is_dirty() {
+        let mut overlay = self.overlay.borrow_mut();
+        if !cache.is_dirty() && overlay.is_empty() {
             return Ok(());
         }
         let cf = self.db.cf(&self.cf)?;
+        let mut batch = WriteBatch::default();
+        // Before the write: a failed batch may have been applied in part.
+        for (k, p) in overlay.iter() {
+            match p {
+                Pending::Put { value, .. } => {
+                    cache.note_flushed(k);
+                    batch.put_cf(cf, k, value);
+                }
+                Pending::Delete => batch.delete_cf(cf, k),
+            }
+        }
         cache.flush(|changes| {
-            let mut batch = WriteBatch::default();
             for change in changes {
                 match change {
                     Change::Put(k, v) => batch.put_cf(cf, k, v),
@@ -276,14 +347,19 @@ impl RocksState {
                 }
             }
             self.db.db.write_opt(batch, &self.db.write).map_err(|e| self.err("write failed", e))
-        })
+        })?;
+        overlay.clear();
+        Ok(())
     }
 
-    /// Empty the cache (after writing it out) once it outgrows its budget.
+    /// Write the cache and overlay out once they outgrow the budget (and
+    /// empty the cache).
     fn bound_cache(&self) -> Result<(), StateError> {
         if self.cache.borrow().over_budget() {
             self.flush_cache()?;
             self.cache.borrow_mut().clear();
+        } else if self.overlay.borrow().bytes() > self.db.write_cache {
+            self.flush_cache()?;
         }
         Ok(())
     }
@@ -300,6 +376,9 @@ impl RocksState {
                 }
                 None => false,
             });
+        }
+        if self.cache.borrow().never_flushed(k) {
+            return Ok(false);
         }
         let cf = self.db.cf(&self.cf)?;
         let v = self.db.db.get_pinned_cf_opt(cf, k, &self.read).map_err(|e| self.err("read failed", e))?;
@@ -332,16 +411,39 @@ impl RocksState {
         }
         let mut opts = ReadOptions::default();
         opts.set_iterate_lower_bound(lower.clone());
-        opts.set_iterate_upper_bound(upper);
+        opts.set_iterate_upper_bound(upper.clone());
         opts.set_verify_checksums(false);
         let cf = self.db.cf(&self.cf)?;
         let mut it = self.db.db.raw_iterator_cf_opt(cf, opts);
         it.seek(&lower);
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if f(&k[PREFIX..], v).is_break() {
-                return Ok(());
+        // Merge the DB's entries with the overlay's changes (which win).
+        let overlay = self.overlay.borrow();
+        let mut changes = overlay.range(&lower, &upper).peekable();
+        loop {
+            let db_key = it.key();
+            let take_change = match (db_key, changes.peek()) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(d), Some((c, _))) => *c <= d,
+            };
+            if take_change {
+                let Some((k, change)) = changes.next() else { break };
+                if db_key == Some(k) {
+                    it.next();
+                }
+                if let Pending::Put { value, .. } = change {
+                    if f(&k[PREFIX..], value).is_break() {
+                        return Ok(());
+                    }
+                }
+            } else {
+                let (Some(k), Some(v)) = (it.key(), it.value()) else { break };
+                if f(&k[PREFIX..], v).is_break() {
+                    return Ok(());
+                }
+                it.next();
             }
-            it.next();
         }
         it.status().map_err(|e| self.err("scan failed", e))
     }
@@ -359,16 +461,8 @@ impl KeyedState for RocksState {
         if self.cached(table) {
             return self.read_through(&k, out);
         }
-        let cf = self.db.cf(&self.cf)?;
-        let v = self.db.db.get_pinned_cf_opt(cf, &*k, &self.read).map_err(|e| self.err("read failed", e))?;
         out.clear();
-        Ok(match v {
-            Some(v) => {
-                out.extend_from_slice(&v);
-                true
-            }
-            None => false,
-        })
+        self.with_ordered_value(&k, |v| v.map(|v| out.extend_from_slice(v)).is_some())
     }
 
     fn contains(&self, table: TableId, kg: KeyGroup, key: &[u8]) -> Result<bool, StateError> {
@@ -382,9 +476,7 @@ impl KeyedState for RocksState {
             let mut scratch = Vec::new();
             return self.read_through(&k, &mut scratch);
         }
-        let cf = self.db.cf(&self.cf)?;
-        let v = self.db.db.get_pinned_cf_opt(cf, &*k, &self.read).map_err(|e| self.err("read failed", e))?;
-        Ok(v.is_some())
+        self.with_ordered_value(&k, |v| v.is_some())
     }
 
     /// A probe of the cache whose result is dropped: the loads of the
@@ -415,14 +507,14 @@ impl KeyedState for RocksState {
         if self.cached(table) {
             let present = match self.known(&self.key) {
                 Some(present) => present,
-                None => self.with_value(|v| v.is_some())?,
+                None => self.with_uncached_value(|v| v.is_some())?,
             };
             if present {
                 self.cache.get_mut().set(&self.key, None, true);
             }
             return Ok(present);
         }
-        if !self.with_value(|v| v.is_some())? {
+        if !self.with_ordered_value(&self.key, |v| v.is_some())? {
             return Ok(false);
         }
         self.delete_key()?;
@@ -445,7 +537,7 @@ impl KeyedState for RocksState {
         self.scan(kg, table, &[], None, f)
     }
 
-    /// Counts by scanning: O(entries), for tests and diagnostics.
+    /// Counts by scanning (the overlay merged): O(entries), for tests and diagnostics.
     fn len(&self, table: TableId) -> usize {
         if self.cached(table) && self.flush_cache().is_err() {
             return 0;
@@ -473,12 +565,11 @@ impl KeyedState for RocksState {
         buf.clear();
         let result = if self.cached(table) {
             // `f` works on a copy: it may change the buffer and then decline.
-            let known = self.cache.get_mut().get(&self.key).map(|slot| slot.value().map(|v| buf.extend_from_slice(v)).is_some());
-            let found = match known {
-                Some(found) => Ok(found),
-                None => self.with_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some()),
-            };
-            match found {
+            if self.cache.get_mut().update(&self.key, &mut buf, f).is_some() {
+                self.scratch = buf;
+                return self.bound_cache();
+            }
+            match self.with_uncached_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some()) {
                 Ok(found) if f(&mut buf, found) => {
                     // A key the cache did not know is in the DB only if it was found there.
                     self.cache.get_mut().set(&self.key, Some(&buf), found);
@@ -488,7 +579,7 @@ impl KeyedState for RocksState {
                 Err(e) => Err(e),
             }
         } else {
-            match self.with_value(|v| v.map(|v| buf.extend_from_slice(v)).is_some()) {
+            match self.with_ordered_value(&self.key, |v| v.map(|v| buf.extend_from_slice(v)).is_some()) {
                 Ok(found) if f(&mut buf, found) => self.write_value(&buf),
                 Ok(_) => Ok(()),
                 Err(e) => Err(e),
@@ -505,14 +596,14 @@ impl KeyedState for RocksState {
         if self.cached(table) {
             let found = match self.cache.get_mut().get(&self.key) {
                 Some(slot) => slot.value().map(|v| out.extend_from_slice(v)).is_some(),
-                None => self.with_value(|v| v.map(|v| out.extend_from_slice(v)).is_some())?,
+                None => self.with_uncached_value(|v| v.map(|v| out.extend_from_slice(v)).is_some())?,
             };
             if found {
                 self.cache.get_mut().set(&self.key, None, true);
             }
             return Ok(found);
         }
-        if !self.with_value(|v| v.map(|v| out.extend_from_slice(v)).is_some())? {
+        if !self.with_ordered_value(&self.key, |v| v.map(|v| out.extend_from_slice(v)).is_some())? {
             return Ok(false);
         }
         self.delete_key()?;
@@ -540,7 +631,7 @@ impl KeyedState for RocksState {
             self.bound_cache()?;
             return Ok(true);
         }
-        if self.with_value(|v| v.is_some())? {
+        if self.with_ordered_value(&self.key, |v| v.is_some())? {
             return Ok(false);
         }
         self.write_value(value)?;
