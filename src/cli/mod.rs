@@ -4,6 +4,7 @@ mod inspect;
 mod live;
 mod progress;
 mod savepoint;
+mod savepoint_set;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -96,6 +97,12 @@ pub enum SavepointCommand {
         /// Give up waiting for the answer after this long.
         #[arg(long, value_name = "D", default_value = "5m", value_parser = humantime::parse_duration)]
         timeout: Duration,
+        /// Every instance of the cluster (`cluster.instances` of the file):
+        /// each is checked first, then all take their savepoint at once,
+        /// and the set is printed as `--restore` arguments. Reaches the
+        /// instances running on this host (see docs/scaling.md).
+        #[arg(long, conflicts_with = "instance")]
+        all_instances: bool,
     },
     /// Delete a savepoint directory; refuses anything whose `_metadata` does not say savepoint.
     Dispose {
@@ -122,7 +129,7 @@ pub struct RestoreArgs {
     pub options: RunOptions,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PipelineArgs {
     /// The pipeline YAML file.
     pub pipeline: PathBuf,
@@ -268,14 +275,17 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
         savepoint::SavepointError::Failed(m) => anyhow::anyhow!(m),
     };
     match command {
-        SavepointCommand::Trigger { pipeline, target, stop, drain, timeout } => {
-            let p = checkpointed(&pipeline)?;
-            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
+        SavepointCommand::Trigger { pipeline, target, stop, drain, timeout, all_instances } => {
             let end = match (stop, drain) {
                 (false, _) => savepoint::Ending::KeepRunning,
                 (true, false) => savepoint::Ending::Stop,
                 (true, true) => savepoint::Ending::StopAndDrain,
             };
+            if all_instances {
+                return trigger_all_instances(&pipeline, target, end, timeout);
+            }
+            let p = checkpointed(&pipeline)?;
+            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
             let from_pipeline = target.is_none() && p.savepoint_dir.is_some();
             let parent = target.or_else(|| p.savepoint_dir.clone());
             let path = savepoint::trigger(&layout, &p.name, parent.as_deref(), end, timeout).map_err(|e| match e {
@@ -299,6 +309,58 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
             print!("{}", savepoint::list(&layout, &p.name, &parents, &options).map_err(to_anyhow)?);
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir savepoint trigger P --all-instances`: every instance checked, then
+/// every savepoint at once; the set on stdout, or which instances failed.
+fn trigger_all_instances(
+    args: &PipelineArgs,
+    target: Option<PathBuf>,
+    end: savepoint::Ending,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    let file = args.pipeline.display().to_string();
+    let whole = checkpointed(args)?;
+    let n = whole.cluster.instances;
+    if n < 2 {
+        return Err(UsageError(format!(
+            "--all-instances: pipeline `{}` is not a cluster (`cluster.instances` is {n}); trigger it without --all-instances, or say how many instances run with `--set cluster.instances=N`",
+            whole.name
+        ))
+        .into());
+    }
+    let mut members = Vec::new();
+    for index in 0..n {
+        let one = PipelineArgs { instance: Some(config::Instance { index: index.into(), instances: n.into() }), ..args.clone() };
+        let p = checkpointed(&one)?;
+        let parent = target.clone().or_else(|| p.savepoint_dir.clone());
+        members.push(savepoint_set::Member { index, layout: crate::checkpoint::layout::Layout::new(&p.state.dir), parent });
+    }
+    if let Err(problems) = savepoint_set::preflight(&members, n, &whole.name) {
+        return Err(UsageError(format!(
+            "--all-instances: not every instance of `{}` can take a savepoint now, so none was asked:\n  {}\nThis command reaches instances through their control sockets on this host; on other hosts run `weir savepoint trigger {file} --instance I/N{}` on each (see docs/scaling.md, \"Rescale N → M\")",
+            whole.name,
+            problems.join("\n  "),
+            if end == savepoint::Ending::KeepRunning { "" } else { " --stop" },
+        ))
+        .into());
+    }
+    let taken = savepoint_set::trigger_all(&members, &whole.name, end, timeout);
+    let mut paths = Vec::new();
+    for (m, t) in members.iter().zip(&taken) {
+        match t {
+            savepoint_set::Taken::Done(path) => {
+                println!("Instance {}/{n}: Savepoint completed. Path: {}", m.index, path.display());
+                paths.push(path.clone());
+            }
+            savepoint_set::Taken::Failed(why) => eprintln!("Instance {}/{n}: savepoint failed: {why}", m.index),
+        }
+    }
+    if paths.len() < members.len() {
+        return Err(anyhow::anyhow!(savepoint_set::partial_failure(&taken, n, end, &file)));
+    }
+    println!("Savepoint set: {}", savepoint_set::restore_args(&paths));
     Ok(ExitCode::SUCCESS)
 }
 
