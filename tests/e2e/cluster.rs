@@ -618,6 +618,16 @@ fn kubernetes_manifests_carry_what_weir_depends_on() {
     assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"].as_str(), Some(port.as_str()));
     assert_eq!(c["ports"][0]["containerPort"].as_u64().map(|p| p.to_string()), Some(port));
     assert!(pipeline["state"]["dir"].as_str().unwrap().starts_with("/var/lib/weir"), "state on the volume");
+    // SIGTERM stops with a savepoint, kept where a new pod finds it, within
+    // the grace period (above the checkpoint timeout, 60 s by default).
+    assert_eq!(pipeline["savepoint"]["on_sigterm"].as_bool(), Some(true), "stop-with-savepoint on SIGTERM");
+    assert!(pipeline["savepoint"]["dir"].as_str().unwrap().starts_with("s3://"), "savepoints outlive the pod's volume");
+    let timeout = pipeline["checkpoint"]["timeout"].as_str().map_or(60, |t| humantime::parse_duration(t).unwrap().as_secs());
+    let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
+    assert!(
+        grace >= timeout + 60,
+        "grace period {grace} s leaves too little beyond checkpoint.timeout {timeout} s for the commit and upload"
+    );
     // Every ordinal's pipeline is valid.
     let t = tmp();
     let file = t.path().join("pipeline.yaml");
