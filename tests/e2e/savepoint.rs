@@ -751,7 +751,8 @@ both_backends! {
     fn sigterm_with_on_sigterm_stops_with_a_savepoint_that_restores_exactly_once(backend: Backend) {
         let job = Job::with(backend);
         let target = job.dir.path().join("sps");
-        let run = backend.apply(on_sigterm(&job, &target)).spawn();
+        // Slower than the default, so that SIGTERM comes before the input ends.
+        let run = backend.apply(on_sigterm(&job, &target)).set("sources.events.rate_limit", "300").spawn();
         assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
         run.terminate();
         let o = run.wait_for(Duration::from_secs(30));
