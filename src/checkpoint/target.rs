@@ -233,6 +233,14 @@ impl Staging {
         store::remove_dir_all(from)
     }
 
+    /// Copy the committed checkpoint directory `from` in, leaving it as it
+    /// is (it stays a checkpoint): every state file hard-linked where the
+    /// file system allows (they are never written again), else copied;
+    /// its own `_metadata` is not taken (the savepoint gets its own).
+    pub fn copy_from(&self, from: &Path) -> Result<(), StoreError> {
+        link_or_copy_tree(from, &self.tmp, true).map_err(io_err("copy into", &self.tmp))
+    }
+
     /// Write `_metadata` (durably), then rename the temp directory to its
     /// name in the parent, or to the first free `NAME-N` when the name is
     /// taken; returns the savepoint's path.
@@ -307,6 +315,31 @@ impl Drop for Staging {
 }
 
 /// Copy a checkpoint directory: directories and regular files only.
+fn link_or_copy_tree(from: &Path, to: &Path, top: bool) -> io::Result<()> {
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let (src, dest) = (entry.path(), to.join(entry.file_name()));
+        let t = entry.file_type()?;
+        if top && entry.file_name() == METADATA_FILE {
+            continue;
+        }
+        if t.is_dir() {
+            fs::create_dir(&dest)?;
+            link_or_copy_tree(&src, &dest, false)?;
+        } else if t.is_file() {
+            if fs::hard_link(&src, &dest).is_err() {
+                let (mut file, _) = store::open_regular(&src).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?;
+                let mut out = fs::OpenOptions::new().write(true).create_new(true).open(&dest)?;
+                io::copy(&mut file, &mut out)?;
+                out.sync_all()?;
+            }
+        } else {
+            return Err(io::Error::other(format!("{}: not a regular file or directory", src.display())));
+        }
+    }
+    fs::File::open(to)?.sync_all()
+}
+
 fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     for entry in fs::read_dir(from)? {
         let entry = entry?;
@@ -362,6 +395,25 @@ mod tests {
         assert!(names(&parent.join("savepoint-p-0000008")).is_empty());
         let all = ["savepoint-p-0000007", "savepoint-p-0000007-1", "savepoint-p-0000008", "savepoint-p-0000008-1"];
         assert_eq!(names(&parent), all);
+    }
+
+    /// A stop-with-savepoint copies its checkpoint out and leaves it whole:
+    /// same files (linked or copied), its own `_metadata` not taken along.
+    #[test]
+    fn copy_from_leaves_the_checkpoint_in_place_and_takes_no_metadata() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chk = checkpoint_dir(tmp.path(), "k");
+        store::write_atomic(&chk.join(METADATA_FILE), b"checkpoint md").unwrap();
+        let s = Staging::begin(&tmp.path().join("sps"), "savepoint-p-0000009").unwrap();
+        s.copy_from(&chk).unwrap();
+        let sp = s.commit(b"savepoint md").unwrap();
+        assert_eq!(fs::read(sp.join(METADATA_FILE)).unwrap(), b"savepoint md");
+        assert_eq!(fs::read(sp.join("bundle-000/task-000-0000.snapshot")).unwrap(), b"k");
+        assert_eq!(fs::read(chk.join(METADATA_FILE)).unwrap(), b"checkpoint md", "the checkpoint keeps its own");
+        assert_eq!(fs::read(chk.join("bundle-000/task-000-0000.snapshot")).unwrap(), b"k");
+        // Removing one (retention, dispose) leaves the other whole.
+        fs::remove_dir_all(&chk).unwrap();
+        assert_eq!(fs::read(sp.join("bundle-000/task-000-0000.snapshot")).unwrap(), b"k");
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod inspect;
 mod live;
 mod progress;
 mod savepoint;
+mod savepoint_set;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -96,6 +97,12 @@ pub enum SavepointCommand {
         /// Give up waiting for the answer after this long.
         #[arg(long, value_name = "D", default_value = "5m", value_parser = humantime::parse_duration)]
         timeout: Duration,
+        /// Every instance of the cluster (`cluster.instances` of the file):
+        /// each is checked first, then all take their savepoint at once,
+        /// and the set is printed as `--restore` arguments. Reaches the
+        /// instances running on this host (see docs/scaling.md).
+        #[arg(long, conflicts_with = "instance")]
+        all_instances: bool,
     },
     /// Delete a savepoint directory; refuses anything whose `_metadata` does not say savepoint.
     Dispose {
@@ -122,7 +129,7 @@ pub struct RestoreArgs {
     pub options: RunOptions,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PipelineArgs {
     /// The pipeline YAML file.
     pub pipeline: PathBuf,
@@ -268,14 +275,17 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
         savepoint::SavepointError::Failed(m) => anyhow::anyhow!(m),
     };
     match command {
-        SavepointCommand::Trigger { pipeline, target, stop, drain, timeout } => {
-            let p = checkpointed(&pipeline)?;
-            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
+        SavepointCommand::Trigger { pipeline, target, stop, drain, timeout, all_instances } => {
             let end = match (stop, drain) {
                 (false, _) => savepoint::Ending::KeepRunning,
                 (true, false) => savepoint::Ending::Stop,
                 (true, true) => savepoint::Ending::StopAndDrain,
             };
+            if all_instances {
+                return trigger_all_instances(&pipeline, target, end, timeout);
+            }
+            let p = checkpointed(&pipeline)?;
+            let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
             let from_pipeline = target.is_none() && p.savepoint_dir.is_some();
             let parent = target.or_else(|| p.savepoint_dir.clone());
             let path = savepoint::trigger(&layout, &p.name, parent.as_deref(), end, timeout).map_err(|e| match e {
@@ -299,6 +309,58 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
             print!("{}", savepoint::list(&layout, &p.name, &parents, &options).map_err(to_anyhow)?);
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir savepoint trigger P --all-instances`: every instance checked, then
+/// every savepoint at once; the set on stdout, or which instances failed.
+fn trigger_all_instances(
+    args: &PipelineArgs,
+    target: Option<PathBuf>,
+    end: savepoint::Ending,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    let file = args.pipeline.display().to_string();
+    let whole = checkpointed(args)?;
+    let n = whole.cluster.instances;
+    if n < 2 {
+        return Err(UsageError(format!(
+            "--all-instances: pipeline `{}` is not a cluster (`cluster.instances` is {n}); trigger it without --all-instances, or say how many instances run with `--set cluster.instances=N`",
+            whole.name
+        ))
+        .into());
+    }
+    let mut members = Vec::new();
+    for index in 0..n {
+        let one = PipelineArgs { instance: Some(config::Instance { index: index.into(), instances: n.into() }), ..args.clone() };
+        let p = checkpointed(&one)?;
+        let parent = target.clone().or_else(|| p.savepoint_dir.clone());
+        members.push(savepoint_set::Member { index, layout: crate::checkpoint::layout::Layout::new(&p.state.dir), parent });
+    }
+    if let Err(problems) = savepoint_set::preflight(&members, n, &whole.name) {
+        return Err(UsageError(format!(
+            "--all-instances: not every instance of `{}` can take a savepoint now, so none was asked:\n  {}\nThis command reaches instances through their control sockets on this host; on other hosts run `weir savepoint trigger {file} --instance I/N{}` on each (see docs/scaling.md, \"Rescale N → M\")",
+            whole.name,
+            problems.join("\n  "),
+            if end == savepoint::Ending::KeepRunning { "" } else { " --stop" },
+        ))
+        .into());
+    }
+    let taken = savepoint_set::trigger_all(&members, &whole.name, end, timeout);
+    let mut paths = Vec::new();
+    for (m, t) in members.iter().zip(&taken) {
+        match t {
+            savepoint_set::Taken::Done(path) => {
+                println!("Instance {}/{n}: Savepoint completed. Path: {}", m.index, path.display());
+                paths.push(path.clone());
+            }
+            savepoint_set::Taken::Failed(why) => eprintln!("Instance {}/{n}: savepoint failed: {why}", m.index),
+        }
+    }
+    if paths.len() < members.len() {
+        return Err(anyhow::anyhow!(savepoint_set::partial_failure(&taken, n, end, &file)));
+    }
+    println!("Savepoint set: {}", savepoint_set::restore_args(&paths));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -359,7 +421,14 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Before anything that can take long (the lock, loading a checkpoint,
     // rebuilding state, opening connectors): a signal from here on stops
     // the run, and a second one exits at once.
-    let stop = rt.block_on(async { Signals::install() }).context("installing the SIGINT and SIGTERM handlers")?.listen(&rt);
+    // `savepoint.on_sigterm`: SIGTERM stops with a savepoint instead.
+    let on_sigterm = match (pipeline.savepoint_on_sigterm, &pipeline.savepoint_dir) {
+        (false, _) => None,
+        (true, Some(d)) if d.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(Some(d.clone())),
+        (true, Some(d)) => Some(Some(std::path::absolute(d).with_context(|| format!("savepoint.dir {}", d.display()))?)),
+        (true, None) => Some(None),
+    };
+    let stop = rt.block_on(async { Signals::install() }).context("installing the SIGINT and SIGTERM handlers")?.listen(&rt, on_sigterm);
     // With checkpoints, the state directory is locked first (before any
     // connector is opened) and stays locked until this function returns,
     // after the runtime and everything on it is gone.
@@ -379,6 +448,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let plan = Plan::new(pipeline);
     let name = plan.pipeline.name.clone();
+    let asked = stop.clone();
     let outcome = rt.block_on(async move {
         let mut engine = Engine::build(&plan, start).context("building the pipeline")?;
         let server = match metrics_listener {
@@ -396,6 +466,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");
         let started = Instant::now();
         let result = engine.run().await;
+        stop.settle().await;
         progress.finish();
         if let Some(server) = server {
             server.shutdown().await;
@@ -405,6 +476,10 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(outcome)
     })?;
     let _ = outcome == Outcome::Finished;
+    if let Some(why) = asked.savepoint_failure() {
+        // The run stopped (with a final checkpoint), but not as asked.
+        return Err(anyhow::anyhow!("savepoint.on_sigterm: the savepoint on SIGTERM failed: {why}"));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -445,47 +520,130 @@ impl Signals {
 
     /// Wait for the first signal on a task of its own and pass it on to the
     /// returned request, which the engine is attached to once built.
-    fn listen(mut self, rt: &tokio::runtime::Runtime) -> StopRequest {
+    /// `on_sigterm`: Some(parent) makes SIGTERM a stop-with-savepoint into
+    /// `parent` (None: the state directory's `savepoints/`).
+    fn listen(mut self, rt: &tokio::runtime::Runtime, on_sigterm: Option<Option<PathBuf>>) -> StopRequest {
         let request = StopRequest::default();
         let on_signal = request.clone();
         rt.spawn(async move {
-            self.next().await;
-            tracing::info!("Stop requested; draining the pipeline (a second signal exits at once, status 130).");
-            on_signal.request();
+            let savepoint = match (self.next().await, on_sigterm) {
+                (Signal::Term, Some(parent)) => {
+                    tracing::info!("SIGTERM: stopping with a savepoint (savepoint.on_sigterm; a second signal exits at once, status 130).");
+                    Some(parent)
+                }
+                _ => {
+                    tracing::info!("Stop requested; draining the pipeline (a second signal exits at once, status 130).");
+                    None
+                }
+            };
+            on_signal.request(savepoint);
         });
         request
     }
 
-    async fn next(&mut self) {
+    async fn next(&mut self) -> Signal {
         #[cfg(unix)]
         tokio::select! {
-            _ = self.int.recv() => {}
-            _ = self.term.recv() => {}
+            _ = self.int.recv() => Signal::Int,
+            _ = self.term.recv() => Signal::Term,
         }
         #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Signal::Int
+        }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Int,
+    Term,
 }
 
 /// A stop asked for by a signal, possibly before the engine exists: kept
 /// until the engine is attached, then passed on.
 #[derive(Clone, Default)]
-struct StopRequest(std::sync::Arc<std::sync::Mutex<(bool, Option<crate::runtime::StopHandle>)>>);
+struct StopRequest(std::sync::Arc<std::sync::Mutex<StopState>>);
+
+#[derive(Default)]
+struct StopState {
+    /// None: no stop asked yet; Some(None): a plain stop; Some(Some(parent)):
+    /// a stop-with-savepoint into `parent` (None: `savepoints/`).
+    asked: Option<Option<Option<PathBuf>>>,
+    handle: Option<crate::runtime::StopHandle>,
+    /// Why the stop-with-savepoint failed, once it did.
+    failure: Option<String>,
+    /// The task waiting for the savepoint's answer.
+    waiting: Option<tokio::task::JoinHandle<()>>,
+}
 
 impl StopRequest {
-    fn request(&self) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        s.0 = true;
-        if let Some(h) = &s.1 {
-            h.stop();
+    fn request(&self, savepoint: Option<Option<PathBuf>>) {
+        let handle = {
+            let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            s.asked = Some(savepoint);
+            s.handle.clone()
+        };
+        if let Some(h) = handle {
+            self.pass_on(&h);
         }
     }
 
     fn attach(&self, handle: crate::runtime::StopHandle) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if s.0 {
-            handle.stop();
+        let asked = {
+            let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            s.handle = Some(handle.clone());
+            s.asked.is_some()
+        };
+        if asked {
+            self.pass_on(&handle);
         }
-        s.1 = Some(handle);
+    }
+
+    /// Why the savepoint asked for on SIGTERM failed, if it did.
+    fn savepoint_failure(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).failure.clone()
+    }
+
+    /// Stop the engine as asked. A stop-with-savepoint reports its path
+    /// when done; refused (a savepoint or stop already under way) it falls
+    /// back to a plain stop, and a failed one has stopped the run with a
+    /// final checkpoint already.
+    fn pass_on(&self, handle: &crate::runtime::StopHandle) {
+        let asked = self.0.lock().unwrap_or_else(|e| e.into_inner()).asked.clone();
+        let Some(Some(parent)) = asked else {
+            handle.stop();
+            return;
+        };
+        let Some(answer) = handle.stop_with_savepoint(parent) else {
+            handle.stop();
+            return;
+        };
+        let (state, handle) = (self.0.clone(), handle.clone());
+        let waiting = tokio::spawn(async move {
+            let why = match answer.await {
+                Ok(Ok(path)) => {
+                    // stdout may be a sink's: the path goes to stderr.
+                    eprintln!("Stopped with a savepoint on SIGTERM. Path: {}", path.display());
+                    return;
+                }
+                Ok(Err(why)) => why,
+                Err(_) => "the pipeline ended before the savepoint completed".to_string(),
+            };
+            tracing::error!(reason = %why, "The savepoint on SIGTERM failed; the pipeline stops with a final checkpoint instead.");
+            handle.stop();
+            state.lock().unwrap_or_else(|e| e.into_inner()).failure = Some(why);
+        });
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).waiting = Some(waiting);
+    }
+
+    /// After the run: wait until the savepoint's answer is reported (the
+    /// driver is gone, so it has come or its sender was dropped).
+    async fn settle(&self) {
+        let waiting = self.0.lock().unwrap_or_else(|e| e.into_inner()).waiting.take();
+        if let Some(w) = waiting {
+            let _ = w.await;
+        }
     }
 }

@@ -38,16 +38,7 @@ pub enum Ending {
 /// first, without contacting it and without touching the disk.
 pub fn trigger(layout: &Layout, pipeline: &str, parent: Option<&Path>, end: Ending, timeout: Duration) -> Result<PathBuf, SavepointError> {
     let socket = layout.control_socket();
-    let dir = match parent {
-        // Object storage: the running process checks it when it uploads.
-        Some(t) if t.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(t.to_path_buf()),
-        Some(t) => {
-            let abs = std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?;
-            crate::checkpoint::target::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
-            Some(abs)
-        }
-        None => None,
-    };
+    let dir = check_target(layout, parent)?;
     let (stop, drain) = match end {
         Ending::KeepRunning => (false, false),
         Ending::Stop => (true, false),
@@ -59,6 +50,21 @@ pub fn trigger(layout: &Layout, pipeline: &str, parent: Option<&Path>, end: Endi
         Some(path) if response["ok"] == true => Ok(PathBuf::from(path)),
         _ => Err(SavepointError::Failed(format!("savepoint failed: {}", error_of(&response)))),
     }
+}
+
+/// The savepoint parent `parent` as the process is sent it (absolute),
+/// refused if the process would refuse it; reads only.
+pub fn check_target(layout: &Layout, parent: Option<&Path>) -> Result<Option<PathBuf>, SavepointError> {
+    Ok(match parent {
+        // Object storage: the running process checks it when it uploads.
+        Some(t) if t.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(t.to_path_buf()),
+        Some(t) => {
+            let abs = std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?;
+            crate::checkpoint::target::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
+            Some(abs)
+        }
+        None => None,
+    })
 }
 
 /// Ask the process running on the state directory of `layout` how it is

@@ -90,6 +90,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
         state,
         checkpoint,
         savepoint_dir,
+        savepoint_on_sigterm: raw.savepoint.as_ref().is_some_and(|s| s.on_sigterm),
         bundle_size,
         metrics,
         cluster,

@@ -24,6 +24,9 @@ pub struct Pipeline {
     /// `savepoint.dir`: where `savepoint trigger` creates savepoints without
     /// `--target` (as it is written; only with `checkpoint`).
     pub savepoint_dir: Option<PathBuf>,
+    /// `savepoint.on_sigterm`: SIGTERM stops with a savepoint (into
+    /// `savepoint_dir`) instead of a final checkpoint.
+    pub savepoint_on_sigterm: bool,
     /// Subtasks per bundle: subtask i belongs to bundle i / bundle_size.
     pub bundle_size: u16,
     /// None: no metrics endpoint.

@@ -491,6 +491,9 @@ pub struct RawSavepoint {
     /// `--target` is not given.
     #[serde(default)]
     pub dir: Option<String>,
+    /// SIGTERM stops with a savepoint (into `dir`) instead of a final checkpoint.
+    #[serde(default)]
+    pub on_sigterm: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -395,12 +395,31 @@ impl Driver {
             crc32c: 0,
         };
         let created_ms = md.created_ms;
+        // A stop-with-savepoint is committed as this directory's checkpoint
+        // first (so `--restore latest` resumes where the stop's sinks
+        // committed), then copied out as the savepoint.
+        let stop_with_savepoint = kind == Kind::Savepoint && self.final_id == Some(id);
+        let mut savepoint_failed = None;
         let written = match kind {
             Kind::Checkpoint => {
                 let dir = self.setup.layout.checkpoint_dir(id);
                 commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), id, md.to_bytes()).await.map(|()| dir)
             }
-            Kind::Savepoint => self.write_savepoint(id, md).await.map_err(|e| e.to_string()),
+            Kind::Savepoint if stop_with_savepoint => {
+                let as_checkpoint = Metadata { kind: Kind::Checkpoint, ..md.clone() };
+                match commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), id, as_checkpoint.to_bytes()).await {
+                    Err(e) => Err(e),
+                    Ok(()) => match self.write_savepoint(id, md, true).await {
+                        Ok(dir) => Ok(dir),
+                        Err(e) => {
+                            // Past the commit point: the stop completes as a final checkpoint.
+                            savepoint_failed = Some(format!("savepoint {id} could not be written ({e}); the pipeline stopped with it as its final checkpoint instead, which `--restore latest` resumes"));
+                            Ok(self.setup.layout.checkpoint_dir(id))
+                        }
+                    },
+                }
+            }
+            Kind::Savepoint => self.write_savepoint(id, md, false).await.map_err(|e| e.to_string()),
         };
         let dir = match written {
             Ok(dir) => dir,
@@ -457,7 +476,12 @@ impl Driver {
             completed!(tracing::Level::INFO);
         }
         self.last_completed = id;
-        if kind == Kind::Savepoint {
+        if let Some(why) = savepoint_failed {
+            tracing::warn!(savepoint = id, reason = %why, "Savepoint failed.");
+            if let Some(sp) = self.savepoint.take_if(|sp| sp.id == Some(id)) {
+                let _ = sp.reply.send(Err(why));
+            }
+        } else if kind == Kind::Savepoint {
             tracing::info!(savepoint = id, path = %dir.display(), "Savepoint written.");
             if let Some(sp) = self.savepoint.take_if(|sp| sp.id == Some(id)) {
                 let _ = sp.reply.send(Ok(dir));
@@ -497,12 +521,13 @@ impl Driver {
         Ok(Some(id))
     }
 
-    /// Move the committed bundles of savepoint `id` to a new child of its
+    /// Move (`keep`: copy, leaving the committed checkpoint `chk-id` in
+    /// place) the committed bundles of savepoint `id` to a new child of its
     /// parent and write its `_metadata` there last; returns the child.
     /// Built in a temp directory in the parent and renamed to a name no
     /// entry has last (`checkpoint::target`): a failure removes only that
     /// temp directory (and the parents it created).
-    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata) -> Result<PathBuf, store::StoreError> {
+    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata, keep: bool) -> Result<PathBuf, store::StoreError> {
         let asked = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.dir.clone());
         let (parent, name) = match asked {
             Some(parent) => (parent, target::child_name(&self.setup.pipeline, id)),
@@ -513,13 +538,17 @@ impl Driver {
         if let Some(url) = parent.to_str().filter(|p| crate::checkpoint::remote::is_url(p)).map(str::to_string) {
             let options = self.setup.spec.storage.as_ref().map(|s| s.options.clone()).unwrap_or_default();
             let staging_parent = self.setup.layout.savepoints_dir();
-            return tokio::task::spawn_blocking(move || upload_savepoint(&url, &options, &staging_parent, &name, &from, &bytes))
+            return tokio::task::spawn_blocking(move || upload_savepoint(&url, &options, &staging_parent, &name, &from, &bytes, keep))
                 .await
                 .expect("savepoint upload does not panic");
         }
         tokio::task::spawn_blocking(move || {
             let staging = target::Staging::begin(&parent, &name)?;
-            staging.fill_from(&from)?;
+            if keep {
+                staging.copy_from(&from)?;
+            } else {
+                staging.fill_from(&from)?;
+            }
             staging.commit(&bytes)
         })
         .await
@@ -733,12 +762,17 @@ fn upload_savepoint(
     name: &str,
     from: &std::path::Path,
     md: &[u8],
+    keep: bool,
 ) -> Result<PathBuf, store::StoreError> {
     let failed =
         |e: String| store::StoreError::Io { op: "upload a savepoint to", path: PathBuf::from(url), source: std::io::Error::other(e) };
     let storage = crate::checkpoint::remote::ObjectStorage::open(url, options).map_err(failed)?;
     let staging = target::Staging::begin(staging_parent, name)?;
-    staging.fill_from(from)?;
+    if keep {
+        staging.copy_from(from)?;
+    } else {
+        staging.fill_from(from)?;
+    }
     for n in 0..=100u32 {
         let child = if n == 0 { name.to_string() } else { format!("{name}-{n}") };
         if !storage.list(&format!("{child}/")).map_err(|e| failed(e.to_string()))?.is_empty() {

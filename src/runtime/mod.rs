@@ -79,13 +79,29 @@ pub struct Engine {
     status: (watch::Sender<status::Snapshot>, watch::Receiver<status::Snapshot>),
 }
 
-/// Asks a running engine to stop (sources stop, the rest drains).
+/// Asks a running engine to stop (sources stop, the rest drains), with a
+/// final checkpoint or, when checkpointing, with a savepoint.
 #[derive(Clone)]
-pub struct StopHandle(watch::Sender<bool>);
+pub struct StopHandle(watch::Sender<bool>, Option<mpsc::UnboundedSender<control::Command>>);
 
 impl StopHandle {
     pub fn stop(&self) {
         let _ = self.0.send(true);
+    }
+
+    /// Stop-with-savepoint into `dir` (absolute; None: the state
+    /// directory's `savepoints/`), as `weir savepoint trigger --stop` asks
+    /// it: the receiver gets the savepoint's path, or why it was refused or
+    /// failed. None without checkpointing.
+    pub fn stop_with_savepoint(
+        &self,
+        dir: Option<std::path::PathBuf>,
+    ) -> Option<tokio::sync::oneshot::Receiver<Result<std::path::PathBuf, String>>> {
+        let commands = self.1.as_ref()?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = control::SavepointRequest { dir, stop: true, drain: false };
+        commands.send(control::Command::Savepoint { request, reply }).ok()?;
+        Some(answer)
     }
 }
 
@@ -194,7 +210,7 @@ impl Engine {
     }
 
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(self.stop_tx.clone())
+        StopHandle(self.stop_tx.clone(), self.control.as_ref().map(|(_, commands)| commands.clone()))
     }
 
     /// Run to the end of input or until stopped. Must be called within a

@@ -699,9 +699,18 @@ fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), Res
             }
         }
     }
-    if !pipeline.cluster.is_cluster() && first.operators.iter().any(|o| o.ends_with(".repartition.receive")) {
+    let topics: Vec<String> = first
+        .operators
+        .iter()
+        .filter_map(|o| o.strip_suffix(".repartition.receive"))
+        .map(|o| crate::cluster::topic_name(&first.pipeline, o))
+        .collect();
+    if !pipeline.cluster.is_cluster() && !topics.is_empty() {
+        // Reading the hand-off that waits in the topics into a process
+        // without them is not built (docs/scaling.md, "Not built yet").
         return refuse(format!(
-            "a cluster of {n} instances with repartition topics cannot be restored into one instance: the records handed over that were not read yet are in those topics, which one instance does not read; restore into 2 or more instances (`--instance I/M`)"
+            "a cluster of {n} instances with repartition topics cannot be restored into one instance: records one instance handed over to another and the other had not read yet wait in {}, and one instance has no repartition topics, so they would be lost. Restore the set into 2 instances instead; both may run on this host with the same file: `weir run P --instance 0/2 --restore ...` and `weir run P --instance 1/2 --restore ...`, each with the whole set",
+            topics.join(", ")
         ));
     }
     Ok(())

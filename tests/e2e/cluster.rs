@@ -383,6 +383,174 @@ sinks:
         assert!(checked > 0, "the set held staged transactions of the stopped instances, checked on restore");
     }
 
+    /// `weir savepoint trigger P --all-instances --stop`: both instances of a
+    /// 2-instance cluster checked, then stopped with a savepoint at once while
+    /// input flows; the printed set (`Savepoint set: --restore A --restore
+    /// B`) restores into 3 instances and the `read_committed` output is
+    /// exactly the reference. An instance that cannot be reached (a third
+    /// that does not run) refuses the whole command with nothing triggered.
+    #[test]
+    fn one_command_stops_every_instance_with_a_savepoint_and_its_set_restores_into_three() {
+        let b = broker();
+        let (input, output) = (topic("all-in"), topic("all-out"));
+        create_topic(b, &input, 4);
+        let dir = tmp();
+        let name = format!("all-{}", std::process::id());
+        let text = PIPELINE
+            .replace("@NAME@", &name)
+            .replace("@STATE@", &dir.path().join("state-a").display().to_string())
+            .replace("@BROKERS@", b)
+            .replace("@IN@", &input)
+            .replace("@OUT@", &output)
+            + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
+        let p = dir.path().join("p.yaml");
+        std::fs::write(&p, text).unwrap();
+        let p = p.display().to_string();
+        let mut all = orders(0..120);
+        send(&input, &all);
+        let mut a: Vec<Running> = (0..2u16)
+            .map(|i| weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2"), "--set", "sources.orders.rate_limit=40"]).spawn())
+            .collect();
+        wait_for_output(&output, &reference(&all), Duration::from_secs(60), &mut a);
+
+        // A cluster of 3 by the command line: instance 2 has no socket here,
+        // so nothing is triggered and both instances keep running.
+        let target = dir.path().join("sp").display().to_string();
+        let o = weir(&["savepoint", "trigger", &p, "--all-instances", "--stop", "--target", &target, "--set", "cluster.instances=3"]).run();
+        o.expect_code(2);
+        o.expect_stderr_contains("not every instance of");
+        o.expect_stderr_contains("so none was asked");
+        o.expect_stderr_contains("instance 2/3: no control socket at");
+        assert!(!o.stderr.contains("instance 0/3:") && !o.stderr.contains("instance 1/3:"), "{}", o.stderr);
+        assert!(!std::path::Path::new(&target).exists(), "a refused command takes no savepoint");
+        for r in a.iter_mut() {
+            assert!(r.child.try_wait().unwrap().is_none(), "a refused command stops no instance");
+        }
+
+        // While input flows (rate-limited), stop both with one command.
+        let more: Vec<(i32, String)> = orders(120..220).into_iter().chain(orders(40..70)).collect();
+        send(&input, &more);
+        all.extend(more);
+        let o = weir(&["savepoint", "trigger", &p, "--all-instances", "--stop", "--target", &target]).run();
+        o.expect_code(0);
+        let lines: Vec<&str> = o.stdout.lines().collect();
+        assert_eq!(lines.len(), 3, "one line per instance and the set: {}", o.stdout);
+        let mut paths = Vec::new();
+        for (i, l) in lines[..2].iter().enumerate() {
+            let path = l.strip_prefix(&format!("Instance {i}/2: Savepoint completed. Path: ")).unwrap_or_else(|| panic!("{l}"));
+            assert!(std::path::Path::new(path).join("_metadata").is_file(), "{l}");
+            paths.push(path.to_string());
+        }
+        let set: Vec<String> =
+            lines[2].strip_prefix("Savepoint set: --restore ").expect(lines[2]).split(" --restore ").map(str::to_string).collect();
+        assert_eq!(set, paths, "the set is every instance's savepoint");
+        for r in a {
+            let o = r.wait_for(Duration::from_secs(60));
+            o.expect_code(0);
+        }
+        let partial = last_values(&output);
+        assert_ne!(partial, reference(&all), "the stop came after all input was read; nothing is left for the new cluster");
+
+        // Input while the cluster is down, then 3 instances from the printed set.
+        let more: Vec<(i32, String)> = orders(220..260).into_iter().chain(orders(0..20)).collect();
+        send(&input, &more);
+        all.extend(more);
+        let state_b = format!("state.dir={}", dir.path().join("state-b").display());
+        let mut c: Vec<Running> = (0..3u16)
+            .map(|i| {
+                let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/3"), "--set", &state_b]);
+                for s in &set {
+                    w = w.arg("--restore").arg(s);
+                }
+                w.spawn()
+            })
+            .collect();
+        wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut c);
+        for r in &c {
+            r.terminate();
+        }
+        for r in c {
+            let o = r.wait_for(Duration::from_secs(60));
+            o.expect_code(0);
+            o.expect_stderr_contains("Rescaling from a savepoint set");
+        }
+    }
+
+    /// `--all-instances --stop` when one instance's savepoint fails (its
+    /// snapshot writes fail): the command prints the savepoint taken, names
+    /// the failed instance, exits 1 and prints no set. Going back works:
+    /// every instance restarted with `--restore latest` (the stopped one at
+    /// its savepoint) gives exactly the reference output.
+    #[test]
+    #[ignore = "known problem (docs/scaling.md): after the failing instance is killed and restarted from no checkpoint, the output misses records"]
+    fn one_failed_savepoint_of_all_instances_is_named_and_the_cluster_goes_back_exactly_once() {
+        let b = broker();
+        let (input, output) = (topic("allfail-in"), topic("allfail-out"));
+        create_topic(b, &input, 4);
+        let dir = tmp();
+        let name = format!("allfail-{}", std::process::id());
+        let state_a = dir.path().join("state-a");
+        let text = PIPELINE
+            .replace("@NAME@", &name)
+            .replace("@STATE@", &state_a.display().to_string())
+            .replace("@BROKERS@", b)
+            .replace("@IN@", &input)
+            .replace("@OUT@", &output)
+            + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
+        let p = dir.path().join("p.yaml");
+        std::fs::write(&p, text).unwrap();
+        let p = p.display().to_string();
+        let mut all = orders(0..160);
+        send(&input, &all);
+        let run = |i: u16| weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2"), "--set", "sources.orders.rate_limit=40"]);
+        let sockets = |i: u16| state_a.join(format!("instance-{i}/control.sock"));
+        let first = run(0).spawn();
+        // Instance 1 never completes a checkpoint (nor its savepoint).
+        let mut failing = run(1).env("WEIR_FAULTS", "state_write_fail=1").arg("--set").arg("checkpoint.tolerable_failures=10000").spawn();
+        let up = super::super::util::wait_until(Duration::from_secs(30), || sockets(0).exists() && sockets(1).exists());
+        assert!(up, "the instances did not open their control sockets");
+        let target = dir.path().join("sp").display().to_string();
+        let o = weir(&["savepoint", "trigger", &p, "--all-instances", "--stop", "--target", &target, "--timeout", "30s"]).run();
+        o.expect_code(1);
+        let sp0 = o
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Instance 0/2: Savepoint completed. Path: "))
+            .unwrap_or_else(|| panic!("stdout: {}\nstderr: {}", o.stdout, o.stderr))
+            .to_string();
+        assert!(!o.stdout.contains("Savepoint set:"), "no set is claimed: {}", o.stdout);
+        o.expect_stderr_contains("Instance 1/2: savepoint failed: ");
+        o.expect_stderr_contains("the savepoint set of 2 instances is incomplete: instance 1/2 failed");
+        o.expect_stderr_contains(&format!("`weir savepoint trigger {p} --instance 1/2 --stop`"));
+        first.wait_for(Duration::from_secs(60)).expect_code(0);
+        // It goes on retrying its final checkpoint: a crash, as far as it goes.
+        failing.child.kill().unwrap();
+        failing.child.wait().unwrap();
+
+        // Going back, as the message says: every instance restarted with
+        // --restore latest (instance 0 resumes at its stop-with-savepoint),
+        // with input that came meanwhile: exactly the reference output.
+        let more: Vec<(i32, String)> = orders(160..200).into_iter().chain(orders(10..30)).collect();
+        send(&input, &more);
+        all.extend(more);
+        let mut back: Vec<Running> = (0..2u16).map(|i| run(i).arg("--restore").arg("latest").spawn()).collect();
+        wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut back);
+        for r in &back {
+            r.terminate();
+        }
+        let resumed = back.into_iter().map(|r| r.wait_for(Duration::from_secs(60))).collect::<Vec<_>>();
+        for o in &resumed {
+            o.expect_code(0);
+        }
+        let id: u64 = sp0.rsplit('-').next().unwrap().parse().unwrap();
+        assert_eq!(
+            super::super::ckpt::restored_from(&resumed[0].stderr),
+            Some(id),
+            "instance 0 resumes at its savepoint: {}",
+            resumed[0].stderr
+        );
+    }
+
     /// Every path below `dir` with its size.
     fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
         let mut out = Vec::new();
@@ -450,6 +618,16 @@ fn kubernetes_manifests_carry_what_weir_depends_on() {
     assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"].as_str(), Some(port.as_str()));
     assert_eq!(c["ports"][0]["containerPort"].as_u64().map(|p| p.to_string()), Some(port));
     assert!(pipeline["state"]["dir"].as_str().unwrap().starts_with("/var/lib/weir"), "state on the volume");
+    // SIGTERM stops with a savepoint, kept where a new pod finds it, within
+    // the grace period (above the checkpoint timeout, 60 s by default).
+    assert_eq!(pipeline["savepoint"]["on_sigterm"].as_bool(), Some(true), "stop-with-savepoint on SIGTERM");
+    assert!(pipeline["savepoint"]["dir"].as_str().unwrap().starts_with("s3://"), "savepoints outlive the pod's volume");
+    let timeout = pipeline["checkpoint"]["timeout"].as_str().map_or(60, |t| humantime::parse_duration(t).unwrap().as_secs());
+    let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
+    assert!(
+        grace >= timeout + 60,
+        "grace period {grace} s leaves too little beyond checkpoint.timeout {timeout} s for the commit and upload"
+    );
     // Every ordinal's pipeline is valid.
     let t = tmp();
     let file = t.path().join("pipeline.yaml");

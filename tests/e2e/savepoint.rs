@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::ckpt::{assert_exactly_once, both_backends, fast, Backend, Job, PIPELINE};
+use super::ckpt::{assert_exactly_once, both_backends, copy_dir, fast, restored_from, Backend, Job, PIPELINE};
 use super::util::{part_files, tmp, wait_until, weir, weir_run, Outcome, Weir};
 
 impl Job {
@@ -361,7 +361,7 @@ fn savepoint_across_backends(from: Backend, to: Backend) {
     let sp = savepoint_path(&stop);
     run.wait_for(Duration::from_secs(30)).expect_code(0);
     let partial = job.lines().len();
-    assert!(partial < super::ckpt::expected().len(), "the run finished before the stop; nothing to resume");
+    assert!(partial < crate::ckpt::expected().len(), "the run finished before the stop; nothing to resume");
     let restore = weir(&["restore", &sp.display().to_string(), PIPELINE, "--no-progress", "-p", "2"]);
     let o = fast(to.apply(restore.set("state.dir", &job.state).set("sinks.out.path", &job.out))).run();
     o.expect_code(0);
@@ -730,4 +730,77 @@ fn savepoint_dir_is_validated_with_the_other_outputs() {
     let unchecked = base.replace("checkpoint:\n  interval: 150ms\n  mode: exactly_once\n  alignment: aligned\n  retain: 3\n", "");
     assert_ne!(unchecked, base, "{PIPELINE} changed its checkpoint section");
     check("no-checkpoint.yaml", format!("{unchecked}savepoint: {{dir: sps}}\n"), Some("`savepoint` needs a `checkpoint:` section"));
+}
+
+/// The job's run of the checkpointed pipeline with `savepoint: {dir:
+/// target, on_sigterm: true}` added.
+fn on_sigterm(job: &Job, target: &Path) -> Weir {
+    let text = std::fs::read_to_string(super::util::repo().join(PIPELINE)).unwrap();
+    let yaml = job.dir.path().join("on-sigterm.yaml");
+    std::fs::write(&yaml, format!("{text}savepoint: {{dir: \"{}\", on_sigterm: true}}\n", target.display())).unwrap();
+    weir_run(&yaml.display().to_string(), 2).set("state.dir", &job.state).set("sinks.out.path", &job.out)
+}
+
+both_backends! {
+    /// `savepoint.on_sigterm: true`: SIGTERM stops the run with a savepoint
+    /// in `savepoint.dir` instead of a final checkpoint, its path on stderr,
+    /// exit 0. Both ways on give exactly the reference output: restoring the
+    /// savepoint (into a copy of the output so far), and `--restore latest`
+    /// of the same state directory, which resumes at the savepoint (the stop
+    /// committed its sinks there, so an older checkpoint would repeat output).
+    fn sigterm_with_on_sigterm_stops_with_a_savepoint_that_restores_exactly_once(backend: Backend) {
+        let job = Job::with(backend);
+        let target = job.dir.path().join("sps");
+        // Slower than the default, so that SIGTERM comes before the input ends.
+        let run = backend.apply(on_sigterm(&job, &target)).set("sources.events.rate_limit", "300").spawn();
+        assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
+        run.terminate();
+        let o = run.wait_for(Duration::from_secs(30));
+        o.expect_code(0);
+        assert!(!o.stderr.contains("Input exhausted"), "the run ended by its input, not by SIGTERM; make the input longer");
+        let line = o.stderr.lines().find_map(|l| l.strip_prefix("Stopped with a savepoint on SIGTERM. Path: ")).unwrap_or_else(|| panic!("{}", o.stderr));
+        let sp = PathBuf::from(line);
+        assert_child_of(&sp, &target);
+        assert_eq!(kind_of(&sp), "savepoint");
+        assert!(!o.stdout.contains("Savepoint"), "stdout is left to the sinks: {}", o.stdout);
+        job.assert_no_in_progress_files();
+        let id: u64 = sp.file_name().unwrap().to_string_lossy().rsplit('-').next().unwrap().parse().unwrap();
+        let partial = job.lines().len();
+        assert!(partial < crate::ckpt::expected().len(), "the run finished before the stop; nothing to resume");
+
+        // The savepoint, into a fresh state directory and a copy of the output.
+        let (state2, out2) = (job.dir.path().join("state2"), job.dir.path().join("out2"));
+        copy_dir(&job.out, &out2);
+        let o = fast(backend.apply(weir_run(PIPELINE, 2).set("state.dir", &state2).set("sinks.out.path", &out2)))
+            .arg("--restore")
+            .arg(sp.display().to_string())
+            .run();
+        o.expect_code(0);
+        assert_exactly_once("restore of the SIGTERM savepoint", crate::util::sink_lines(&out2));
+
+        // --restore latest of the stopped run resumes at the savepoint.
+        let o = fast(job.restore()).run();
+        o.expect_code(0);
+        assert_eq!(restored_from(&o.stderr), Some(id), "--restore latest resumes where the stop committed: {}", o.stderr);
+        job.assert_no_in_progress_files();
+        assert_exactly_once("--restore latest after the SIGTERM savepoint", job.lines());
+    }
+}
+
+/// Without `savepoint.on_sigterm`, SIGTERM stops with a final checkpoint as
+/// before (no savepoint), and SIGINT does so even with it.
+#[test]
+fn sigint_stops_with_a_final_checkpoint_even_with_on_sigterm() {
+    let job = Job::new();
+    let target = job.dir.path().join("sps");
+    let run = on_sigterm(&job, &target).spawn();
+    assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
+    run.interrupt();
+    let o = run.wait_for(Duration::from_secs(30));
+    o.expect_code(0);
+    assert!(!o.stderr.contains("Stopped with a savepoint"), "{}", o.stderr);
+    assert!(!target.exists(), "SIGINT takes no savepoint");
+    let o = fast(job.restore()).run();
+    o.expect_code(0);
+    assert_exactly_once("--restore latest after SIGINT", job.lines());
 }
