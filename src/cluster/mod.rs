@@ -19,8 +19,8 @@
 use crate::checkpoint::layout::{checkpoint_dir_name, Layout};
 use crate::checkpoint::manifest::{Document, Metadata};
 use crate::config::{
-    Delivery, KafkaSinkSpec, KafkaSourceSpec, KafkaStart, KafkaTopics, Node, NodeKind, OffsetOutOfRange, OnError, Pipeline, RepartitionIn,
-    SinkSpec, SourceKind, SourceSpec,
+    Delivery, EventTimeSpec, KafkaSinkSpec, KafkaSourceSpec, KafkaStart, KafkaTopics, Node, NodeKind, OffsetOutOfRange, OnError, Pipeline,
+    RepartitionIn, SinkSpec, SourceKind, SourceSpec,
 };
 use crate::plan::{Edge, Plan};
 use crate::types::key_group_range;
@@ -114,12 +114,12 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
         }
     }
     // The source a node's records come from (its on_error applies again
-    // where they are read back).
+    // where they are read back, and its event time goes on there).
     let root = |mut id: usize| loop {
         match (&p.nodes[id].kind, p.nodes[id].input) {
-            (NodeKind::Source(s), _) => return s.on_error.clone(),
+            (NodeKind::Source(s), _) => return (s.on_error.clone(), s.event_time.clone()),
             (_, Some(up)) => id = up,
-            (_, None) => return OnError::Fail,
+            (_, None) => return (OnError::Fail, None),
         }
     };
     // (node, its input by name)
@@ -145,8 +145,12 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
             instance: (c.index, c.instances),
             repartition: Some(RepartitionIn { partitions: p.max_parallelism, owned: kg.clone() }),
         };
-        let on_error = root(p.nodes[x].input.expect("a hash edge has an input"));
-        let source = SourceSpec { kind: SourceKind::Kafka(spec), event_time: None, rate_limit: None, batch_size: None, on_error };
+        let (on_error, event_time) = root(p.nodes[x].input.expect("a hash edge has an input"));
+        // The records carry their event times and the topic its producers'
+        // watermarks (connectors/kafka/stamp.rs): no field to read, no
+        // lateness of its own; idle producers as the source says.
+        let event_time = event_time.map(|e| EventTimeSpec { max_out_of_orderness: std::time::Duration::ZERO, ..e });
+        let source = SourceSpec { kind: SourceKind::Kafka(spec), event_time, rate_limit: None, batch_size: None, on_error };
         out.push((Node { name: receive_name(x), input: None, kind: NodeKind::Source(source) }, None));
     }
     for (id, n) in p.nodes.iter().enumerate() {
@@ -324,6 +328,23 @@ sinks:
         let errors = load_str(&yaml, "t.yaml", &[]).unwrap_err().to_string();
         assert!(errors.contains("t.yaml:5:10: a cluster of 3 instances needs a `checkpoint:` section"), "{errors}");
         assert!(errors.contains("`bounded: true` cannot run in a cluster"), "{errors}");
-        assert!(errors.contains("event time cannot run in a cluster with keyed operators"), "{errors}");
+        assert!(!errors.contains("event_time"), "event time crosses instances: {errors}");
+    }
+
+    #[test]
+    fn event_time_goes_on_after_each_repartition_topic_from_its_producers_watermarks() {
+        let yaml = PIPELINE.replace("topics: [in],", "topics: [in], event_time: {field: ts, max_out_of_orderness: 2s, idle_timeout: 9s},");
+        let p = laid_out(&yaml);
+        for name in ["unique.repartition.receive", "per_user.repartition.receive"] {
+            let n = p.nodes.iter().find(|n| n.name == name).unwrap();
+            let NodeKind::Source(s) = &n.kind else { panic!() };
+            let e = s.event_time.as_ref().expect("event time downstream of the hand-off");
+            // The watermark comes with the topic, as the producers wrote it.
+            assert_eq!((e.max_out_of_orderness, e.idle_timeout), (std::time::Duration::ZERO, Some(std::time::Duration::from_secs(9))));
+        }
+        // Without event time upstream, none after the hand-off either.
+        let p = laid_out(PIPELINE);
+        let NodeKind::Source(s) = &p.nodes[1].kind else { panic!() };
+        assert!(s.event_time.is_none());
     }
 }

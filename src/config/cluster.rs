@@ -38,9 +38,6 @@ pub(crate) fn check(cx: &mut Cx, cluster: &ClusterSpec, checkpoint: Option<&Chec
                     SourceKind::Kafka(k) if keyed && k.bounded => cx.err(&child(here, "bounded"), "`bounded: true` cannot run in a cluster with keyed operators yet: the end of input does not cross from one instance to another; stop the instances with a savepoint instead"),
                     SourceKind::Kafka(_) => {}
                 }
-                if keyed && s.event_time.is_some() {
-                    cx.err(&child(here, "event_time"), "event time cannot run in a cluster with keyed operators yet: watermarks do not cross from one instance to another, so windows downstream would fire wrongly; run one instance");
-                }
                 if let OnError::DeadLetter(_) = s.on_error {
                     cx.err(&child(here, "dead_letter"), dead_letter(n));
                 }

@@ -42,6 +42,13 @@ pub trait Source: Send {
         None
     }
 
+    /// The input carries watermarks (a repartition topic, written by the
+    /// upstream instances): `event_time_bound` is then the watermark itself,
+    /// and each record's event time and `split_watermark` come with it.
+    fn carries_watermarks(&self) -> bool {
+        false
+    }
+
     /// Resume from the positions every subtask of this source recorded in
     /// the restored checkpoint, which may have run at another parallelism:
     /// each source takes the part of the input it now owns.

@@ -364,7 +364,8 @@ fn source(
                 OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 _ => None,
             };
-            let event_field = if k.message_timestamp { None } else { event_field };
+            // A repartition topic's records carry their event time (stamp.rs).
+            let event_field = if k.message_timestamp || k.repartition.is_some() { None } else { event_field };
             let parser = JsonParser::new(plan.projections[id].clone(), event_field);
             let p = plan.pipeline.parallelism;
             let idle = spec.event_time.as_ref().and_then(|e| e.idle_timeout);

@@ -188,13 +188,13 @@ impl SourceTask {
                 }
                 OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
                 max_ts = batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max);
-                split_watermarks(&mut batch, self.timing.max_out_of_orderness);
+                if !self.source.carries_watermarks() {
+                    split_watermarks(&mut batch, self.timing.max_out_of_orderness);
+                }
                 let out = self.chain.process(0, batch)?;
                 self.output.push(out);
                 self.chain.publish_state();
-                if let Some(ooo) = self.timing.max_out_of_orderness {
-                    let bounded = self.source.event_time_bound().map_or(max_ts, |b| b.min(max_ts));
-                    let wm = bounded.saturating_sub(ooo).saturating_sub(1);
+                if let Some(wm) = self.input_watermark(max_ts) {
                     if wm > emitted_wm {
                         emitted_wm = wm;
                         if !self.emit_watermark(wm).await? {
@@ -205,10 +205,10 @@ impl SourceTask {
                 if self.output.flush().await.is_err() {
                     return Ok(TaskEnd::Stopped);
                 }
-            } else if let (Some(ooo), Some(b)) = (self.timing.max_out_of_orderness, self.source.event_time_bound()) {
+            } else if let (Some(wm), Some(_)) = (self.input_watermark(max_ts), self.source.event_time_bound()) {
                 // No data, but the bound may have moved (a Kafka partition
-                // went idle or reached its end).
-                let wm = b.min(max_ts).saturating_sub(ooo).saturating_sub(1);
+                // went idle or reached its end, a repartition topic's
+                // producers wrote their watermarks).
                 if wm > emitted_wm {
                     emitted_wm = wm;
                     if !self.emit_watermark(wm).await? {
@@ -244,7 +244,13 @@ impl SourceTask {
                 }
                 SourcePoll::Pending => {
                     let since = *idle_since.get_or_insert_with(Instant::now);
-                    if !idle_sent && self.timing.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
+                    // A repartition topic without data is idle only when its
+                    // producers are (they may still pass watermarks).
+                    let carried_idle = !self.source.carries_watermarks() || self.source.event_time_bound().is_none();
+                    if self.source.carries_watermarks() && !carried_idle {
+                        idle_sent = false;
+                    }
+                    if !idle_sent && carried_idle && self.timing.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
                         idle_sent = true;
                         if self.output.broadcast(|| Message::Idle).await.is_err() {
                             return Ok(TaskEnd::Stopped);
@@ -260,6 +266,18 @@ impl SourceTask {
                 }
             }
         }
+    }
+
+    /// The watermark the input allows now, with `max_ts` the highest event
+    /// time read (None: no event time, or a repartition topic's producers
+    /// idle). A source that carries watermarks gives it as it is.
+    fn input_watermark(&self, max_ts: Millis) -> Option<Millis> {
+        let ooo = self.timing.max_out_of_orderness?;
+        if self.source.carries_watermarks() {
+            return self.source.event_time_bound();
+        }
+        let bounded = self.source.event_time_bound().map_or(max_ts, |b| b.min(max_ts));
+        Some(bounded.saturating_sub(ooo).saturating_sub(1))
     }
 
     /// Wait until `until` (None: forever) or something happens.

@@ -8,9 +8,11 @@
 //! outage is logged at WARN, then one line every few seconds while it lasts,
 //! and past `broker_timeout` the subtask fails with the last error.
 
+pub mod producers;
 pub mod repartition;
 pub mod sink;
 pub mod source;
+pub mod stamp;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

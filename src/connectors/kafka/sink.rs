@@ -68,6 +68,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::stamp::Stamp;
 use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
@@ -75,7 +76,7 @@ use crate::operators::dead_letter::reject;
 use crate::operators::DeadLetter;
 use crate::operators::{Context, OpError, OpResult, Operator, OperatorMetrics};
 use crate::state::{TableKind, TableSpec};
-use crate::types::Record;
+use crate::types::{Millis, Record, MIN_WATERMARK};
 
 /// The records of the staged transaction: key `txn`.
 const TXN: usize = 0;
@@ -88,6 +89,9 @@ const STAGED_MAGIC: &[u8; 4] = b"WKT2";
 /// subtask (`u16::MAX`: not a cluster), so that another instance can
 /// repair it under the right transactional id after a rescale.
 const STAGED_MAGIC_INSTANCE: &[u8; 4] = b"WKT3";
+/// WKT3 with each record's stamp after its value (a cluster's repartition
+/// sends: event times and watermark records, stamp.rs).
+const STAGED_MAGIC_STAMPED: &[u8; 4] = b"WKT4";
 const NO_INSTANCE: u16 = u16::MAX;
 
 /// The producer's context: the shared one plus the delivery error to report.
@@ -144,7 +148,13 @@ impl ProducerContext for SinkContext {
     }
 }
 
-type Msg = (Option<Box<[u8]>>, Box<str>);
+/// Key, value, and what a repartition record carries in its header.
+type Msg = (Option<Box<[u8]>>, Box<str>, Stamp);
+
+/// The records among `msgs` (not the watermark records of a repartition topic).
+fn records_in(msgs: &[Msg]) -> u64 {
+    msgs.iter().filter(|m| !matches!(m.2, Stamp::Watermark { .. })).count() as u64
+}
 
 /// librdkafka's default `message.max.bytes`.
 const DEFAULT_MESSAGE_MAX_BYTES: u64 = 1_000_000;
@@ -245,6 +255,11 @@ pub struct KafkaSink {
     /// At least once: (checkpoint, records acknowledged at its barrier) of
     /// checkpoints that have not completed yet, oldest first.
     acked: Vec<(u64, u64)>,
+    /// A repartition send: this producer's id (instance × parallelism +
+    /// subtask) and the watermark it last wrote into every partition (not
+    /// saved: a restarted producer writes its restored watermark again).
+    producer_id: u32,
+    written_watermark: Millis,
 }
 
 /// Which run's marker says whether a staged transaction was committed.
@@ -449,6 +464,8 @@ impl KafkaSink {
             checkpointed: false,
             sent: 0,
             acked: Vec::new(),
+            producer_id: u32::from(spec.instance.unwrap_or(0)) * u32::from(parallelism) + u32::from(subtask),
+            written_watermark: MIN_WATERMARK,
         })
     }
 
@@ -462,11 +479,26 @@ impl KafkaSink {
     fn message(&mut self, r: &Record) -> Msg {
         if self.repartition.is_some() {
             crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
-            return (Some(self.key_buf.clone().into_boxed_slice()), r.raw.clone());
+            let stamp = Stamp::Record { producer: self.producer_id, event_time: r.event_time, split_watermark: r.split_watermark };
+            return (Some(self.key_buf.clone().into_boxed_slice()), r.raw.clone(), stamp);
         }
         let values: Vec<_> = self.key.iter().map(|&i| &r.fields[i]).collect();
         let key = super::key_bytes(&values, &mut self.key_buf).then(|| self.key_buf.clone().into_boxed_slice());
-        (key, r.raw.clone())
+        (key, r.raw.clone(), Stamp::None)
+    }
+
+    /// A repartition send whose input watermark passed what it last wrote:
+    /// one watermark record into every partition of the topic (those its
+    /// records never go to too, so that no receiver waits for it).
+    fn watermark_records(&mut self, watermark: Millis) -> Vec<Msg> {
+        let Some(partitions) = self.repartition else { return Vec::new() };
+        if watermark <= self.written_watermark {
+            return Vec::new();
+        }
+        self.written_watermark = watermark;
+        (0..i32::from(partitions))
+            .map(|partition| (None, "".into(), Stamp::Watermark { partition, producer: self.producer_id, watermark }))
+            .collect()
     }
 
     /// Hand one message to the producer, waiting while its queue is full.
@@ -477,6 +509,12 @@ impl KafkaSink {
             if let Some(partitions) = self.repartition {
                 rec = rec.partition(crate::types::key_group_of(k, partitions) as i32);
             }
+        }
+        if let Stamp::Watermark { partition, .. } = m.2 {
+            rec = rec.partition(partition);
+        }
+        if let Some(h) = m.2.headers() {
+            rec = rec.headers(h);
         }
         match self.producer.send(rec) {
             Ok(()) => Ok(()),
@@ -610,7 +648,7 @@ impl KafkaSink {
             tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
             return Ok(0);
         }
-        let n = s.records.len();
+        let n = records_in(&s.records);
         for m in s.records {
             self.send_in_txn(m)?;
         }
@@ -627,7 +665,7 @@ impl KafkaSink {
             records = n,
             "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
         );
-        Ok(n as u64)
+        Ok(n)
     }
 
     fn commit(&mut self) -> OpResult {
@@ -649,9 +687,10 @@ fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str,
     c.create_with_context(WeirContext::new(format!("{who} marker"), brokers, t)).map_err(|e| format!("creating the marker consumer: {e}"))
 }
 
-fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
+/// `stamped`: each record's stamp after its value (WKT4).
+fn encode_txn(id: u64, records: &[Msg], stamped: bool) -> Vec<u8> {
     let mut out = id.to_be_bytes().to_vec();
-    for (k, v) in records {
+    for (k, v, stamp) in records {
         match k {
             Some(k) => {
                 out.extend_from_slice(&(k.len() as u32).to_be_bytes());
@@ -661,15 +700,19 @@ fn encode_txn(id: u64, records: &[Msg]) -> Vec<u8> {
         }
         out.extend_from_slice(&(v.len() as u32).to_be_bytes());
         out.extend_from_slice(v.as_bytes());
+        if stamped {
+            stamp.encode(&mut out);
+        }
     }
     out
 }
 
 /// The state value of a transaction staged by `origin` of `instance` in
-/// `run`: WKT3 in a cluster, else WKT2 as before (an older weir restores it).
+/// `run`: WKT4 in a cluster (with the records' stamps), else WKT2 as before
+/// (an older weir restores it).
 fn encode_staged(origin: u16, instance: Option<u16>, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
     let mut out = match instance {
-        Some(_) => STAGED_MAGIC_INSTANCE.to_vec(),
+        Some(_) => STAGED_MAGIC_STAMPED.to_vec(),
         None => STAGED_MAGIC.to_vec(),
     };
     out.extend_from_slice(&origin.to_be_bytes());
@@ -679,15 +722,17 @@ fn encode_staged(origin: u16, instance: Option<u16>, run: &str, id: u64, records
     let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
     out.push(run.len() as u8);
     out.extend_from_slice(run);
-    out.extend_from_slice(&encode_txn(id, records));
+    out.extend_from_slice(&encode_txn(id, records, instance.is_some()));
     out
 }
 
 fn decode_staged(b: &[u8]) -> Result<Staged, String> {
     let bad = || "malformed staged Kafka transaction in state".to_string();
-    // WKT3: the instance after the origin; read it out and go on as WKT2.
+    // WKT3 (WKT4 with stamps): the instance after the origin; read it out
+    // and go on as WKT2.
     let (instance, with_instance);
-    let b = match b.strip_prefix(STAGED_MAGIC_INSTANCE.as_slice()) {
+    let stamped = b.starts_with(STAGED_MAGIC_STAMPED);
+    let b = match b.strip_prefix(STAGED_MAGIC_INSTANCE.as_slice()).or_else(|| b.strip_prefix(STAGED_MAGIC_STAMPED.as_slice())) {
         Some(r) => {
             let i = r.get(2..4).map(|i| u16::from_be_bytes([i[0], i[1]])).ok_or_else(bad)?;
             instance = (i != NO_INSTANCE).then_some(i);
@@ -709,26 +754,30 @@ fn decode_staged(b: &[u8]) -> Result<Staged, String> {
         None => (Lineage::Legacy, b.to_vec()),
     };
     let origin = rest.get(..2).map(|o| u16::from_be_bytes([o[0], o[1]])).ok_or_else(bad)?;
-    let (id, records) = decode_txn(&rest[2..])?;
+    let (id, records) = decode_txn(&rest[2..], stamped)?;
     Ok(Staged { origin, instance, lineage, id, records })
 }
 
-fn decode_txn(b: &[u8]) -> Result<(u64, Vec<Msg>), String> {
+fn decode_txn(b: &[u8], stamped: bool) -> Result<(u64, Vec<Msg>), String> {
     let bad = || "malformed staged Kafka transaction in state".to_string();
     let mut r = b;
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        let (h, t) = r.split_at_checked(n).ok_or_else(bad)?;
-        r = t;
+    fn take<'a>(r: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+        let (h, t) = r.split_at_checked(n).ok_or_else(|| "malformed staged Kafka transaction in state".to_string())?;
+        *r = t;
         Ok(h)
-    };
-    let id = u64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+    }
+    let id = u64::from_be_bytes(take(&mut r, 8)?.try_into().expect("8 bytes"));
     let mut records = Vec::new();
-    while let Ok(head) = take(4) {
+    while let Ok(head) = take(&mut r, 4) {
         let klen = u32::from_be_bytes(head.try_into().expect("4 bytes"));
-        let key = if klen == u32::MAX { None } else { Some(take(klen as usize)?.to_vec().into_boxed_slice()) };
-        let vlen = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-        let value = String::from_utf8(take(vlen)?.to_vec()).map_err(|_| bad())?;
-        records.push((key, value.into_boxed_str()));
+        let key = if klen == u32::MAX { None } else { Some(take(&mut r, klen as usize)?.to_vec().into_boxed_slice()) };
+        let vlen = u32::from_be_bytes(take(&mut r, 4)?.try_into().expect("4 bytes")) as usize;
+        let value = String::from_utf8(take(&mut r, vlen)?.to_vec()).map_err(|_| bad())?;
+        let stamp = match stamped {
+            true => Stamp::decode(&mut r).ok_or_else(bad)?,
+            false => Stamp::None,
+        };
+        records.push((key, value.into_boxed_str(), stamp));
     }
     Ok((id, records))
 }
@@ -765,7 +814,12 @@ impl Operator for KafkaSink {
     }
 
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        // At most once per checkpoint, after the records before the barrier.
+        let watermarks = self.watermark_records(ctx.watermark);
         let Some(t) = &mut self.txn else {
+            for m in &watermarks {
+                self.send(m)?;
+            }
             self.flush()?;
             // Everything sent so far is acknowledged; it is committed when
             // this checkpoint completes.
@@ -777,7 +831,7 @@ impl Operator for KafkaSink {
         // The previous staged transaction was not committed (its checkpoint
         // aborted, or it was a savepoint): extend it.
         let held = std::mem::take(&mut t.held);
-        for m in held {
+        for m in held.into_iter().chain(watermarks) {
             self.send_in_txn(m)?;
         }
         let kg = ctx.state.key_groups().start;
@@ -807,7 +861,7 @@ impl Operator for KafkaSink {
         if t.staged.is_none_or(|s| s > id) {
             return Ok(());
         }
-        let committed = t.records.len() as u64;
+        let committed = records_in(&t.records);
         self.commit()?;
         OperatorMetrics::add(&ctx.metrics.records_committed, committed);
         ctx.state.delete(TXN, ctx.state.key_groups().start, &self.txn_key)?;
@@ -886,7 +940,7 @@ mod tests {
 
     #[test]
     fn oversize_records_are_found_before_sending_and_name_both_sizes() {
-        let m = |k: Option<&[u8]>, v: &str| -> Msg { (k.map(|k| k.to_vec().into_boxed_slice()), v.into()) };
+        let m = |k: Option<&[u8]>, v: &str| -> Msg { (k.map(|k| k.to_vec().into_boxed_slice()), v.into(), Stamp::None) };
         let fits = "x".repeat(1_000_000 - 36);
         assert_eq!(oversize(&m(None, &fits), DEFAULT_MESSAGE_MAX_BYTES), None);
         assert_eq!(
@@ -912,34 +966,55 @@ mod tests {
 
     #[test]
     fn staged_transactions_round_trip() {
-        let recs: Vec<Msg> = vec![(Some(b"k".to_vec().into_boxed_slice()), "{\"a\":1}".into()), (None, "{}".into())];
-        let (id, back) = decode_txn(&encode_txn(42, &recs)).unwrap();
+        let recs: Vec<Msg> =
+            vec![(Some(b"k".to_vec().into_boxed_slice()), "{\"a\":1}".into(), Stamp::None), (None, "{}".into(), Stamp::None)];
+        let (id, back) = decode_txn(&encode_txn(42, &recs, false), false).unwrap();
         assert_eq!(id, 42);
         assert_eq!(back, recs);
-        assert!(decode_txn(&encode_txn(1, &recs)[..12]).is_err());
+        assert!(decode_txn(&encode_txn(1, &recs, false)[..12], false).is_err());
+        // A repartition send's, with the records' stamps and its watermark records.
+        let stamped: Vec<Msg> = vec![
+            (Some(b"k".to_vec().into_boxed_slice()), "{}".into(), Stamp::Record { producer: 4, event_time: Some(10), split_watermark: 3 }),
+            (None, "".into(), Stamp::Watermark { partition: 2, producer: 4, watermark: 9 }),
+        ];
+        assert_eq!(decode_txn(&encode_txn(5, &stamped, true), true).unwrap(), (5, stamped.clone()));
+        assert!(decode_txn(&encode_txn(5, &stamped, true)[..30], true).is_err(), "a stamp cut short");
+        assert_eq!(records_in(&stamped), 1, "watermark records are not records");
     }
 
     #[test]
     fn staged_transactions_carry_the_run_that_staged_them() {
-        let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into())];
+        let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into(), Stamp::None)];
         let v = encode_staged(3, None, "00ab", 7, &recs);
         assert!(v.starts_with(STAGED_MAGIC), "outside a cluster, the format an older weir reads");
         let s = decode_staged(&v).unwrap();
         assert_eq!(s, Staged { origin: 3, instance: None, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
-        // A cluster's: the instance too (a rescale repairs it under that instance's id).
-        let s = decode_staged(&encode_staged(3, Some(2), "00ab", 7, &recs)).unwrap();
-        assert_eq!(s, Staged { origin: 3, instance: Some(2), lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
+        // A cluster's: the instance too (a rescale repairs it under that
+        // instance's id), and the stamps (WKT4).
+        let stamped: Vec<Msg> = vec![(None, "{}".into(), Stamp::Record { producer: 1, event_time: None, split_watermark: 0 })];
+        let v = encode_staged(3, Some(2), "00ab", 7, &stamped);
+        assert!(v.starts_with(STAGED_MAGIC_STAMPED));
+        let s = decode_staged(&v).unwrap();
+        assert_eq!(s, Staged { origin: 3, instance: Some(2), lineage: Lineage::Run("00ab".into()), id: 7, records: stamped.clone() });
+        // WKT3, as the release before stamps wrote it.
+        let mut v3 = STAGED_MAGIC_INSTANCE.to_vec();
+        v3.extend_from_slice(&3u16.to_be_bytes());
+        v3.extend_from_slice(&2u16.to_be_bytes());
+        v3.extend_from_slice(b"\x0200");
+        v3.extend_from_slice(&encode_txn(7, &recs, false));
+        let s = decode_staged(&v3).unwrap();
+        assert_eq!((s.origin, s.instance, s.records), (3, Some(2), recs.clone()));
         // The format before instances (WKT2).
         let mut v2 = STAGED_MAGIC.to_vec();
         v2.extend_from_slice(&3u16.to_be_bytes());
         v2.extend_from_slice(b"\x0200");
-        v2.extend_from_slice(&encode_txn(7, &recs));
+        v2.extend_from_slice(&encode_txn(7, &recs, false));
         let s = decode_staged(&v2).unwrap();
         assert_eq!((s.origin, s.instance, s.lineage, s.id), (3, None, Lineage::Run("00".into()), 7));
         assert!(decode_staged(b"WKT3\0\x01").is_err(), "an instance cut short");
         // The format before runs: origin, then the transaction.
         let mut legacy = 1u16.to_be_bytes().to_vec();
-        legacy.extend_from_slice(&encode_txn(5, &recs));
+        legacy.extend_from_slice(&encode_txn(5, &recs, false));
         let s = decode_staged(&legacy).unwrap();
         assert_eq!((s.origin, s.lineage, s.id), (1, Lineage::Legacy, 5));
         assert!(decode_staged(b"WKT2\0\x01\x09ab").is_err(), "a run longer than the value");

@@ -36,6 +36,8 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::producers::ProducerWatermarks;
+use super::stamp::Stamp;
 use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError, RepartitionIn};
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
@@ -136,6 +138,8 @@ struct Decoder {
     key_field: Option<String>,
     message_timestamp: bool,
     raw: String,
+    /// A repartition topic: its producers' watermarks (stamp.rs, producers.rs).
+    carried: Option<ProducerWatermarks>,
 }
 
 /// Every (topic, partition) of the matching topics, sorted; the share of `subtask`.
@@ -249,6 +253,9 @@ impl KafkaSource {
         tracing::info!(%who, partitions = ?parts.keys().collect::<Vec<_>>(), "Kafka partitions assigned.");
         let now = Instant::now();
         let times = parts.keys().map(|tp| (tp.clone(), PartTime { max_ts: MIN_WATERMARK, last_data: now })).collect();
+        // Every send subtask of every instance writes into every partition.
+        let producers = u32::from(spec.instance.1.max(1)) * u32::from(parallelism);
+        let carried = spec.repartition.as_ref().map(|_| ProducerWatermarks::new(parts.keys().cloned(), producers, idle_timeout, now));
         let dec = Decoder {
             who: who.clone(),
             times,
@@ -258,6 +265,7 @@ impl KafkaSource {
             key_field: spec.key_field.clone(),
             message_timestamp: spec.message_timestamp,
             raw: String::new(),
+            carried,
         };
         let mut src = KafkaSource {
             who,
@@ -391,8 +399,19 @@ impl Decoder {
         out: &mut Vec<Record>,
         metrics: &OperatorMetrics,
     ) -> Result<bool, OpError> {
+        let now = Instant::now();
+        let stamp = match &self.carried {
+            Some(_) => Stamp::read(m.headers(), m.partition())
+                .map_err(|e| OpError::Data(format!("{}: {}/{}@{}: {e}", self.who, m.topic(), m.partition(), m.offset())))?,
+            None => Stamp::None,
+        };
+        if let (Some(c), Stamp::Watermark { producer, watermark, .. }) = (&mut self.carried, stamp) {
+            // Not data: it moves the partition's watermark only.
+            c.on_watermark(tp, producer, watermark, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+            return Ok(false);
+        }
         if let Some(t) = self.times.get_mut(tp) {
-            t.last_data = Instant::now();
+            t.last_data = now;
         }
         let payload = m.payload().unwrap_or_default();
         OperatorMetrics::add(&metrics.bytes_in, payload.len() as u64);
@@ -422,7 +441,12 @@ impl Decoder {
                         return Ok(false);
                     }
                 }
-                if let (Some(ts), Some(t)) = (r.event_time, self.times.get_mut(tp)) {
+                if let (Some(c), Stamp::Record { producer, event_time, split_watermark }) = (&mut self.carried, stamp) {
+                    // Event time and lateness as the producer's input had them.
+                    c.on_record(tp, producer, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+                    r.event_time = event_time;
+                    r.split_watermark = split_watermark;
+                } else if let (Some(ts), Some(t)) = (r.event_time, self.times.get_mut(tp)) {
                     t.max_ts = t.max_ts.max(ts);
                     // The source task turns the partition's highest time into its watermark.
                     r.split_watermark = t.max_ts;
@@ -584,12 +608,23 @@ impl Source for KafkaSource {
     }
 
     fn event_time_bound(&self) -> Option<Millis> {
-        event_time_bound(&self.parts, &self.dec.times, self.idle_timeout, Instant::now())
+        match &self.dec.carried {
+            Some(c) => c.watermark(Instant::now()),
+            None => event_time_bound(&self.parts, &self.dec.times, self.idle_timeout, Instant::now()),
+        }
+    }
+
+    fn carries_watermarks(&self) -> bool {
+        self.dec.carried.is_some()
     }
 
     fn position(&self) -> Vec<u8> {
         let max_ts = |tp: &Tp| self.dec.times.get(tp).map_or(MIN_WATERMARK, |t| t.max_ts);
-        encode_position(self.parts.iter().map(|(tp, part)| (tp, part, max_ts(tp))))
+        let mut out = encode_position(self.parts.iter().map(|(tp, part)| (tp, part, max_ts(tp))));
+        if let Some(c) = &self.dec.carried {
+            encode_producers(&mut out, c.producers(), self.parts.keys().map(|tp| c.of(tp)));
+        }
+        out
     }
 
     /// The union of every old subtask's partitions: works at any old parallelism.
@@ -632,17 +667,28 @@ impl KafkaSource {
     /// partition this subtask owns takes the recorded offsets; a partition
     /// no position names (new since) keeps its start offset.
     pub fn restore_union(&mut self, positions: &[&[u8]]) -> Result<(), String> {
-        let mut recorded: BTreeMap<Tp, (Part, Millis)> = BTreeMap::new();
+        let mut recorded: BTreeMap<Tp, (Part, Millis, Vec<Millis>)> = BTreeMap::new();
         for p in positions {
-            recorded.extend(decode_position(p)?.into_iter().map(|(tp, part, max_ts)| (tp, (part, max_ts))));
+            let (parts, producers) = decode_position(p)?;
+            let mut producers = producers.into_iter();
+            recorded.extend(parts.into_iter().map(|(tp, part, max_ts)| (tp, (part, max_ts, producers.next().unwrap_or_default()))));
         }
+        let now = Instant::now();
+        let mut started_over = 0;
         for (tp, part) in self.parts.iter_mut() {
-            if let Some((r, max_ts)) = recorded.get(tp) {
+            if let Some((r, max_ts, producers)) = recorded.get(tp) {
                 *part = *r;
                 if let Some(t) = self.dec.times.get_mut(tp) {
                     t.max_ts = t.max_ts.max(*max_ts);
                 }
+                if let Some(c) = &mut self.dec.carried {
+                    started_over += usize::from(!c.restore(tp, producers, now));
+                }
             }
+        }
+        if started_over > 0 {
+            tracing::info!(who = %self.who, partitions = started_over,
+                "The producers of the repartition topic changed since the checkpoint: its watermark waits until every producer has written one.");
         }
         self.check_ranges("restored offset")?;
         self.assign()
@@ -668,7 +714,22 @@ fn encode_position<'a>(parts: impl Iterator<Item = (&'a Tp, &'a Part, Millis)>) 
     out
 }
 
-fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part, Millis)>, String> {
+/// A repartition topic's position ends with each partition's producer
+/// watermarks: the number of producers, then as many watermarks per
+/// partition, in the partitions' order.
+fn encode_producers(out: &mut Vec<u8>, producers: u32, parts: impl Iterator<Item = Vec<Millis>>) {
+    out.extend_from_slice(&producers.to_be_bytes());
+    for wms in parts {
+        for w in wms {
+            out.extend_from_slice(&w.to_be_bytes());
+        }
+    }
+}
+
+/// The partitions, and (a repartition topic's) each one's producer watermarks.
+type Decoded = (Vec<(Tp, Part, Millis)>, Vec<Vec<Millis>>);
+
+fn decode_position(b: &[u8]) -> Result<Decoded, String> {
     let bad = || format!("Kafka source position of {} bytes is malformed", b.len());
     let mut r = b.strip_prefix(POSITION_MAGIC.as_slice()).ok_or_else(|| "not a Kafka source position".to_string())?;
     let left = std::cell::Cell::new(r.len());
@@ -693,8 +754,19 @@ fn decode_position(b: &[u8]) -> Result<Vec<(Tp, Part, Millis)>, String> {
             *max_ts = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
         }
     }
+    let mut producers = Vec::new();
+    if left.get() > 0 {
+        let n = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+        for _ in 0..out.len() {
+            let mut wms = Vec::with_capacity(n.min(left.get() / 8));
+            for _ in 0..n {
+                wms.push(i64::from_be_bytes(take(8)?.try_into().expect("8 bytes")));
+            }
+            producers.push(wms);
+        }
+    }
     if left.get() == 0 {
-        Ok(out)
+        Ok((out, producers))
     } else {
         Err(bad())
     }
@@ -712,12 +784,19 @@ mod tests {
         let pb = Part { next: 3, stop: Some(9) };
         let one = encode_position([(&a, &pa, 40)].into_iter());
         let two = encode_position([(&b, &pb, MIN_WATERMARK)].into_iter());
-        assert_eq!(decode_position(&one).unwrap(), vec![(a.clone(), pa, 40)]);
-        assert_eq!(decode_position(&two).unwrap(), vec![(b.clone(), pb, MIN_WATERMARK)]);
+        assert_eq!(decode_position(&one).unwrap(), (vec![(a.clone(), pa, 40)], vec![]));
+        assert_eq!(decode_position(&two).unwrap().0, vec![(b.clone(), pb, MIN_WATERMARK)]);
         assert!(decode_position(&one[..one.len() - 1]).is_err());
         // Positions written before the highest event times were recorded.
-        assert_eq!(decode_position(&one[..one.len() - 8]).unwrap(), vec![(a.clone(), pa, MIN_WATERMARK)]);
+        assert_eq!(decode_position(&one[..one.len() - 8]).unwrap().0, vec![(a.clone(), pa, MIN_WATERMARK)]);
         assert!(decode_position(b"xx").is_err());
+        // A repartition topic's: each partition's producer watermarks after.
+        let mut three = encode_position([(&a, &pa, 40), (&b, &pb, 50)].into_iter());
+        encode_producers(&mut three, 2, [vec![7, 8], vec![MIN_WATERMARK, 9]].into_iter());
+        let (parts, producers) = decode_position(&three).unwrap();
+        assert_eq!(parts, vec![(a.clone(), pa, 40), (b.clone(), pb, 50)]);
+        assert_eq!(producers, vec![vec![7, 8], vec![MIN_WATERMARK, 9]]);
+        assert!(decode_position(&three[..three.len() - 8]).is_err(), "a watermark missing");
     }
 
     #[test]
