@@ -589,6 +589,8 @@ impl KeyedState for MemoryState {
             return Err(StateError::NotOrdered { table: self.tables[table].spec.name });
         };
         let upper = match to {
+            // An empty range: `BTreeMap::range` would panic on `from > to`.
+            Some(t) if t <= from => return Ok(()),
             Some(t) => Bound::Excluded(t),
             None => Bound::Unbounded,
         };
@@ -770,6 +772,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, vec![b"b".to_vec(), b"c".to_vec()]);
+        for (from, to) in [(&b"d"[..], &b"b"[..]), (b"c", b"c")] {
+            s.scan_range(1, 0, from, Some(to), &mut |k, _| panic!("nothing in [{from:?}, {to:?}) but {k:?}")).unwrap();
+        }
         assert!(matches!(s.scan_range(0, 0, b"", None, &mut |_, _| ControlFlow::Continue(())), Err(StateError::NotOrdered { .. })));
     }
 
