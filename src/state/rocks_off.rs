@@ -22,11 +22,12 @@ pub struct RocksOptions {
     pub block_cache: u64,
     pub write_buffer: u64,
     pub compression: Compression,
+    pub write_cache: usize,
 }
 
 impl Default for RocksOptions {
     fn default() -> Self {
-        RocksOptions { block_cache: 256 << 20, write_buffer: 64 << 20, compression: Compression::Lz4 }
+        RocksOptions { block_cache: 256 << 20, write_buffer: 64 << 20, compression: Compression::Lz4, write_cache: 64 << 20 }
     }
 }
 
