@@ -184,6 +184,20 @@ sinks:
         }
     }
 
+    /// `template` filled in (`@NAME@`, `@STATE@`, `@BROKERS@`, `@IN@`,
+    /// `@OUT@`) and written to `dir/p.yaml`; its path.
+    fn write_pipeline(dir: &std::path::Path, template: &str, name: &str, state: &str, brokers: &str, input: &str, output: &str) -> String {
+        let text = template
+            .replace("@NAME@", name)
+            .replace("@STATE@", state)
+            .replace("@BROKERS@", brokers)
+            .replace("@IN@", input)
+            .replace("@OUT@", output);
+        let p = dir.join("p.yaml");
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    }
+
     fn two_instances_with_a_kill(what: &str, storage: Option<&str>) {
         let b = broker();
         let (input, output) = (topic(&format!("{what}-in")), topic(&format!("{what}-out")));
@@ -191,18 +205,11 @@ sinks:
         let dir = tmp();
         let name = format!("{what}-{}", std::process::id());
         let state = dir.path().join("state");
-        let mut text = PIPELINE
-            .replace("@NAME@", &name)
-            .replace("@STATE@", &state.display().to_string())
-            .replace("@BROKERS@", b)
-            .replace("@IN@", &input)
-            .replace("@OUT@", &output);
-        if let Some(url) = storage {
-            text = text.replace("checkpoint: {interval: 200ms}", &format!("checkpoint: {{interval: 200ms, storage: \"{url}\"}}"));
-        }
-        let p = dir.path().join("p.yaml");
-        std::fs::write(&p, text).unwrap();
-        let p = p.display().to_string();
+        let template = match storage {
+            Some(url) => PIPELINE.replace("checkpoint: {interval: 200ms}", &format!("checkpoint: {{interval: 200ms, storage: \"{url}\"}}")),
+            None => PIPELINE.to_string(),
+        };
+        let p = write_pipeline(dir.path(), &template, &name, &state.display().to_string(), b, &input, &output);
         let run = |i: u16, restore: bool| {
             let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2")]);
             if restore {
@@ -423,15 +430,7 @@ sinks:
         create_topic(b, &input, WINDOWED_PARTITIONS);
         let dir = tmp();
         let name = format!("wm-{}", std::process::id());
-        let text = WINDOWED
-            .replace("@NAME@", &name)
-            .replace("@STATE@", &dir.path().join("state").display().to_string())
-            .replace("@BROKERS@", b)
-            .replace("@IN@", &input)
-            .replace("@OUT@", &output);
-        let p = dir.path().join("p.yaml");
-        std::fs::write(&p, text).unwrap();
-        let p = p.display().to_string();
+        let p = write_pipeline(dir.path(), WINDOWED, &name, &dir.path().join("state").display().to_string(), b, &input, &output);
         let run = |i: u16, restore: bool| {
             let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/3")]);
             if restore {
@@ -505,15 +504,7 @@ sinks:
         create_topic(b, &input, 4);
         let dir = tmp();
         let name = format!("rescale-{}", std::process::id());
-        let text = PIPELINE
-            .replace("@NAME@", &name)
-            .replace("@STATE@", "unused")
-            .replace("@BROKERS@", b)
-            .replace("@IN@", &input)
-            .replace("@OUT@", &output);
-        let p = dir.path().join("p.yaml");
-        std::fs::write(&p, text).unwrap();
-        let p = p.display().to_string();
+        let p = write_pipeline(dir.path(), PIPELINE, &name, "unused", b, &input, &output);
         let state = |stage: &str| dir.path().join(format!("state-{stage}")).display().to_string();
         let run = |stage: &str, i: u16, n: u16, set: &[String]| {
             let mut w =
@@ -626,16 +617,8 @@ sinks:
         create_topic(b, &input, 4);
         let dir = tmp();
         let name = format!("all-{}", std::process::id());
-        let text = PIPELINE
-            .replace("@NAME@", &name)
-            .replace("@STATE@", &dir.path().join("state-a").display().to_string())
-            .replace("@BROKERS@", b)
-            .replace("@IN@", &input)
-            .replace("@OUT@", &output)
-            + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
-        let p = dir.path().join("p.yaml");
-        std::fs::write(&p, text).unwrap();
-        let p = p.display().to_string();
+        let template = PIPELINE.to_string() + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
+        let p = write_pipeline(dir.path(), &template, &name, &dir.path().join("state-a").display().to_string(), b, &input, &output);
         let mut all = orders(0..120);
         send(&input, &all);
         let mut a: Vec<Running> = (0..2u16)
@@ -720,16 +703,8 @@ sinks:
         let dir = tmp();
         let name = format!("allfail-{}", std::process::id());
         let state_a = dir.path().join("state-a");
-        let text = PIPELINE
-            .replace("@NAME@", &name)
-            .replace("@STATE@", &state_a.display().to_string())
-            .replace("@BROKERS@", b)
-            .replace("@IN@", &input)
-            .replace("@OUT@", &output)
-            + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
-        let p = dir.path().join("p.yaml");
-        std::fs::write(&p, text).unwrap();
-        let p = p.display().to_string();
+        let template = PIPELINE.to_string() + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
+        let p = write_pipeline(dir.path(), &template, &name, &state_a.display().to_string(), b, &input, &output);
         let mut all = orders(0..160);
         send(&input, &all);
         let run = |i: u16| weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2"), "--set", "sources.orders.rate_limit=40"]);
