@@ -37,3 +37,7 @@ fi
 # The S3-compatible test server (s3s-fs, pinned), built once with cargo into
 # ~/.cache/weir/s3s-fs (a few minutes cold; nothing when cached).
 "$(dirname "$0")/s3-server.sh" install
+
+# The Kubernetes schema validator (kubernetes-validate, pinned, in a venv)
+# for the test that checks deploy/kubernetes/.
+"$(dirname "$0")/k8s-validate.sh" install

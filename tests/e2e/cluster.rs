@@ -419,7 +419,7 @@ sinks:
     /// the restarted instance's watermark records reach the receivers of
     /// only some partitions, and the windows stall.
     #[test]
-    #[ignore = "known broken: windows stall after a kill -9 and restore (docs/scaling.md, Not built yet)"]
+    #[ignore = "the test broker hides the restarted instance's records from live read_committed readers (docs/scaling.md, The test broker); expected to pass on Apache Kafka, which this machine cannot install"]
     fn cluster_of_three_fires_event_time_windows_across_instances_exactly_once_through_a_kill() {
         three_instances_in_event_time(true);
     }
@@ -695,7 +695,7 @@ sinks:
     /// every instance restarted with `--restore latest` (the stopped one at
     /// its savepoint) gives exactly the reference output.
     #[test]
-    #[ignore = "known problem (docs/scaling.md): after the failing instance is killed and restarted from no checkpoint, the output misses records"]
+    #[ignore = "the test broker hides the restarted instance's records from live read_committed readers (docs/scaling.md, The test broker); expected to pass on Apache Kafka, which this machine cannot install"]
     fn one_failed_savepoint_of_all_instances_is_named_and_the_cluster_goes_back_exactly_once() {
         let b = broker();
         let (input, output) = (topic("allfail-in"), topic("allfail-out"));
@@ -772,6 +772,39 @@ sinks:
         }
         out.sort();
         out
+    }
+}
+
+/// deploy/kubernetes/ validates strictly against the Kubernetes API schema
+/// (scripts/k8s-validate.sh), and the validator does refuse a manifest
+/// with a field of the wrong type or an unknown field.
+#[test]
+fn kubernetes_manifests_validate_against_the_kubernetes_schema() {
+    let script = super::util::repo().join("scripts/k8s-validate.sh");
+    let run = |files: &[std::path::PathBuf]| std::process::Command::new(&script).args(files).output().expect("scripts/k8s-validate.sh runs");
+    let dir = super::util::repo().join("deploy/kubernetes");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "{files:?}");
+    let o = run(&files);
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{text}");
+    assert_eq!(text.matches(" passed for resource ").count(), 5, "{text}");
+    // The same StatefulSet with replicas as a string, and with a field
+    // Kubernetes does not have: both refused, by name.
+    let t = tmp();
+    let sts = std::fs::read_to_string(dir.join("statefulset.yaml")).unwrap();
+    for (what, broken, reason) in [
+        ("type", sts.replacen("replicas: ", "replicas: \"x\" #", 1), "spec.replicas"),
+        ("unknown", sts.replacen("serviceName:", "serviceNames:", 1), "serviceNames"),
+    ] {
+        assert_ne!(broken, sts, "{what}: the edit applies");
+        let f = t.path().join(format!("{what}.yaml"));
+        std::fs::write(&f, broken).unwrap();
+        let o = run(&[f]);
+        let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{what}: {text}");
+        assert!(text.contains(reason), "{what}: {text}");
     }
 }
 

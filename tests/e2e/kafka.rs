@@ -1062,3 +1062,61 @@ fn kafka_at_least_once_sink_counts_what_completed_checkpoints_cover_as_committed
     // The first run's records up to the restored position were acknowledged before its barrier.
     assert!(in_topic.len() >= ROWS - given as usize + committed as usize, "{} records in the topic", in_topic.len());
 }
+
+/// What the cluster's repartition topics rely on (docs/scaling.md, "The
+/// test broker"): a `read_committed` consumer that was waiting on an open
+/// transaction, which then aborts (its producer restarts and fences it, as
+/// after a `kill -9` of an instance), goes on to see the same producer's
+/// later committed records. Apache Kafka returns an aborted transaction to
+/// a fetch only while the fetch range still overlaps it; the test broker
+/// (noida-db 0.2.3) returns it to later fetches too, so librdkafka takes
+/// every later batch of that producer id for aborted and skips it. A fresh
+/// consumer reads them all (the last assertion), so nothing is lost in the
+/// topic: the live reader never gets them. Run it against a real Kafka with
+/// `KAFKA_BOOTSTRAP=host:port cargo test --release --test e2e -- --ignored`.
+#[test]
+#[ignore = "fails on the test broker (noida-db 0.2.3 returns stale aborted transactions to read_committed fetches); expected to pass on Apache Kafka, which this machine cannot install"]
+fn broker_live_read_committed_reader_sees_commits_after_an_abort_of_the_same_producer() {
+    let b = broker();
+    let t = topic("abort-then-commit");
+    create_topic(b, &t, 1);
+    let reader: BaseConsumer = config(b)
+        .set("group.id", format!("weir-test-live-{}", std::process::id()))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&t, 0, Offset::Beginning).unwrap();
+    reader.assign(&tpl).unwrap();
+    let read_for = |c: &BaseConsumer, d: Duration| {
+        let (start, mut out) = (Instant::now(), Vec::new());
+        while start.elapsed() < d {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+            }
+        }
+        out
+    };
+    let txn = |id: &str| -> rdkafka::producer::BaseProducer {
+        let p: rdkafka::producer::BaseProducer = config(b).set("transactional.id", id).create().expect("producer");
+        p.init_transactions(Duration::from_secs(10)).expect("init_transactions");
+        p
+    };
+    let id = format!("weir-test-{t}");
+    // A transaction left open, as by a killed producer; the reader waits on it.
+    let dead = txn(&id);
+    dead.begin_transaction().unwrap();
+    dead.send(BaseRecord::<str, str>::to(&t).payload("aborted")).map_err(|(e, _)| e).unwrap();
+    dead.flush(Duration::from_secs(10)).unwrap();
+    assert_eq!(read_for(&reader, Duration::from_secs(1)), Vec::<String>::new(), "an open transaction is not read");
+    // The restarted producer fences it (an abort) and commits.
+    let live = txn(&id);
+    live.begin_transaction().unwrap();
+    live.send(BaseRecord::<str, str>::to(&t).payload("committed")).map_err(|(e, _)| e).unwrap();
+    live.commit_transaction(Duration::from_secs(10)).unwrap();
+    drop(dead);
+    let fresh = read_committed(b, &t, Duration::from_secs(10));
+    assert_eq!(fresh, ["committed"], "a fresh reader");
+    assert_eq!(read_for(&reader, Duration::from_secs(3)), ["committed"], "the reader that waited on the aborted transaction");
+}

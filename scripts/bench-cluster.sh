@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Throughput and latency of 1, 2 and 3 weir instances on this machine
+# (issue 15, docs/scaling.md "Measured"): Kafka (6 partitions) -> dedup ->
+# running count per user -> Kafka exactly-once, each N with its own
+# repartition topics. Prints a table (scripts/bench/cluster.py says how
+# each column is measured). Needs python3; the Kafka client goes into a venv
+# of its own (~/.cache/weir/bench-venv, once).
+#
+#   scripts/bench-cluster.sh                        # 500 K rows, a fresh local broker
+#   BENCH_ROWS=200000 BENCH_INSTANCES_LIST="1 2" KAFKA_BOOTSTRAP=host:port scripts/bench-cluster.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/bench/input.sh
+bench_input 500000
+
+venv=$HOME/.cache/weir/bench-venv
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "confluent-kafka==2.16.1"
+fi
+
+if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
+  broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-bench.XXXXXX")
+  trap 'scripts/kafka-broker.sh stop --data-dir "$broker_dir"; rm -rf "$broker_dir"' EXIT
+  KAFKA_BOOTSTRAP=$(scripts/kafka-broker.sh start --data-dir "$broker_dir")
+  port=${KAFKA_BOOTSTRAP##*:}
+  BROKER_PID=$(ss -ltnpH "sport = :$port" | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
+  export BROKER_PID
+fi
+export KAFKA_BOOTSTRAP WEIR=$weir
+mkdir -p target/bench/cluster
+"$venv/bin/python" scripts/bench/cluster.py
