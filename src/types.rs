@@ -263,9 +263,88 @@ pub fn key_group_range(subtask: u16, parallelism: u16, max_parallelism: u16) -> 
     start as KeyGroup..end as KeyGroup
 }
 
+/// The key groups a process deals to the subtasks of a keyed operator: all
+/// of them (one instance), or, as instance I of a cluster of N, its own
+/// contiguous share `key_group_range(I, N, max_parallelism)`. The share is
+/// cut as if the subtasks of all N instances were one operator of
+/// N × parallelism subtasks (instance I's are I×p .. I×p+p-1), so every
+/// subtask of every instance gets about the same number of key groups and
+/// the union of an instance's subtask ranges is exactly its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyGroupShare {
+    pub instance: u16,
+    pub instances: u16,
+}
+
+impl KeyGroupShare {
+    /// One process owns every key group.
+    pub const WHOLE: KeyGroupShare = KeyGroupShare { instance: 0, instances: 1 };
+
+    /// The key groups of `subtask` of `parallelism` in this share.
+    pub fn range(self, subtask: u16, parallelism: u16, max_parallelism: u16) -> std::ops::Range<KeyGroup> {
+        let total = self.instances as u64 * parallelism as u64;
+        let i = self.instance as u64 * parallelism as u64 + subtask as u64;
+        let m = max_parallelism as u64;
+        let start = (i * m).div_ceil(total);
+        let end = ((i + 1) * m).div_ceil(total);
+        start as KeyGroup..end as KeyGroup
+    }
+
+    /// The subtask of `parallelism` that owns key group `kg` of this share
+    /// (a key group outside the share, which never reaches this process's
+    /// keyed operators, goes to the nearest end).
+    pub fn subtask(self, kg: KeyGroup, parallelism: u16, max_parallelism: u16) -> u16 {
+        let p = parallelism as u64;
+        let total = self.instances as u64 * p;
+        let global = kg as u64 * total / max_parallelism.max(1) as u64;
+        let first = self.instance as u64 * p;
+        global.clamp(first, first + p.max(1) - 1).saturating_sub(first) as u16
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_share_is_cut_evenly_among_its_subtasks_and_agrees_with_routing() {
+        for m in [1u16, 7, 12, 128] {
+            for n in 1..=m.min(5) {
+                for p in 1..=6u16 {
+                    let mut next = 0;
+                    for i in 0..n {
+                        let share = KeyGroupShare { instance: i, instances: n };
+                        let own = key_group_range(i, n, m);
+                        assert_eq!(own.start, next, "m={m} n={n} i={i}");
+                        let mut sub_next = own.start;
+                        for s in 0..p {
+                            let r = share.range(s, p, m);
+                            assert_eq!(r.start, sub_next, "m={m} n={n} i={i} p={p} s={s}");
+                            sub_next = r.end;
+                            // No subtask holds more than one key group above the fair share.
+                            assert!(r.len() as u32 <= (m as u32).div_ceil(n as u32 * p as u32), "m={m} n={n} p={p}: {r:?}");
+                            for kg in r {
+                                assert_eq!(share.subtask(kg, p, m), s, "m={m} n={n} i={i} p={p} kg={kg}");
+                            }
+                        }
+                        assert_eq!(sub_next, own.end, "the subtasks of instance {i} cover its share exactly");
+                        next = own.end;
+                    }
+                    assert_eq!(next, m);
+                }
+            }
+        }
+        // One instance: the ranges and routing of a single process.
+        for s in 0..3 {
+            assert_eq!(KeyGroupShare::WHOLE.range(s, 3, 128), key_group_range(s, 3, 128));
+        }
+        for kg in 0..128 {
+            assert_eq!(KeyGroupShare::WHOLE.subtask(kg, 3, 128), subtask_for_key_group(kg, 3, 128));
+        }
+        // A key group outside the share goes to an end, never out of range.
+        let share = KeyGroupShare { instance: 1, instances: 3 };
+        assert_eq!((share.subtask(0, 2, 12), share.subtask(11, 2, 12)), (0, 1));
+    }
 
     #[test]
     fn stable_hash_constant_vectors() {

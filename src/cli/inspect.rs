@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::checkpoint::layout::{Layout, MANIFEST_FILE, METADATA_FILE};
 use crate::checkpoint::manifest::{BundleManifest, Document, Metadata};
 use crate::checkpoint::{store, validate};
-use crate::types::key_group_range;
+use crate::types::KeyGroupShare;
 
 /// The report, and whether everything shown validates.
 pub fn inspect(path: &Path) -> Result<(String, bool), String> {
@@ -158,7 +158,8 @@ fn checkpoint(dir: &Path) -> (String, bool) {
                     Ok(m) => {
                         let voters: Vec<String> = m.voters.iter().map(|v| format!("{}/{}", v.chain, v.subtask)).collect();
                         let _ = writeln!(out, "  subtasks (chain/subtask): {}", voters.join(" "));
-                        let ranges = m.voters.iter().map(|v| key_group_range(v.subtask, md.parallelism, md.max_parallelism));
+                        let share = md.cluster.as_ref().map_or(KeyGroupShare::WHOLE, |c| KeyGroupShare { instance: c.index, instances: c.instances });
+                        let ranges = m.voters.iter().map(|v| share.range(v.subtask, md.parallelism, md.max_parallelism));
                         let (lo, hi) = ranges.fold((u16::MAX, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
                         if lo < hi {
                             let _ = writeln!(out, "  key groups {lo}..{hi}");

@@ -46,7 +46,7 @@ use crate::state::memory::MemoryState;
 use crate::state::rocks::native::{self, Uploader};
 use crate::state::rocks::{self, BundleDb, RocksState};
 use crate::state::KeyedState;
-use crate::types::{key_group_range, Millis};
+use crate::types::Millis;
 
 /// Messages a channel holds before the sender waits (backpressure).
 const CHANNEL_CAPACITY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
@@ -146,7 +146,7 @@ pub fn build(
                         ids.push(id(from, to));
                         downstream.push((rx, id(from, to)));
                     }
-                    upstream.push(Route::hash(txs, ids, key.clone(), plan.pipeline.max_parallelism));
+                    upstream.push(Route::hash(txs, ids, key.clone(), plan.pipeline.max_parallelism, plan.pipeline.key_group_share()));
                 }
             }
         }
@@ -483,7 +483,7 @@ impl Backends {
     fn state(&self, plan: &Plan, id: NodeId, subtask: u16, op: &dyn Operator) -> Result<Box<dyn KeyedState>, BuildError> {
         let p = &plan.pipeline;
         let node = &p.nodes[id];
-        let key_groups = key_group_range(subtask, p.parallelism, p.max_parallelism);
+        let key_groups = p.key_group_share().range(subtask, p.parallelism, p.max_parallelism);
         match self {
             Backends::RocksDb { dbs, .. } if uses_rocksdb(&node.kind) => {
                 let db = dbs[(subtask / p.bundle_size) as usize].clone();
@@ -594,7 +594,7 @@ impl DeadLetterWiring {
         }
         let (dl, commit) = self.letters.staged(path, &node.name, subtask).map_err(err)?;
         let p = &plan.pipeline;
-        let state = MemoryState::new(&commit.tables(), key_group_range(subtask, p.parallelism, p.max_parallelism));
+        let state = MemoryState::new(&commit.tables(), p.key_group_share().range(subtask, p.parallelism, p.max_parallelism));
         let mut info = info(plan, id, subtask);
         info.operator = commit_operator_name(&node.name);
         self.commits.push(ChainOp::new(Box::new(commit), Box::new(state), info, Arc::default()));

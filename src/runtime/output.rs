@@ -9,7 +9,7 @@ use super::channel::{Disconnected, Sender};
 use super::gauges::{ChannelProbe, TaskTimes};
 use super::message::Message;
 use super::snapshot::{ChannelId, ChannelState};
-use crate::types::{encode_key, key_group_of, subtask_for_key_group, Record};
+use crate::types::{encode_key, key_group_of, KeyGroupShare, Record};
 
 /// Records per batch on a channel.
 pub const BATCH_SIZE: usize = 1024;
@@ -27,6 +27,8 @@ pub enum Route {
         ids: Vec<ChannelId>,
         key: Vec<usize>,
         max_parallelism: u16,
+        /// The key groups this process deals to the downstream subtasks.
+        share: KeyGroupShare,
         scratch: Vec<u8>,
     },
 }
@@ -42,9 +44,9 @@ impl Route {
     }
 
     /// `txs[j]` and `ids[j]`: the channel to downstream subtask j.
-    pub fn hash(txs: Vec<Sender>, ids: Vec<ChannelId>, key: Vec<usize>, max_parallelism: u16) -> Self {
+    pub fn hash(txs: Vec<Sender>, ids: Vec<ChannelId>, key: Vec<usize>, max_parallelism: u16, share: KeyGroupShare) -> Self {
         let bufs = txs.iter().map(|_| Vec::new()).collect();
-        Route::Hash { txs, bufs, ids, key, max_parallelism, scratch: Vec::new() }
+        Route::Hash { txs, bufs, ids, key, max_parallelism, share, scratch: Vec::new() }
     }
 
     /// The buffer of the channel `id`, if this route has it.
@@ -58,10 +60,10 @@ impl Route {
     fn push(&mut self, mut r: Record) {
         match self {
             Route::Forward { buf, .. } => buf.push(r),
-            Route::Hash { txs, bufs, key, max_parallelism, scratch, .. } => {
+            Route::Hash { txs, bufs, key, max_parallelism, share, scratch, .. } => {
                 encode_key(&r.fields, key, scratch);
                 r.key_group = key_group_of(scratch, *max_parallelism);
-                let target = subtask_for_key_group(r.key_group, txs.len() as u16, *max_parallelism);
+                let target = share.subtask(r.key_group, txs.len() as u16, *max_parallelism);
                 bufs[target as usize].push(r);
             }
         }
@@ -240,7 +242,7 @@ mod tests {
             let (h0, h0rx) = channel(cap);
             let (h1, h1rx) = channel(cap);
             let ids = vec![id("h", 0, "hash(x)"), id("h", 1, "hash(x)")];
-            let out = Output::new(vec![Route::forward(f, id("f", 0, "forward")), Route::hash(vec![h0, h1], ids, vec![0], 128)]);
+            let out = Output::new(vec![Route::forward(f, id("f", 0, "forward")), Route::hash(vec![h0, h1], ids, vec![0], 128, KeyGroupShare::WHOLE)]);
             (out, [frx, h0rx, h1rx])
         };
         let (mut out, rxs) = build();

@@ -184,6 +184,52 @@ sinks:
         }
     }
 
+    /// Two instances at parallelism 2 each: every subtask of a keyed
+    /// operator of every instance gets its part of the instance's key
+    /// groups (so the work splits across the cores of a machine), and the
+    /// output is exact. Before the instance's key groups were dealt within
+    /// its own share, instance 0's keys all went to its subtask 0 and
+    /// instance 1's to its subtask 1.
+    #[test]
+    fn cluster_instances_deal_their_key_groups_to_all_their_subtasks() {
+        use super::super::metrics::{free_port, scrape, value};
+        let b = broker();
+        let (input, output) = (topic("spread-in"), topic("spread-out"));
+        create_topic(b, &input, 4);
+        let dir = tmp();
+        let name = format!("spread-{}", std::process::id());
+        let state = dir.path().join("state");
+        let template = PIPELINE.replace("parallelism: 1\n", "parallelism: 2\n");
+        let p = write_pipeline(dir.path(), &template, &name, &state.display().to_string(), b, &input, &output);
+        let all = orders(0..240);
+        send(&input, &all);
+        let ports = [free_port(), free_port()];
+        let mut instances: Vec<Running> = (0..2u16)
+            .map(|i| {
+                weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2"), "--metrics-addr", &format!("127.0.0.1:{}", ports[i as usize])])
+                    .spawn()
+            })
+            .collect();
+        wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
+        for (i, port) in ports.iter().enumerate() {
+            let text = scrape(*port).unwrap_or_else(|| panic!("instance {i} serves /metrics"));
+            // `unique` is keyed by id (240 ids over the 12 key groups);
+            // `per_user` has only 5 keys, too few to reach every subtask.
+            for op in ["unique"] {
+                for subtask in ["0", "1"] {
+                    let n = value(&text, "weir_records_in_total", &[&format!("operator=\"{op}\""), &format!("subtask=\"{subtask}\"")]);
+                    assert!(n.is_some_and(|n| n > 0.0), "instance {i}: `{op}` subtask {subtask} received {n:?} records:\n{text}");
+                }
+            }
+        }
+        for r in &instances {
+            r.terminate();
+        }
+        for r in instances {
+            r.wait_for(Duration::from_secs(60)).expect_code(0);
+        }
+    }
+
     /// `template` filled in (`@NAME@`, `@STATE@`, `@BROKERS@`, `@IN@`,
     /// `@OUT@`) and written to `dir/p.yaml`; its path.
     fn write_pipeline(dir: &std::path::Path, template: &str, name: &str, state: &str, brokers: &str, input: &str, output: &str) -> String {
