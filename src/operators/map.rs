@@ -50,6 +50,8 @@ pub struct Map {
     /// The fast path of a map that only sets new top-level fields.
     appending: Option<Appending>,
     input: Layout,
+    /// Per output value: an input value no other output takes (moved).
+    movable: Vec<bool>,
 }
 
 /// Where a value of the output record comes from.
@@ -171,6 +173,7 @@ impl Map {
             dead_letter,
             needs: projection.iter().map(|(_, n)| *n).collect(),
             projection: (!projection.is_empty()).then(|| JsonParser::new(projection, None)),
+            movable: out.iter().map(|o| matches!(o, Origin::Input(k) if out.iter().filter(|p| **p == Origin::Input(*k)).count() == 1)).collect(),
             out,
             input: input.clone(),
         }
@@ -262,29 +265,45 @@ impl Map {
         Ok(Some(out))
     }
 
-    /// The output text (None: unchanged) and values of `r`.
-    fn output(&self, r: &Record) -> Result<(Option<String>, Vec<Value>), String> {
+    /// The output text (None: unchanged) and values of `r`; the values of
+    /// the outputs in the returned mask are still to be moved from `r`'s.
+    fn output(&self, r: &Record) -> Result<(Option<String>, Vec<Value>, u64), String> {
         let limit = self.input.trusted(&r.fields);
         let computed = self.compute(r, limit)?;
         let text = self.apply(r, &computed, limit)?;
         let mut fields = Vec::with_capacity(self.out.len());
         let mut read_text = false;
+        let mut moves = 0u64;
         for (i, from) in self.out.iter().enumerate() {
+            let need = self.needs.get(i);
+            let fits = |v: &Value| need.is_none_or(|n| !n.numeric || matches!(v, Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null));
             let v = match *from {
                 Origin::Set(j) => computed[j].to_value(),
                 // Null in a projection may stand for "not known".
-                Origin::Input(k) => r.fields.get(k).filter(|v| k < limit && **v != Value::Null).cloned(),
+                Origin::Input(k) => match r.fields.get(k).filter(|v| k < limit && **v != Value::Null) {
+                    // Moved out of the input record when it is done with.
+                    Some(v) if i < 64 && self.movable[i] => {
+                        read_text |= !fits(v);
+                        moves |= 1 << i;
+                        fields.push(Value::Null);
+                        continue;
+                    }
+                    other => other.cloned(),
+                },
                 Origin::Present(b) => Some(Value::Bool(b)),
                 Origin::Tag(t) => Some(Value::Int(t)),
                 Origin::Unknown => None,
             };
-            if let Some(need) = self.needs.get(i) {
-                let fits = v.as_ref().is_some_and(|v| !need.numeric || matches!(v, Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null));
-                read_text |= !fits;
-            }
+            read_text |= match &v {
+                Some(v) => !fits(v),
+                None => need.is_some(),
+            };
             fields.push(v.unwrap_or(Value::Null));
         }
         if read_text {
+            // The needed fields come from the text, not from the input.
+            let n = self.needs.len();
+            moves &= if n >= 64 { 0 } else { !((1u64 << n) - 1) };
             // The parser says why a needed field is missing or wrong.
             let text = text.as_deref().unwrap_or(&r.raw);
             if let Some(p) = &self.projection {
@@ -294,12 +313,18 @@ impl Map {
                 }
             }
         }
-        Ok((text, fields))
+        Ok((text, fields, moves))
     }
 
     fn process_one(&self, r: Record) -> Result<Record, (Record, String)> {
         match self.output(&r) {
-            Ok((text, fields)) => {
+            Ok((text, mut fields, moves)) => {
+                let mut input = r.fields;
+                for (i, from) in self.out.iter().enumerate().take(64) {
+                    if let (Origin::Input(k), true) = (*from, moves & (1 << i) != 0) {
+                        fields[i] = std::mem::replace(&mut input[k], Value::Null);
+                    }
+                }
                 let raw = match text {
                     Some(t) => t.into_boxed_str(),
                     None => r.raw,
