@@ -385,12 +385,53 @@ mod tests {
 
     const VARS: &[&str] = &["a", "b", "c", "s", "t"];
     const LITERALS: &[&str] = &[
-        "0", "1", "-1", "2", "3", "7", "9223372036854775807", "-9223372036854775807", "4611686018427387904", "0.0", "1.5", "-2.5",
-        "1e308", "0.1", "2.0", "''", "'x'", "'ab'", "'é'", "true", "false", "null",
+        "0",
+        "1",
+        "-1",
+        "2",
+        "3",
+        "7",
+        "9223372036854775807",
+        "-9223372036854775807",
+        "4611686018427387904",
+        "0.0",
+        "1.5",
+        "-2.5",
+        "1e308",
+        "0.1",
+        "2.0",
+        "''",
+        "'x'",
+        "'ab'",
+        "'é'",
+        "true",
+        "false",
+        "null",
     ];
     const FIELD_VALUES: &[&str] = &[
-        "0", "1", "-1", "-0", "2", "5", "9223372036854775807", "-9223372036854775808", "3037000500", "0.5", "-0.0", "2.0", "1e308",
-        "1.5e300", "\"\"", "\"x\"", "\"é😀\"", "true", "false", "null", "[1]", "{\"k\": 1}", "18446744073709551615",
+        "0",
+        "1",
+        "-1",
+        "-0",
+        "2",
+        "5",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "3037000500",
+        "0.5",
+        "-0.0",
+        "2.0",
+        "1e308",
+        "1.5e300",
+        "\"\"",
+        "\"x\"",
+        "\"é😀\"",
+        "true",
+        "false",
+        "null",
+        "[1]",
+        "{\"k\": 1}",
+        "18446744073709551615",
     ];
 
     fn expr(rng: &mut Rng, depth: usize) -> String {
@@ -482,11 +523,28 @@ mod tests {
     #[test]
     fn compiles_the_simple_and_leaves_the_rest() {
         let vars = |e: &Expression| e.variables().to_vec();
-        for simple in ["amount % 2 == 0", "amount * 2", "double(amount) * 0.92", "a > 1 && s != 'x' || !t", "s in ['a', 'b']", "size(s) + s.size()", "t ? 1 : 2"] {
+        for simple in [
+            "amount % 2 == 0",
+            "amount * 2",
+            "double(amount) * 0.92",
+            "a > 1 && s != 'x' || !t",
+            "s in ['a', 'b']",
+            "size(s) + s.size()",
+            "t ? 1 : 2",
+        ] {
             let e = Expression::compile(simple).unwrap();
             assert!(Node::compile(e.program.expression(), &vars(&e)).is_some(), "{simple}");
         }
-        for other in ["user.country == 'DE'", "has(a.b)", "timestamp(ts).getDayOfWeek()", "a > 1u", "[1, 2].exists(x, x > 1)", "s.startsWith('x')", "a in [1, b]", "{'a': 1}['a']"] {
+        for other in [
+            "user.country == 'DE'",
+            "has(a.b)",
+            "timestamp(ts).getDayOfWeek()",
+            "a > 1u",
+            "[1, 2].exists(x, x > 1)",
+            "s.startsWith('x')",
+            "a in [1, b]",
+            "{'a': 1}['a']",
+        ] {
             let e = Expression::compile(other).unwrap();
             assert!(Node::compile(e.program.expression(), &vars(&e)).is_none(), "{other}");
         }

@@ -579,7 +579,17 @@ mod tests {
         let e = Expression::compile("a > 1 &&\n  b.nope()").unwrap_err();
         assert_eq!(e.message, "unknown function `nope`");
         assert_eq!(e.line, 2, "{e}");
-        for ok in ["-a", "-(a + 1) * 2", "!(a > 1)", "size(a) > 0", "a.startsWith('x')", "string(a) + 'x'", "int(a) + 1", "[1, 2].exists(x, x > 1)", "a in [1, 2]"] {
+        for ok in [
+            "-a",
+            "-(a + 1) * 2",
+            "!(a > 1)",
+            "size(a) > 0",
+            "a.startsWith('x')",
+            "string(a) + 'x'",
+            "int(a) + 1",
+            "[1, 2].exists(x, x > 1)",
+            "a in [1, 2]",
+        ] {
             Expression::compile(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
     }

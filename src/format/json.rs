@@ -585,10 +585,22 @@ mod tests {
         let p = parser().with_extras(vec!["amount".into(), "x".into(), "user".into()], vec!["x".into(), "n".into()]);
         let tag = Value::Int(extras_tag(&["amount".into(), "x".into(), "user".into()], &["x".into(), "n".into()]));
         let cases = [
-            (r#"{"user":"u","ts":1,"amount":2,"x":"s"}"#, [Value::Int(2), Value::Str("s".into()), Value::Str("u".into()), Value::Bool(true), Value::Bool(false)]),
-            (r#"{"user":"u","ts":1,"x":{"y":[1]},"n":null}"#, [Value::Null, Value::Null, Value::Str("u".into()), Value::Bool(true), Value::Bool(true)]),
-            (r#"{"user":"\u0075","ts":1,"x":1e400,"x":2.5}"#, [Value::Null, Value::Float(2.5), Value::Str("u".into()), Value::Bool(true), Value::Bool(false)]),
-            (r#"{"user":"u","ts":1,"x":2.5,"x":[]}"#, [Value::Null, Value::Null, Value::Str("u".into()), Value::Bool(true), Value::Bool(false)]),
+            (
+                r#"{"user":"u","ts":1,"amount":2,"x":"s"}"#,
+                [Value::Int(2), Value::Str("s".into()), Value::Str("u".into()), Value::Bool(true), Value::Bool(false)],
+            ),
+            (
+                r#"{"user":"u","ts":1,"x":{"y":[1]},"n":null}"#,
+                [Value::Null, Value::Null, Value::Str("u".into()), Value::Bool(true), Value::Bool(true)],
+            ),
+            (
+                r#"{"user":"\u0075","ts":1,"x":1e400,"x":2.5}"#,
+                [Value::Null, Value::Float(2.5), Value::Str("u".into()), Value::Bool(true), Value::Bool(false)],
+            ),
+            (
+                r#"{"user":"u","ts":1,"x":2.5,"x":[]}"#,
+                [Value::Null, Value::Null, Value::Str("u".into()), Value::Bool(true), Value::Bool(false)],
+            ),
         ];
         for (line, want) in cases {
             let r = both(&p, line).0.unwrap();

@@ -173,7 +173,10 @@ impl Map {
             dead_letter,
             needs: projection.iter().map(|(_, n)| *n).collect(),
             projection: (!projection.is_empty()).then(|| JsonParser::new(projection, None)),
-            movable: out.iter().map(|o| matches!(o, Origin::Input(k) if out.iter().filter(|p| **p == Origin::Input(*k)).count() == 1)).collect(),
+            movable: out
+                .iter()
+                .map(|o| matches!(o, Origin::Input(k) if out.iter().filter(|p| **p == Origin::Input(*k)).count() == 1))
+                .collect(),
             out,
             input: input.clone(),
         }
@@ -276,7 +279,9 @@ impl Map {
         let mut moves = 0u64;
         for (i, from) in self.out.iter().enumerate() {
             let need = self.needs.get(i);
-            let fits = |v: &Value| need.is_none_or(|n| !n.numeric || matches!(v, Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null));
+            let fits = |v: &Value| {
+                need.is_none_or(|n| !n.numeric || matches!(v, Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null))
+            };
             let v = match *from {
                 Origin::Set(j) => computed[j].to_value(),
                 // Null in a projection may stand for "not known".
@@ -637,7 +642,8 @@ sinks:
         let (fast_parser, fast) = chain(&plan, true);
         let (plain_parser, plain) = chain(&plan, false);
         let schema_len = plan.schemas[4].len();
-        let values = ["1", "2", "3", "-0", "2.5", "null", "\"x\"", "\"y\"", "\"\"", "[1]", "{\"q\": 1}", "true", "9223372036854775807", "1e400"];
+        let values =
+            ["1", "2", "3", "-0", "2.5", "null", "\"x\"", "\"y\"", "\"\"", "[1]", "{\"q\": 1}", "true", "9223372036854775807", "1e400"];
         let mut seed = 16u64;
         let mut next = move |n: usize| {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

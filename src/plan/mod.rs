@@ -436,6 +436,42 @@ sinks:
     }
 
     #[test]
+    fn a_source_reads_what_the_filters_and_maps_after_it_evaluate_and_pass_on() {
+        // Issue 16: one scan per record for the whole chain.
+        let yaml = r#"
+name: p
+sources:
+  - {name: src, type: datagen, rows: 10, fields: {id: {kind: sequence}, user: {kind: key, cardinality: 3}, amount: {kind: int, min: 0, max: 9}}}
+operators:
+  - {name: even, type: filter, input: src, where: "amount % 2 == 0 && id > 0"}
+  - {name: unique, type: dedup, input: even, key: [id]}
+  - {name: doubled, type: map, input: unique, set: {amount2: "amount * 2"}, drop: [ts]}
+  - {name: big, type: filter, input: doubled, where: "amount2 > 4 && note != 'x'"}
+  - {name: per_user, type: aggregate, input: big, key: [user], aggregates: [{fn: sum, field: amount2, as: total}]}
+sinks:
+  - {name: out, type: blackhole, input: per_user}
+"#;
+        let p = plan(yaml);
+        // The source projects `id` for the dedup; the filter's `amount`, the
+        // map's `amount`, and `user` and `note`, which the map passes on
+        // untouched to the aggregate and the second filter, come after it.
+        let src: Vec<&str> = p.projections[0].iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(src, ["id"]);
+        let mut values = p.extras[0].values.clone();
+        values.sort();
+        assert_eq!(values, ["amount", "note", "user"]);
+        assert_eq!(p.extras[0].presence, ["amount2"], "whether the map's new key is there");
+        assert_eq!(p.extras[3], Extras { values: vec!["note".into()], presence: vec![] }, "the map's output: its projection has the rest");
+        let even = p.input_layout(1);
+        assert_eq!(even.value("id"), Some(0), "a projected field");
+        assert_eq!(even.value("amount"), Some(2 + p.extras[0].values.iter().position(|k| k == "amount").unwrap()), "after the tag");
+        assert_eq!(even.presence("amount2"), Some(5));
+        assert_eq!(p.input_layout(4), p.layout(3), "through the filter to the map");
+        assert_eq!(p.input_layout(5).value("amount2"), Some(1));
+        assert_eq!(p.stream_head(6), None, "a sink after an aggregate");
+    }
+
+    #[test]
     fn count_of_a_field_needs_no_number() {
         // Issue 18 #8: `count` of a string field rejected the records that had one.
         let yaml = PIPELINE.replace(

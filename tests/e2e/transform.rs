@@ -98,7 +98,8 @@ fn a_chain_reads_the_same_from_the_values_its_source_hands_on_as_from_the_text()
             "name: t\nsources:\n  - name: src\n    type: datagen\n    seed: 7\n    rows: 3000\n    fields:\n      id: {{kind: sequence}}\n      user: {{kind: key, cardinality: 7, prefix: u}}\n      amount: {{kind: int, min: -5, max: 100}}\n"
         ) + sink
     };
-    std::fs::write(d.join("gen.yaml"), gen(&format!("sinks:\n  - {{name: out, type: file, input: src, path: {}}}\n", rows.display()))).unwrap();
+    std::fs::write(d.join("gen.yaml"), gen(&format!("sinks:\n  - {{name: out, type: file, input: src, path: {}}}\n", rows.display())))
+        .unwrap();
     weir_run(&d.join("gen.yaml").display().to_string(), 1).ok();
     let chain = |out: &Path| {
         format!(
