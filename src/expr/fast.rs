@@ -322,6 +322,17 @@ fn call(f: Func, x: V<'_>) -> R<'_> {
 }
 
 impl V<'_> {
+    /// The same value, owning its string.
+    pub fn into_owned(self) -> V<'static> {
+        match self {
+            V::Null => V::Null,
+            V::Bool(b) => V::Bool(b),
+            V::Int(i) => V::Int(i),
+            V::Double(d) => V::Double(d),
+            V::Str(s) => V::Str(Cow::Owned(s.into_owned())),
+        }
+    }
+
     /// As cel-rust's value.
     pub fn to_cel(&self) -> cel::Value {
         match self {
@@ -507,10 +518,13 @@ mod tests {
                     }
                 }
                 let both = e.eval_record(&vars, &line).map(|o| o.into_cel());
-                match (&both, &cel) {
-                    (Ok(x), Ok(y)) => assert!(same(x, y), "{source} over {line}: {x:?} != {y:?}"),
-                    (Err(x), Err(y)) => assert_eq!(x, y, "{source} over {line}"),
-                    _ => panic!("{source} over {line}: eval_record {both:?}, cel-rust {cel:?}"),
+                let text = e.eval_text(&line).map(|o| o.into_cel());
+                for (how, got) in [("eval_record", &both), ("eval_text", &text)] {
+                    match (got, &cel) {
+                        (Ok(x), Ok(y)) => assert!(same(x, y), "{source} over {line}: {how} {x:?} != {y:?}"),
+                        (Err(x), Err(y)) => assert_eq!(x, y, "{source} over {line}: {how}"),
+                        _ => panic!("{source} over {line}: {how} {got:?}, cel-rust {cel:?}"),
+                    }
                 }
             }
         }

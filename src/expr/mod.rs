@@ -37,6 +37,8 @@ pub struct Expression {
     scalars: JsonParser,
     /// The native evaluator, if the expression is simple enough.
     fast: Option<Arc<fast::Node>>,
+    /// Variable i in slot i (of what `scalars` reads).
+    every_slot: Vec<Option<usize>>,
 }
 
 /// The value of an expression: from the fast path, or from cel-rust.
@@ -211,7 +213,8 @@ impl Expression {
         let needs = variables.iter().map(|v| (v.clone(), FieldNeed { required: true, numeric: false })).collect();
         let scalars = JsonParser::new(needs, None);
         let fast = fast::Node::compile(program.expression(), &variables).map(Arc::new);
-        Ok(Expression { source: source.to_string(), program: Arc::new(program), variables, scalars, fast })
+        let every_slot = (0..variables.len()).map(Some).collect();
+        Ok(Expression { source: source.to_string(), program: Arc::new(program), variables, scalars, fast, every_slot })
     }
 
     /// Whether the native evaluator takes this expression.
@@ -229,10 +232,31 @@ impl Expression {
                 return Ok(Outcome::Fast(v));
             }
         }
-        let vars = match self.vars_from(slots) {
-            Some(vars) => vars,
-            None => self.read(raw)?,
-        };
+        match self.vars_from(slots) {
+            Some(vars) => self.eval(&vars).map(Outcome::Cel),
+            None => self.eval_text(raw),
+        }
+    }
+
+    /// Evaluate over the fields read from the JSON object `raw` (a record
+    /// whose source handed on none of them): the fast path where it
+    /// decides, else cel-rust.
+    pub fn eval_text(&self, raw: &str) -> Result<Outcome<'static>, String> {
+        // The source's scanner reads present scalars; anything else (a
+        // missing field, a nested value, a number beyond i64 and f64) is
+        // read again by `Vars::from_json`.
+        if let Ok(fields) = self.scalars.fields(raw) {
+            let slots = Slots { fields: &fields, slots: &self.every_slot, limit: usize::MAX };
+            if let Some(f) = &self.fast {
+                if let Ok(v) = f.eval(&slots) {
+                    return Ok(Outcome::Fast(v.into_owned()));
+                }
+            }
+            if let Some(vars) = self.vars_from(&slots) {
+                return self.eval(&vars).map(Outcome::Cel);
+            }
+        }
+        let vars = Vars::from_json(raw, &self.variables)?;
         self.eval(&vars).map(Outcome::Cel)
     }
 
