@@ -31,6 +31,29 @@ pub struct JsonParser {
     time_key: Option<String>,
     /// Paths into nested values: the field slot (None: the event time) and the path.
     nested: Vec<(Option<usize>, FieldPath)>,
+    /// Top-level keys read leniently after the fields (see `with_extras`).
+    extra_values: Vec<String>,
+    extra_presence: Vec<String>,
+    /// `extras_tag` of those.
+    extras_tag: i64,
+}
+
+/// The tag that heads the extras of a record (see `JsonParser::with_extras`):
+/// a hash of the keys, so that a reader finds out whether a record holds the
+/// extras it expects (a record restored from a checkpoint taken before the
+/// pipeline changed may hold others).
+pub fn extras_tag(values: &[String], presence: &[String]) -> i64 {
+    // FNV-1a: the same for the same keys in every run and version.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (kind, keys) in [(b'v', values), (b'p', presence)] {
+        for k in keys {
+            for b in [kind].iter().chain(k.as_bytes()).chain(&[0xff]) {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    h as i64
 }
 
 impl JsonParser {
@@ -55,7 +78,45 @@ impl JsonParser {
             nested.push((None, p));
             None
         });
-        JsonParser { fields, event_time, keys, time_key, nested }
+        JsonParser { fields, event_time, keys, time_key, nested, extra_values: Vec::new(), extra_presence: Vec::new(), extras_tag: 0 }
+    }
+
+    /// Also read, after the fields, the top-level keys `values` (each a
+    /// scalar as the fields are read; null when absent, null or not a
+    /// scalar), then whether each key of `presence` is present (a bool),
+    /// all after a tag (`extras_tag`, an int). Never an error: for the
+    /// values `filter` and `map` evaluate and pass on, so that the record is
+    /// scanned once (see `plan::Extras`).
+    pub fn with_extras(mut self, values: Vec<String>, presence: Vec<String>) -> Self {
+        self.extras_tag = extras_tag(&values, &presence);
+        self.extra_values = values;
+        self.extra_presence = presence;
+        self
+    }
+
+    /// The number of values after the fields: the tag and the extras.
+    fn extras_len(&self) -> usize {
+        match self.extra_values.len() + self.extra_presence.len() {
+            0 => 0,
+            n => n + 1,
+        }
+    }
+
+    /// Whether `key` is one of the extras.
+    fn is_extra(&self, key: &str) -> bool {
+        (!self.extra_values.is_empty() || !self.extra_presence.is_empty())
+            && (self.extra_values.iter().any(|k| k == key) || self.extra_presence.iter().any(|k| k == key))
+    }
+
+    /// Store the extras of `key` (`v`: its scalar value; None if it has none).
+    fn store_extras(&self, key: &str, v: Option<Value>, values: &mut [Value]) {
+        let base = self.fields.len() + 1;
+        if let Some(j) = self.extra_values.iter().position(|k| k == key) {
+            values[base + j] = v.unwrap_or(Value::Null);
+        }
+        if let Some(j) = self.extra_presence.iter().position(|k| k == key) {
+            values[base + self.extra_values.len() + j] = Value::Bool(true);
+        }
     }
 
     /// Parse one line into a record, or say why it is bad.
@@ -76,7 +137,7 @@ impl JsonParser {
 
     /// The projected values and the event time of `line`.
     fn read(&self, line: &str, use_scanner: bool) -> Result<(Vec<Value>, Option<Millis>), String> {
-        let mut fields = vec![Value::Null; self.fields.len()];
+        let mut fields = vec![Value::Null; self.fields.len() + self.extras_len()];
         let mut seen = Seen::new(self.fields.len());
         let mut event_time = None;
         // The scanner takes the common flat lines; anything else (escapes,
@@ -89,6 +150,14 @@ impl JsonParser {
             let seed = RecordSeed { parser: self, values: &mut fields, seen: &mut seen, event_time: &mut event_time };
             seed.deserialize(&mut de).map_err(|e| format!("invalid JSON: {e}"))?;
             de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+        }
+        if self.extras_len() > 0 {
+            fields[self.fields.len()] = Value::Int(self.extras_tag);
+            for v in &mut fields[self.fields.len() + 1 + self.extra_values.len()..] {
+                if *v == Value::Null {
+                    *v = Value::Bool(false);
+                }
+            }
         }
 
         for (i, ((name, need), v)) in self.fields.iter().zip(&fields).enumerate() {
@@ -118,10 +187,11 @@ impl JsonParser {
         if !self.nested.is_empty() {
             return None;
         }
-        let mut fields = vec![Value::Null; self.fields.len()];
+        let mut fields = vec![Value::Null; self.fields.len() + self.extras_len()];
         let mut seen = Seen::new(self.fields.len());
         let mut event_time = None;
         scan(self, line, &mut fields, &mut seen, &mut event_time)?;
+        fields.truncate(self.fields.len());
         let present = (0..self.fields.len()).map(|i| seen.get(i)).collect();
         Some((fields, present))
     }
@@ -223,7 +293,8 @@ fn scan(
         }
         i = skip_ws(b, i + 1);
         let (slot, is_time) = parser.lookup(key);
-        let wanted = slot.is_some() || is_time;
+        let extra = parser.is_extra(key);
+        let wanted = slot.is_some() || is_time || extra;
         let (value, next) = match *b.get(i)? {
             b'"' => {
                 let end = string_end(b, i + 1)?;
@@ -239,7 +310,14 @@ fn scan(
             _ => return None,
         };
         if let (true, Some(v)) = (wanted, value) {
-            parser.store(key, v, values, seen, event_time);
+            match (slot.is_some() || is_time, extra) {
+                (true, true) => {
+                    parser.store_extras(key, Some(v.clone()), values);
+                    parser.store(key, v, values, seen, event_time);
+                }
+                (true, false) => parser.store(key, v, values, seen, event_time),
+                (false, _) => parser.store_extras(key, Some(v), values),
+            }
         }
         i = skip_ws(b, next);
         match b.get(i) {
@@ -346,14 +424,22 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let (slot, is_time) = self.parser.lookup(&key);
             let head = self.parser.is_head(&key);
-            if slot.is_none() && !is_time && !head {
+            let extra = self.parser.is_extra(&key);
+            if slot.is_none() && !is_time && !head && !extra {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
             let raw = map.next_value::<&'de RawValue>()?;
             if slot.is_some() || is_time {
                 let v = scalar(raw.get(), &key)?;
+                if extra {
+                    self.parser.store_extras(&key, Some(v.clone()), self.values);
+                }
                 self.parser.store_at(slot, is_time, v, self.values, self.seen, self.event_time);
+            } else if extra {
+                // Not a scalar (or a number beyond f64): null, no error.
+                let v = scalar::<A::Error>(raw.get(), &key).ok();
+                self.parser.store_extras(&key, v, self.values);
             }
             if head {
                 for (target, path) in self.parser.nested.iter().filter(|(_, p)| p.head() == key) {
@@ -487,9 +573,45 @@ mod tests {
         let fast = p.parse(line);
         let slow = p.parse_with(line, false);
         assert_eq!(fast, slow, "{line}");
-        let mut fields = vec![Value::Null; p.fields.len()];
+        let mut fields = vec![Value::Null; p.fields.len() + p.extras_len()];
         let took = scan(p, line, &mut fields, &mut Seen::new(p.fields.len()), &mut None).is_some();
         (fast, took)
+    }
+
+    #[test]
+    fn extras_are_read_leniently_after_the_fields() {
+        // Issue 16: values for filters and maps, and presence of a map's new keys.
+        let plain = parser();
+        let p = parser().with_extras(vec!["amount".into(), "x".into(), "user".into()], vec!["x".into(), "n".into()]);
+        let tag = Value::Int(extras_tag(&["amount".into(), "x".into(), "user".into()], &["x".into(), "n".into()]));
+        let cases = [
+            (
+                r#"{"user":"u","ts":1,"amount":2,"x":"s"}"#,
+                [Value::Int(2), Value::Str("s".into()), Value::Str("u".into()), Value::Bool(true), Value::Bool(false)],
+            ),
+            (
+                r#"{"user":"u","ts":1,"x":{"y":[1]},"n":null}"#,
+                [Value::Null, Value::Null, Value::Str("u".into()), Value::Bool(true), Value::Bool(true)],
+            ),
+            (
+                r#"{"user":"\u0075","ts":1,"x":1e400,"x":2.5}"#,
+                [Value::Null, Value::Float(2.5), Value::Str("u".into()), Value::Bool(true), Value::Bool(false)],
+            ),
+            (
+                r#"{"user":"u","ts":1,"x":2.5,"x":[]}"#,
+                [Value::Null, Value::Null, Value::Str("u".into()), Value::Bool(true), Value::Bool(false)],
+            ),
+        ];
+        for (line, want) in cases {
+            let r = both(&p, line).0.unwrap();
+            assert_eq!(r.fields[..2], plain.parse(line).unwrap().fields[..], "{line}");
+            assert_eq!(r.fields[2], tag, "{line}");
+            assert_eq!(r.fields[3..], want, "{line}");
+        }
+        // Never a refusal the plain parser would not make, and the same reason.
+        for line in [r#"{"user":"u","ts":1,"amount":"text"}"#, r#"{"ts":1,"x":2}"#, r#"{"user":"u","ts":1,"x":2"#, r#"{"user":"u"}"#] {
+            assert_eq!(p.parse(line).map(|r| r.fields[..2].to_vec()), plain.parse(line).map(|r| r.fields), "{line}");
+        }
     }
 
     #[test]

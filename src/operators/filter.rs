@@ -3,31 +3,37 @@
 //! others. A record the expression fails on (a missing field, a type
 //! mismatch, a result that is not a bool) follows `on_error`, always
 //! counted in `records_dropped`. Stateless: it is chained into the task of
-//! its input (no channel of its own).
+//! its input (no channel of its own). Its variables are read from the
+//! values the source projected for it (`plan::Extras`), its text only where
+//! those do not hold them.
 
 use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use crate::config::{FilterSpec, OnError};
-use crate::expr::Expression;
+use crate::expr::{Expression, Slots};
+use crate::plan::Layout;
 use crate::types::Record;
 
 pub struct Filter {
     name: String,
     condition: Expression,
+    /// Per variable: where the input records hold its value.
+    slots: Vec<Option<usize>>,
+    input: Layout,
     on_error: OnError,
     dead_letter: Option<DeadLetter>,
 }
 
 impl Filter {
-    pub fn new(name: &str, spec: &FilterSpec, dead_letter: Option<DeadLetter>) -> Self {
-        Filter { name: name.to_string(), condition: spec.condition.clone(), on_error: spec.on_error.clone(), dead_letter }
+    /// `input`: where the records it reads hold their values.
+    pub fn new(name: &str, spec: &FilterSpec, input: &Layout, dead_letter: Option<DeadLetter>) -> Self {
+        let slots = spec.condition.variables().iter().map(|v| input.value(v)).collect();
+        let (condition, on_error) = (spec.condition.clone(), spec.on_error.clone());
+        Filter { name: name.to_string(), condition, slots, input: input.clone(), on_error, dead_letter }
     }
 
-    fn test(&self, r: &Record) -> Result<bool, String> {
-        let vars = self.condition.read(&r.raw)?;
-        match self.condition.eval(&vars)? {
-            cel::Value::Bool(b) => Ok(b),
-            other => Err(format!("`where` gave a {}, expected a bool", other.type_of())),
-        }
+    pub(crate) fn test(&self, r: &Record) -> Result<bool, String> {
+        let slots = Slots { fields: &r.fields, slots: &self.slots, limit: self.input.trusted(&r.fields) };
+        self.condition.eval_record(&slots, &r.raw)?.as_bool("`where`")
     }
 }
 
@@ -78,14 +84,14 @@ mod tests {
 
     #[test]
     fn keeps_true_drops_false_and_refuses_errors() {
-        let f = Filter::new("f", &spec("amount > 100 && user.country != 'DE'", OnError::Skip), None);
+        let f = Filter::new("f", &spec("amount > 100 && user.country != 'DE'", OnError::Skip), &Layout::default(), None);
         let rec = |s: &str| Record::new(vec![], s.into(), None);
         assert_eq!(f.test(&rec(r#"{"amount": 150, "user": {"country": "FR"}}"#)), Ok(true));
         assert_eq!(f.test(&rec(r#"{"amount": 150, "user": {"country": "DE"}}"#)), Ok(false));
         assert_eq!(f.test(&rec(r#"{"amount": 50, "user": {"country": "FR"}}"#)), Ok(false));
         assert!(f.test(&rec(r#"{"amount": "x", "user": {"country": "FR"}}"#)).is_err());
         assert!(f.test(&rec(r#"{"user": {"country": "FR"}}"#)).unwrap_err().contains("amount"));
-        let g = Filter::new("g", &spec("amount", OnError::Fail), None);
+        let g = Filter::new("g", &spec("amount", OnError::Fail), &Layout::default(), None);
         assert!(g.test(&rec(r#"{"amount": 1}"#)).unwrap_err().contains("expected a bool"));
     }
 }

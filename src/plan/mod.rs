@@ -7,6 +7,7 @@
 
 use crate::config::{NodeId, NodeKind, Pipeline};
 use crate::format::json::FieldNeed;
+use crate::format::path::FieldPath;
 
 /// How records reach a node from its input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,93 @@ pub struct Plan {
     /// Groups of nodes run as one task, each chain in dataflow order. The
     /// head reads from channels (or is a source); the rest are chained.
     pub chains: Vec<Vec<NodeId>>,
+    /// Per source and `map` node: what the filters and maps reading its
+    /// stream want read with the projection, so that a record's text is
+    /// scanned once for the whole chain.
+    pub extras: Vec<Extras>,
+}
+
+/// Top-level keys a source (or map) reads leniently after its projection
+/// (`Record::fields` holds the schema's values, then one per `values`, then
+/// one per `presence`): the variables of the filters' and maps' expressions
+/// and the fields a map passes through unchanged, as scalars (null when
+/// absent, null or nested: the consumer then reads the record's text), and
+/// whether a map's new keys are present (a bool). Never an error at the
+/// source. Datagen sources fill none of them (a consumer finds no value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extras {
+    pub values: Vec<String>,
+    pub presence: Vec<String>,
+}
+
+/// Where the records a filter or map reads hold the values it wants: the
+/// schema's fields, then (if there are extras) the tag, the extra values
+/// and the presence bools (`JsonParser::with_extras`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The schema's field names (paths).
+    schema: Vec<String>,
+    extras: Extras,
+    /// `extras.tag()`.
+    tag: i64,
+}
+
+impl Layout {
+    pub fn new(schema: Vec<String>, extras: Extras) -> Layout {
+        Layout { schema, tag: extras.tag(), extras }
+    }
+
+    /// The slot of top-level key `key`'s value (a projected field of that
+    /// one key, or an extra value), if the records hold it.
+    pub fn value(&self, key: &str) -> Option<usize> {
+        let path = FieldPath::key(key).to_string();
+        self.field(&path).or_else(|| self.extras.values.iter().position(|k| k == key).map(|j| self.schema.len() + 1 + j))
+    }
+
+    /// The slot of the projected field `path` (a field path's text).
+    pub fn field(&self, path: &str) -> Option<usize> {
+        self.schema.iter().position(|n| n == path)
+    }
+
+    /// The slot of whether top-level key `key` is present (a bool).
+    pub fn presence(&self, key: &str) -> Option<usize> {
+        let at = self.schema.len() + 1 + self.extras.values.len();
+        self.extras.presence.iter().position(|k| k == key).map(|j| at + j)
+    }
+
+    /// The slots of `fields` (a record's values) that may be trusted: all,
+    /// or the schema's alone when the record does not carry this layout's
+    /// extras (a record restored from a checkpoint of another pipeline).
+    #[inline]
+    pub fn trusted(&self, fields: &[crate::types::Value]) -> usize {
+        let n = self.schema.len();
+        if self.extras.values.is_empty() && self.extras.presence.is_empty() {
+            return n;
+        }
+        match fields.get(n) {
+            Some(crate::types::Value::Int(t)) if *t == self.tag => usize::MAX,
+            _ => n,
+        }
+    }
+}
+
+impl Extras {
+    /// The tag heading these extras in a record.
+    pub fn tag(&self) -> i64 {
+        crate::format::json::extras_tag(&self.values, &self.presence)
+    }
+
+    /// The number of values they take in a record (the tag included).
+    pub fn len(&self) -> usize {
+        match self.values.len() + self.presence.len() {
+            0 => 0,
+            n => n + 1,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Plan {
@@ -60,7 +148,25 @@ impl Plan {
             }
         }
         let chains = chains(&pipeline, &edges);
-        Plan { pipeline, schemas, edges, projections, chains }
+        let extras = extras(&pipeline, &projections);
+        Plan { pipeline, schemas, edges, projections, chains, extras }
+    }
+
+    /// The source (or map) whose records node `id` reads, through filters
+    /// and dedups (None: records an aggregate made).
+    pub fn stream_head(&self, id: NodeId) -> Option<NodeId> {
+        stream_head(&self.pipeline, id)
+    }
+
+    /// Where the records node `id` reads hold their values (empty where
+    /// they come from an aggregate).
+    pub fn input_layout(&self, id: NodeId) -> Layout {
+        self.stream_head(id).map(|h| self.layout(h)).unwrap_or_default()
+    }
+
+    /// The layout of the records source (or map) `head` emits.
+    pub fn layout(&self, head: NodeId) -> Layout {
+        Layout::new(self.schemas[head].clone(), self.extras[head].clone())
     }
 
     /// How node `id` reads its input, as channel state names it: `forward`,
@@ -145,6 +251,72 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
             _ => return None,
         }
     }
+}
+
+/// The source or map emitting the records node `id` reads, through
+/// filters and dedups (which pass records on unchanged).
+fn stream_head(p: &Pipeline, id: NodeId) -> Option<NodeId> {
+    let mut up = p.nodes[id].input?;
+    loop {
+        match &p.nodes[up].kind {
+            NodeKind::Source(_) | NodeKind::Map(_) => return Some(up),
+            NodeKind::Dedup(_) | NodeKind::Filter(_) => up = p.nodes[up].input?,
+            _ => return None,
+        }
+    }
+}
+
+/// What each stream head reads for the filters and maps after it (see
+/// `Extras`). Consumers come after their input, so a map's own extras are
+/// complete (its consumers seen) before it asks its head for the values it
+/// passes through.
+fn extras(p: &Pipeline, projections: &[Vec<(String, FieldNeed)>]) -> Vec<Extras> {
+    let mut extras = vec![Extras::default(); p.nodes.len()];
+    for id in (0..p.nodes.len()).rev() {
+        let Some(head) = stream_head(p, id) else { continue };
+        let mut values: Vec<String> = Vec::new();
+        let mut presence: Vec<String> = Vec::new();
+        match &p.nodes[id].kind {
+            NodeKind::Filter(f) => values.extend(f.condition.variables().iter().cloned()),
+            NodeKind::Map(m) => {
+                values.extend(m.set.iter().flat_map(|(_, e)| e.variables().iter().cloned()));
+                let touched = map_touches(m);
+                // Its new top-level keys: whether the record has them already.
+                presence.extend(m.set.iter().filter_map(|(path, _)| top_level_key(path)));
+                // What the operators after it want and it passes on unchanged.
+                let wanted = projections[id].iter().filter_map(|(path, _)| top_level_key(path)).chain(extras[id].values.iter().cloned());
+                values.extend(wanted.filter(|k| !touched.contains(k)));
+                presence.extend(extras[id].presence.iter().filter(|k| !touched.contains(*k)).cloned());
+            }
+            _ => continue,
+        }
+        let projected: Vec<&str> = projections[head].iter().map(|(f, _)| f.as_str()).collect();
+        let e = &mut extras[head];
+        for k in values {
+            if !projected.contains(&FieldPath::key(&k).to_string().as_str()) && !e.values.contains(&k) {
+                e.values.push(k);
+            }
+        }
+        for k in presence {
+            if !e.presence.contains(&k) {
+                e.presence.push(k);
+            }
+        }
+    }
+    extras
+}
+
+/// The top-level key a field path names, if it is one key.
+fn top_level_key(path: &str) -> Option<String> {
+    let p = FieldPath::parse(path).unwrap_or_else(|_| FieldPath::key(path));
+    p.is_top_level().then(|| p.head().to_string())
+}
+
+/// The top-level keys a map changes (renamed from or to, set, dropped).
+pub fn map_touches(m: &crate::config::MapSpec) -> Vec<String> {
+    let head = |path: &str| FieldPath::parse(path).unwrap_or_else(|_| FieldPath::key(path)).head().to_string();
+    let renamed = m.rename.iter().flat_map(|(new, old)| [head(new), head(old)]);
+    renamed.chain(m.set.iter().map(|(path, _)| head(path))).chain(m.drop.iter().map(|path| head(path))).collect()
 }
 
 fn merge_needs(into: &mut Vec<(String, FieldNeed)>, needs: Vec<(String, FieldNeed)>) {
@@ -261,6 +433,42 @@ sinks:
         let map: Vec<(&str, FieldNeed)> = p.projections[4].iter().map(|(f, n)| (f.as_str(), *n)).collect();
         assert_eq!(map, [("who", FieldNeed { required: true, numeric: false }), ("double", FieldNeed { required: false, numeric: true })]);
         assert_eq!(p.schemas[4], ["who", "double"]);
+    }
+
+    #[test]
+    fn a_source_reads_what_the_filters_and_maps_after_it_evaluate_and_pass_on() {
+        // Issue 16: one scan per record for the whole chain.
+        let yaml = r#"
+name: p
+sources:
+  - {name: src, type: datagen, rows: 10, fields: {id: {kind: sequence}, user: {kind: key, cardinality: 3}, amount: {kind: int, min: 0, max: 9}}}
+operators:
+  - {name: even, type: filter, input: src, where: "amount % 2 == 0 && id > 0"}
+  - {name: unique, type: dedup, input: even, key: [id]}
+  - {name: doubled, type: map, input: unique, set: {amount2: "amount * 2"}, drop: [ts]}
+  - {name: big, type: filter, input: doubled, where: "amount2 > 4 && note != 'x'"}
+  - {name: per_user, type: aggregate, input: big, key: [user], aggregates: [{fn: sum, field: amount2, as: total}]}
+sinks:
+  - {name: out, type: blackhole, input: per_user}
+"#;
+        let p = plan(yaml);
+        // The source projects `id` for the dedup; the filter's `amount`, the
+        // map's `amount`, and `user` and `note`, which the map passes on
+        // untouched to the aggregate and the second filter, come after it.
+        let src: Vec<&str> = p.projections[0].iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(src, ["id"]);
+        let mut values = p.extras[0].values.clone();
+        values.sort();
+        assert_eq!(values, ["amount", "note", "user"]);
+        assert_eq!(p.extras[0].presence, ["amount2"], "whether the map's new key is there");
+        assert_eq!(p.extras[3], Extras { values: vec!["note".into()], presence: vec![] }, "the map's output: its projection has the rest");
+        let even = p.input_layout(1);
+        assert_eq!(even.value("id"), Some(0), "a projected field");
+        assert_eq!(even.value("amount"), Some(2 + p.extras[0].values.iter().position(|k| k == "amount").unwrap()), "after the tag");
+        assert_eq!(even.presence("amount2"), Some(5));
+        assert_eq!(p.input_layout(4), p.layout(3), "through the filter to the map");
+        assert_eq!(p.input_layout(5).value("amount2"), Some(1));
+        assert_eq!(p.stream_head(6), None, "a sink after an aggregate");
     }
 
     #[test]

@@ -345,7 +345,8 @@ fn source(
                 OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 _ => None,
             };
-            let parser = JsonParser::new(plan.projections[id].clone(), event_field);
+            let parser = JsonParser::new(plan.projections[id].clone(), event_field)
+                .with_extras(plan.extras[id].values.clone(), plan.extras[id].presence.clone());
             let splits = splits_for(&sized, plan.pipeline.parallelism, subtask, spec.event_time.is_some());
             Ok(Box::new(FileSource::new(
                 &node.name,
@@ -366,7 +367,8 @@ fn source(
             };
             // A repartition topic's records carry their event time (stamp.rs).
             let event_field = if k.message_timestamp || k.repartition.is_some() { None } else { event_field };
-            let parser = JsonParser::new(plan.projections[id].clone(), event_field);
+            let parser = JsonParser::new(plan.projections[id].clone(), event_field)
+                .with_extras(plan.extras[id].values.clone(), plan.extras[id].presence.clone());
             let p = plan.pipeline.parallelism;
             let idle = spec.event_time.as_ref().and_then(|e| e.idle_timeout);
             let src = KafkaSource::open(&node.name, k, &plan.pipeline.name, subtask, p, parser, spec.on_error.clone(), dead_letter, idle)
@@ -535,14 +537,14 @@ fn chain_op(
                 OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 _ => None,
             };
-            Box::new(Filter::new(&node.name, spec, dead_letter))
+            Box::new(Filter::new(&node.name, spec, &plan.input_layout(id), dead_letter))
         }
         NodeKind::Map(spec) => {
             let dead_letter = match &spec.on_error {
                 OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 _ => None,
             };
-            Box::new(Map::new(&node.name, spec, plan.projections[id].clone(), dead_letter))
+            Box::new(Map::new(&node.name, spec, plan.projections[id].clone(), &plan.input_layout(id), &plan.extras[id], dead_letter))
         }
         NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
             Box::new(FileSink::new(dir, *max_file_bytes, subtask, plan.pipeline.checkpoint.is_some()).map_err(|e| err(e.to_string()))?)

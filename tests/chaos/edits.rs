@@ -57,7 +57,7 @@ pub fn apply(kind: &EditKind, shape: &Shape, rng: &mut Rng, serial: usize) -> Op
             }
             let on = rng.pick(&nodes).clone();
             let (op, sink) = (format!("added_op{serial}"), format!("added{serial}"));
-            s.operators.push(Operator { name: op.clone(), input: on.clone(), kind: OpKind::Dedup });
+            s.operators.push(Operator { name: op.clone(), input: on.clone(), kind: OpKind::Dedup, values: Vec::new() });
             s.sinks.push(Sink { name: sink.clone(), input: op.clone(), kind: SinkKind::File });
             Some(Edit { shape: s, what: format!("new operator {op} (dedup) on {on} with sink {sink}"), touched: vec![sink], removed: None })
         }

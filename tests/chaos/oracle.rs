@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use super::input::SourceInput;
 use super::records::{parse, Obj};
-use super::reference::{self, Func, Window as RefWindow};
-use super::shape::{OpKind, Shape, Window, OUT_OF_ORDERNESS_MS};
+use super::reference::{self, Agg, Func, Window as RefWindow};
+use super::shape::{OpKind, Shape, ValueFn, Window, OUT_OF_ORDERNESS_MS};
 
 /// The records one node emits over the whole input.
 #[derive(Clone, Default)]
@@ -40,6 +40,10 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
     // Operators are declared after their input (the shape draws them so).
     for op in &shape.operators {
         let up = out[&op.input].clone();
+        // The functions over values this aggregate adds to its fixed ones.
+        let rollup = matches!(op.kind, OpKind::Rollup { .. });
+        let values: Vec<Agg> = op.values.iter().map(|f| value_agg(*f, rollup)).collect();
+        let with = |fixed: &[Agg]| -> Vec<Agg> { fixed.iter().cloned().chain(values.iter().cloned()).collect() };
         let e = match &op.kind {
             OpKind::Dedup => {
                 let on_time = reference::on_time_for_dedup(&up.lines, "ts");
@@ -65,7 +69,7 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
                     (Func::Min, Some("amount"), "lo"),
                     (Func::Max, Some("amount"), "hi"),
                 ];
-                records(reference::aggregate_late(&up.lines, &["user"], "ts", window, 0, &aggs).0)
+                records(reference::aggregate_late(&up.lines, &["user"], "ts", window, 0, &with(&aggs)).0)
             }
             OpKind::Rollup { size } => {
                 // A windowed result carries event time window_end - 1.
@@ -80,7 +84,7 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
                     })
                     .collect();
                 let aggs = [(Func::Sum, Some("n"), "n"), (Func::Sum, Some("total"), "total"), (Func::Count, None, "windows")];
-                records(reference::aggregate(&stamped, &["user"], "__ts", Some(RefWindow::Tumbling { size: *size }), &aggs))
+                records(reference::aggregate(&stamped, &["user"], "__ts", Some(RefWindow::Tumbling { size: *size }), &with(&aggs)))
             }
             // The reference of the expressions in `Shape::yaml`.
             OpKind::Filter => raw(up.lines.iter().filter(|(l, _)| amount(l) % 3 != 1).cloned().collect()),
@@ -97,12 +101,24 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
             OpKind::Running { .. } => {
                 let aggs = [(Func::Count, None, "n"), (Func::Sum, Some("amount"), "total")];
                 let lines: Vec<String> = up.lines.iter().map(|(l, _)| l.clone()).collect();
-                Expected { running: true, ..records(reference::aggregate(&lines, &["user"], "ts", None, &aggs)) }
+                Expected { running: true, ..records(reference::aggregate(&lines, &["user"], "ts", None, &with(&aggs))) }
             }
         };
         out.insert(op.name.clone(), e);
     }
     out
+}
+
+/// The reference of a function over values, as `Shape::yaml` writes it.
+fn value_agg(f: ValueFn, rollup: bool) -> Agg {
+    let (_, field, alias) = f.spec(rollup);
+    let func = match f {
+        ValueFn::CountDistinct => Func::CountDistinct,
+        ValueFn::First => Func::First,
+        ValueFn::Last => Func::Last,
+        ValueFn::Collect { max_items } => Func::Collect(max_items),
+    };
+    (func, Some(field), alias)
 }
 
 /// The integer `amount` of a raw record (every generated record has one).

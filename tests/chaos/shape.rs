@@ -8,7 +8,9 @@
 //! and every hash edge from many upstream subtasks is a fan-in. Sinks: a file
 //! sink on every leaf, sometimes a second file sink (fan-out) and a slow
 //! blackhole (backpressure); a `filter` or `map` spliced into some edges
-//! that carry raw records. Event times are multiples of `STEP_MS` and
+//! that carry raw records. Aggregates add some of the functions over values
+//! (`count_distinct`, `first`, `last`, `collect` with `max_items`) to their
+//! fixed ones. Event times are multiples of `STEP_MS` and
 //! session gaps are not, so no record is ever exactly `gap` from another.
 
 use std::fmt::Write as _;
@@ -86,11 +88,39 @@ pub enum Emits {
     Updates,
 }
 
+/// A function over values (issue 16) an aggregate adds to its fixed ones.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ValueFn {
+    CountDistinct,
+    First,
+    Last,
+    Collect { max_items: usize },
+}
+
+impl ValueFn {
+    /// Its `fn`, the field it reads on the aggregate's input (raw records,
+    /// or a windowed aggregate's results for a rollup) and its output name.
+    pub fn spec(self, rollup: bool) -> (&'static str, &'static str, &'static str) {
+        match (self, rollup) {
+            (ValueFn::CountDistinct, false) => ("count_distinct", "amount", "distinct"),
+            (ValueFn::CountDistinct, true) => ("count_distinct", "total", "distinct"),
+            (ValueFn::First, false) => ("first", "id", "first"),
+            (ValueFn::First, true) => ("first", "n", "first"),
+            (ValueFn::Last, false) => ("last", "amount", "last"),
+            (ValueFn::Last, true) => ("last", "total", "last"),
+            (ValueFn::Collect { .. }, false) => ("collect", "id", "some"),
+            (ValueFn::Collect { .. }, true) => ("collect", "total", "some"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Operator {
     pub name: String,
     pub input: String,
     pub kind: OpKind,
+    /// An aggregate's functions over values, after its fixed ones.
+    pub values: Vec<ValueFn>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -193,6 +223,7 @@ impl Shape {
             }
         }
         shape.splice_stateless(seed);
+        shape.draw_value_functions(seed);
         if rng.chance(0.3) {
             if let Some(node) = shape.random_node_with_room(rng) {
                 // Slower than its source: backpressure builds up behind it.
@@ -226,7 +257,27 @@ impl Shape {
             let upstream = std::mem::replace(input, name.clone());
             // Declared right before its consumer (operators) or last: after its input either way.
             let at = if is_op { j } else { self.operators.len() };
-            self.operators.insert(at, Operator { name, input: upstream, kind });
+            self.operators.insert(at, Operator { name, input: upstream, kind, values: Vec::new() });
+        }
+    }
+
+    /// Give some aggregates functions over values (issue 16), each at most
+    /// once, in a drawn order, from their own stream of the seed (as
+    /// `splice_stateless`).
+    fn draw_value_functions(&mut self, seed: u64) {
+        let mut rng = Rng::new(seed ^ 0x0a66_f00d);
+        for o in &mut self.operators {
+            if matches!(o.kind, OpKind::Dedup | OpKind::Filter | OpKind::Map) || rng.chance(0.3) {
+                continue;
+            }
+            let mut all =
+                vec![ValueFn::CountDistinct, ValueFn::First, ValueFn::Last, ValueFn::Collect { max_items: rng.range(1, 6) as usize }];
+            while !all.is_empty() {
+                let f = all.remove(rng.range(0, all.len() as u64 - 1) as usize);
+                if rng.chance(0.6) {
+                    o.values.push(f);
+                }
+            }
         }
     }
 
@@ -268,7 +319,7 @@ impl Shape {
                 _ => OpKind::Running { emit_ms: rng.range(100, 600) },
             },
         };
-        self.operators.push(Operator { name, input, kind });
+        self.operators.push(Operator { name, input, kind, values: Vec::new() });
         true
     }
 
@@ -412,6 +463,15 @@ impl Shape {
                 OpKind::Filter => y.push_str("    type: filter\n    where: \"amount % 3 != 1\"\n"),
                 OpKind::Map => y.push_str("    type: map\n    set: {amount: \"amount * 2\", tag: \"'m'\"}\n"),
             }
+            let rollup = matches!(o.kind, OpKind::Rollup { .. });
+            for f in &o.values {
+                let (func, field, alias) = f.spec(rollup);
+                let bound = match f {
+                    ValueFn::Collect { max_items } => format!(", max_items: {max_items}"),
+                    _ => String::new(),
+                };
+                let _ = writeln!(y, "      - {{fn: {func}, field: {field}{bound}, as: {alias}}}");
+            }
         }
         y.push_str("sinks:\n");
         for s in &self.sinks {
@@ -442,7 +502,14 @@ impl Shape {
 
     /// One line for the table and the reproduction: what this shape is.
     pub fn summary(&self) -> String {
-        let ops: Vec<String> = self.operators.iter().map(|o| format!("{}<-{}:{:?}", o.name, o.input, o.kind)).collect();
+        let ops: Vec<String> = self
+            .operators
+            .iter()
+            .map(|o| match o.values.is_empty() {
+                true => format!("{}<-{}:{:?}", o.name, o.input, o.kind),
+                false => format!("{}<-{}:{:?}+{:?}", o.name, o.input, o.kind, o.values),
+            })
+            .collect();
         let sinks: Vec<String> = self.sinks.iter().map(|s| format!("{}<-{}", s.name, s.input)).collect();
         let via = |s: &Source| if s.via_kafka.is_some() { " via kafka" } else { "" };
         let sources: Vec<String> = self.sources.iter().map(|s| format!("{}:{:?}{}", s.name, s.kind, via(s))).collect();
@@ -468,4 +535,38 @@ pub fn sink_rel(sink: &str) -> String {
 /// A file source's dead-letter file, relative to the case directory.
 pub fn dead_letter_rel(source: &str) -> String {
     format!("out/dl-{source}.jsonl")
+}
+
+#[test]
+fn aggregates_draw_every_function_over_values() {
+    // Issue 16: the harness exercises count_distinct, first, last and
+    // collect (with several bounds) on windowed, rollup and running
+    // aggregates, and writes them into the pipeline.
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..400 {
+        let shape = Shape::draw(&mut Rng::new(seed), seed);
+        let yaml = shape.yaml(Path::new("/case"));
+        for o in &shape.operators {
+            for f in &o.values {
+                let (func, field, alias) = f.spec(matches!(o.kind, OpKind::Rollup { .. }));
+                assert!(yaml.contains(&format!("{{fn: {func}, field: {field}")), "{yaml}");
+                assert!(yaml.contains(&format!("as: {alias}}}")), "{yaml}");
+                let kind = match o.kind {
+                    OpKind::Windowed(_) => "windowed",
+                    OpKind::Rollup { .. } => "rollup",
+                    OpKind::Running { .. } => "running",
+                    _ => panic!("{:?} has functions over values", o.kind),
+                };
+                seen.insert((kind, format!("{f:?}")));
+            }
+        }
+    }
+    for kind in ["windowed", "rollup", "running"] {
+        for f in ["CountDistinct", "First", "Last"] {
+            assert!(seen.contains(&(kind, f.to_string())), "{kind} {f} never drawn: {seen:?}");
+        }
+        assert!(seen.iter().any(|(k, f)| *k == kind && f.starts_with("Collect")), "{kind} collect never drawn");
+    }
+    let bounds = seen.iter().filter(|(_, f)| f.starts_with("Collect")).count();
+    assert!(bounds >= 4, "collect is drawn with several bounds: {seen:?}");
 }

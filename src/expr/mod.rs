@@ -22,6 +22,9 @@ use serde_json::value::RawValue;
 
 use crate::format::json::{FieldNeed, JsonParser};
 
+pub mod fast;
+pub use fast::{Slots, V};
+
 /// A compiled expression.
 #[derive(Clone)]
 pub struct Expression {
@@ -32,6 +35,77 @@ pub struct Expression {
     /// Reads them as scalars with the source's parser (its scanner takes
     /// flat lines); anything it refuses is read again by `Vars::from_json`.
     scalars: JsonParser,
+    /// The native evaluator, if the expression is simple enough.
+    fast: Option<Arc<fast::Node>>,
+    /// Variable i in slot i (of what `scalars` reads).
+    every_slot: Vec<Option<usize>>,
+}
+
+/// The value of an expression: from the fast path, or from cel-rust.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome<'a> {
+    Fast(V<'a>),
+    Cel(Value),
+}
+
+impl Outcome<'_> {
+    /// As cel-rust's value.
+    pub fn into_cel(self) -> Value {
+        match self {
+            Outcome::Fast(v) => v.to_cel(),
+            Outcome::Cel(v) => v,
+        }
+    }
+
+    /// The bool a condition gives, or why it is none.
+    pub fn as_bool(&self, what: &str) -> Result<bool, String> {
+        match self {
+            Outcome::Fast(V::Bool(b)) => Ok(*b),
+            Outcome::Cel(Value::Bool(b)) => Ok(*b),
+            Outcome::Fast(v) => Err(format!("{what} gave a {}, expected a bool", v.to_cel().type_of())),
+            Outcome::Cel(v) => Err(format!("{what} gave a {}, expected a bool", v.type_of())),
+        }
+    }
+
+    /// Append the JSON text, or say why there is none (`source`: the expression).
+    pub fn write_json(&self, out: &mut String, source: &str) -> Result<(), String> {
+        if let Outcome::Fast(v) = self {
+            if v.write_json(out).is_some() {
+                return Ok(());
+            }
+        }
+        let json = to_json(&self.clone().into_cel()).map_err(|why| format!("`{source}`: {why}"))?;
+        out.push_str(&json.to_string());
+        Ok(())
+    }
+
+    /// As JSON, or why it has none.
+    pub fn to_json(&self, source: &str) -> Result<serde_json::Value, String> {
+        to_json(&self.clone().into_cel()).map_err(|why| format!("`{source}`: {why}"))
+    }
+
+    /// The value the source's parser reads back from the JSON text of this
+    /// value, if it is a scalar (None: read the text).
+    pub fn to_value(&self) -> Option<crate::types::Value> {
+        use crate::types::Value as T;
+        match self {
+            Outcome::Fast(v) => v.to_value(),
+            Outcome::Cel(v) => match v {
+                Value::Null => Some(T::Null),
+                Value::Bool(b) => Some(T::Bool(*b)),
+                Value::Int(i) => Some(T::Int(*i)),
+                Value::UInt(u) => crate::number::parse(&u.to_string()),
+                Value::Float(f) if f.is_finite() => Some(T::Float(*f)),
+                Value::String(s) => Some(T::Str(s.as_str().into())),
+                // Timestamps and durations are written as strings.
+                Value::Timestamp(_) | Value::Duration(_) => match to_json(v) {
+                    Ok(serde_json::Value::String(s)) => Some(T::Str(s.into())),
+                    _ => None,
+                },
+                _ => None,
+            },
+        }
+    }
 }
 
 impl fmt::Debug for Expression {
@@ -126,7 +200,7 @@ impl Expression {
         collect_calls(program.expression(), &mut calls);
         for (id, name) in calls {
             // Operators (`_+_`, `!_`, `@in`, `_[_]`) are the parser's own.
-            if name.starts_with('_') || name.starts_with('@') || name.starts_with('!') || is_declared(&name) {
+            if name.starts_with(['_', '@', '!', '-']) || is_declared(&name) {
                 continue;
             }
             let offset = program.source_info().offset_for(id).map_or(0, |(start, _)| start as usize);
@@ -138,7 +212,69 @@ impl Expression {
         variables.dedup();
         let needs = variables.iter().map(|v| (v.clone(), FieldNeed { required: true, numeric: false })).collect();
         let scalars = JsonParser::new(needs, None);
-        Ok(Expression { source: source.to_string(), program: Arc::new(program), variables, scalars })
+        let fast = fast::Node::compile(program.expression(), &variables).map(Arc::new);
+        let every_slot = (0..variables.len()).map(Some).collect();
+        Ok(Expression { source: source.to_string(), program: Arc::new(program), variables, scalars, fast, every_slot })
+    }
+
+    /// Whether the native evaluator takes this expression.
+    pub fn is_fast(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// Evaluate over one record: `slots` holds its projected values (see
+    /// `plan::Layout`), `raw` its text. The fast path where it decides; else
+    /// cel-rust over the projected values if they hold every variable, else
+    /// over the fields read from the text.
+    pub fn eval_record<'a>(&'a self, slots: &Slots<'a>, raw: &str) -> Result<Outcome<'a>, String> {
+        if let Some(f) = &self.fast {
+            if let Ok(v) = f.eval(slots) {
+                return Ok(Outcome::Fast(v));
+            }
+        }
+        match self.vars_from(slots) {
+            Some(vars) => self.eval(&vars).map(Outcome::Cel),
+            None => self.eval_text(raw),
+        }
+    }
+
+    /// Evaluate over the fields read from the JSON object `raw` (a record
+    /// whose source handed on none of them): the fast path where it
+    /// decides, else cel-rust.
+    pub fn eval_text(&self, raw: &str) -> Result<Outcome<'static>, String> {
+        // The source's scanner reads present scalars; anything else (a
+        // missing field, a nested value, a number beyond i64 and f64) is
+        // read again by `Vars::from_json`.
+        if let Ok(fields) = self.scalars.fields(raw) {
+            let slots = Slots { fields: &fields, slots: &self.every_slot, limit: usize::MAX };
+            if let Some(f) = &self.fast {
+                if let Ok(v) = f.eval(&slots) {
+                    return Ok(Outcome::Fast(v.into_owned()));
+                }
+            }
+            if let Some(vars) = self.vars_from(&slots) {
+                return self.eval(&vars).map(Outcome::Cel);
+            }
+        }
+        let vars = Vars::from_json(raw, &self.variables)?;
+        self.eval(&vars).map(Outcome::Cel)
+    }
+
+    /// The variables from projected values, if they hold all of them.
+    fn vars_from(&self, slots: &Slots<'_>) -> Option<Vars<'_>> {
+        use fast::Vars as _;
+        let mut vars = Vars { values: Vec::with_capacity(self.variables.len()), unreadable: Vec::new() };
+        for (i, name) in self.variables.iter().enumerate() {
+            let val: Box<dyn Val> = match slots.var(i).ok()? {
+                V::Null => Box::new(CelNull),
+                V::Bool(b) => Box::new(CelBool::from(b)),
+                V::Int(i) => Box::new(CelInt::from(i)),
+                V::Double(d) => Box::new(CelDouble::from(d)),
+                V::Str(s) => Box::new(CelString::from(s.into_owned())),
+            };
+            vars.values.push((name, val));
+        }
+        Some(vars)
     }
 
     /// The variables of this expression from the JSON object `line`.
@@ -170,7 +306,16 @@ impl Expression {
         // no map of variables (and no copy of their names) per evaluation.
         let mut ctx = Context::with_env(Arc::clone(env()));
         ctx.set_variable_resolver(vars);
-        self.program.execute(&ctx).map_err(|e| format!("`{}`: {e}", self.source))
+        self.program.execute(&ctx).map_err(|e| {
+            // A field the record holds but that has no CEL value fails
+            // where it is needed, with why.
+            if let cel::ExecutionError::UndeclaredReference(name) = &e {
+                if let Some((_, why)) = vars.unreadable.iter().find(|(n, _)| *n == name.as_str()) {
+                    return why.clone();
+                }
+            }
+            format!("`{}`: {e}", self.source)
+        })
     }
 }
 
@@ -212,6 +357,10 @@ fn entry_calls(e: &EntryExpr, out: &mut Vec<(u64, String)>) {
 #[derive(Default)]
 pub struct Vars<'n> {
     values: Vec<(&'n str, Box<dyn Val>)>,
+    /// Fields the record holds that have no CEL value (a number beyond
+    /// f64), with why: an error only if the evaluation needs them, as it
+    /// is for a field read from the source's values.
+    unreadable: Vec<(&'n str, String)>,
 }
 
 impl VariableResolver for Vars<'_> {
@@ -225,7 +374,7 @@ impl<'n> Vars<'n> {
     /// The scalars the source's scanner read for `names` (in order), or
     /// None if one has no exact CEL form here (a decimal beyond f64 and i64).
     pub fn from_scalars(names: &'n [String], fields: Vec<crate::types::Value>) -> Option<Vars<'n>> {
-        let mut vars = Vars { values: Vec::with_capacity(fields.len()) };
+        let mut vars = Vars { values: Vec::with_capacity(fields.len()), unreadable: Vec::new() };
         for (name, v) in names.iter().zip(fields) {
             vars.bind_scalar(name, v)?;
         }
@@ -270,10 +419,27 @@ impl<'n> Vars<'n> {
         let mut picked: Vec<(usize, &RawValue)> = last.into_iter().collect();
         picked.sort_by_key(|(i, _)| *i);
         for (i, r) in picked {
-            let v: serde_json::Value = serde_json::from_str(r.get()).map_err(|e| format!("invalid JSON: {e}"))?;
-            vars.bind(&names[i], &v)?;
+            if let Err(why) = vars.bind_raw(&names[i], r.get()) {
+                vars.unreadable.push((&names[i], why));
+            }
         }
         Ok(vars)
+    }
+
+    /// Bind `name` to the JSON text `raw` of a top-level field. A number is
+    /// read as the source's parser reads it (`-0` is the int 0), so both
+    /// readings of a record give the same values.
+    pub fn bind_raw(&mut self, name: &'n str, raw: &str) -> Result<(), String> {
+        use crate::types::Value as T;
+        if let Some(b'-' | b'0'..=b'9') = raw.as_bytes().first() {
+            if let Some(v @ (T::Int(_) | T::Float(_))) = crate::number::parse(raw) {
+                if self.bind_scalar(name, v).is_some() {
+                    return Ok(());
+                }
+            }
+        }
+        let v: serde_json::Value = serde_json::from_str(raw).map_err(|e| format!("invalid JSON: {e}"))?;
+        self.bind(name, &v)
     }
 
     /// Bind `name` to a JSON value.
@@ -417,6 +583,13 @@ mod tests {
         assert_eq!(eval("a == null && b == 'x' && c == 1.5 && d", r#"{"a": null, "b": "x", "c": 1.5, "d": true}"#), Ok(Value::Bool(true)));
         assert_eq!(eval("a > 1u", r#"{"a": 18446744073709551615}"#), Ok(Value::Bool(true)), "beyond i64: a uint");
         assert_eq!(eval("a + 1", r#"{"a": 1, "a": 5}"#), Ok(Value::Int(6)), "the last duplicate counts");
+        // A number with no CEL value fails only where it is needed.
+        assert_eq!(eval("a == 1 || b > 0", r#"{"a": 1, "b": 1e400}"#), Ok(Value::Bool(true)));
+        assert!(eval("b > 0", r#"{"a": 1, "b": 1e400}"#).unwrap_err().contains("out of range"));
+        // `-0` is the int 0 in flat and nested records alike, as keys read it.
+        assert_eq!(eval("a + 1", r#"{"a": -0}"#), Ok(Value::Int(1)));
+        assert_eq!(eval("a + 1", r#"{"a": -0, "n": {"x": [1]}}"#), Ok(Value::Int(1)));
+        assert_eq!(eval("-a", r#"{"a": 3}"#), Ok(Value::Int(-3)));
     }
 
     #[test]
@@ -430,7 +603,17 @@ mod tests {
         let e = Expression::compile("a > 1 &&\n  b.nope()").unwrap_err();
         assert_eq!(e.message, "unknown function `nope`");
         assert_eq!(e.line, 2, "{e}");
-        for ok in ["size(a) > 0", "a.startsWith('x')", "string(a) + 'x'", "int(a) + 1", "[1, 2].exists(x, x > 1)", "a in [1, 2]"] {
+        for ok in [
+            "-a",
+            "-(a + 1) * 2",
+            "!(a > 1)",
+            "size(a) > 0",
+            "a.startsWith('x')",
+            "string(a) + 'x'",
+            "int(a) + 1",
+            "[1, 2].exists(x, x > 1)",
+            "a in [1, 2]",
+        ] {
             Expression::compile(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
     }
