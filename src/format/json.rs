@@ -137,12 +137,6 @@ impl JsonParser {
         !self.nested.is_empty() && self.nested.iter().any(|(_, p)| p.head() == key)
     }
 
-    /// Store a scalar found under the top-level `key`.
-    fn store(&self, key: &str, v: Value, values: &mut [Value], seen: &mut Seen, event_time: &mut Option<Result<Millis, String>>) {
-        let (slot, is_time) = self.lookup(key);
-        self.store_at(slot, is_time, v, values, seen, event_time);
-    }
-
     fn store_at(
         &self,
         slot: Option<usize>,
@@ -239,7 +233,7 @@ fn scan(
             _ => return None,
         };
         if let (true, Some(v)) = (wanted, value) {
-            parser.store(key, v, values, seen, event_time);
+            parser.store_at(slot, is_time, v, values, seen, event_time);
         }
         i = skip_ws(b, next);
         match b.get(i) {
