@@ -39,6 +39,9 @@ const PRESENT: u8 = 1;
 const DIRTY: u8 = 2;
 /// RocksDB may hold the key (unset only when this cache knows it doesn't).
 const IN_DB: u8 = 4;
+/// The key's fingerprint is in [`FlushedKeys`] (a flush wrote it, or it was
+/// read from RocksDB): the next flush need not insert it again.
+const NOTED: u8 = 8;
 
 /// Lengths and flags live in each variant, so the whole entry is 64 bytes.
 enum Store {
@@ -53,6 +56,8 @@ pub(super) struct Entry(Store);
 impl Entry {
     fn new(key: &[u8], value: Option<&[u8]>, dirty: bool, in_db: bool) -> Self {
         let flags = if value.is_some() { PRESENT } else { 0 } | if dirty { DIRTY } else { 0 } | if in_db { IN_DB } else { 0 };
+        // Read from RocksDB (clean, so in it): flushed by this subtask, or the fingerprints are off.
+        let flags = if dirty { flags } else { flags | NOTED };
         Entry(Self::store(key, value.unwrap_or(&[]), flags))
     }
 
@@ -98,6 +103,13 @@ impl Entry {
 
     fn in_db(&self) -> bool {
         self.flags() & IN_DB != 0
+    }
+
+    fn key_len(&self) -> usize {
+        match &self.0 {
+            Store::Inline { key_len, .. } => *key_len as usize,
+            Store::Heap { key_len, .. } => *key_len as usize,
+        }
     }
 
     pub fn key(&self) -> &[u8] {
@@ -175,6 +187,13 @@ impl WriteCache {
 
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
         self.map.find(self.hash(key), |e| e.key() == key)
+    }
+
+    /// Load the slot of `key` (or where it would be) into the CPU cache:
+    /// a lookup that compares key lengths alone, short so that the loads
+    /// of a batch of them overlap.
+    pub fn touch(&self, key: &[u8]) {
+        std::hint::black_box(self.map.find(self.hash(key), |e| e.key_len() == key.len()).is_some());
     }
 
     /// Whether any entry awaits a flush.
@@ -272,14 +291,15 @@ impl WriteCache {
         }
         // In key order: RocksDB's skip list inserts a sorted run next to
         // the previous key instead of searching from the top for each.
-        let mut dirty: Vec<(&[u8], Option<&[u8]>)> = self.map.iter().filter(|e| e.dirty()).map(|e| (e.key(), e.value())).collect();
-        dirty.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut dirty: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(self.dirty);
         // Before the write: a failed batch may have been applied in part.
-        for (k, v) in &dirty {
-            if v.is_some() {
-                self.flushed.insert(k);
+        for e in self.map.iter().filter(|e| e.dirty()) {
+            if e.present() && e.flags() & NOTED == 0 {
+                self.flushed.insert(e.key());
             }
+            dirty.push((e.key(), e.value()));
         }
+        dirty.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut changes = dirty.into_iter().map(|(k, v)| match v {
             Some(v) => Change::Put(k, v),
             None => Change::Delete(k),
@@ -289,6 +309,7 @@ impl WriteCache {
         self.map.retain(|e| {
             e.set_flag(DIRTY, false);
             e.set_flag(IN_DB, true);
+            e.set_flag(NOTED, e.present());
             if !e.present() {
                 freed += e.key().len() + ENTRY_OVERHEAD;
             }
