@@ -76,7 +76,10 @@ impl JsonParser {
 
     /// The projected values and the event time of `line`.
     fn read(&self, line: &str, use_scanner: bool) -> Result<(Vec<Value>, Option<Millis>), String> {
-        let mut fields = vec![Value::Null; self.fields.len()];
+        // Not `vec![Value::Null; n]`: that clones the element (a call per
+        // line even when nothing is projected).
+        let mut fields = Vec::with_capacity(self.fields.len());
+        fields.resize_with(self.fields.len(), || Value::Null);
         let mut seen = Seen::new(self.fields.len());
         let mut event_time = None;
         // The scanner takes the common flat lines; anything else (escapes,
