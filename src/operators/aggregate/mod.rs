@@ -58,7 +58,7 @@ pub mod window;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::dedup::{decode_time, duration_ms, encode_time, resolve_fields, KeyList};
+use super::dedup::{decode_time, duration_ms, encode_time, resolve_fields, BatchKeys, KeyList};
 use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use crate::config::{AggregateSpec, WindowSpec};
 use crate::state::{TableId, TableKind, TableSpec};
@@ -139,20 +139,6 @@ impl Output {
         r.key_group = kg;
         out.push(r);
         Ok(())
-    }
-}
-
-/// Encoded keys end to end, and where each ends.
-#[derive(Default)]
-struct BatchKeys {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl BatchKeys {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.ends.clear();
     }
 }
 
@@ -699,25 +685,15 @@ impl Operator for Aggregate {
             // Encode every key once, and touch its entry: the memory waits
             // of the batch's lookups overlap instead of coming one by one.
             let keys = &mut self.batch_keys;
-            keys.clear();
-            for r in &batch {
-                for &i in &self.key_indices {
-                    r.fields[i].encode_key(&mut keys.bytes);
-                }
-                keys.ends.push(keys.bytes.len());
-            }
+            keys.encode(&batch, &self.key_indices);
             // A loop of its own: the shorter each turn, the more of them
             // (and their cache misses) the CPU runs at once.
-            let mut start = 0;
-            for (r, &end) in batch.iter().zip(&keys.ends) {
-                ctx.state.prefetch(ACCS, r.key_group, &keys.bytes[start..end]);
-                start = end;
+            for (r, key) in batch.iter().zip(keys.iter()) {
+                ctx.state.prefetch(ACCS, r.key_group, key);
             }
             let accs = &self.output.accs;
-            let mut start = 0;
-            for (r, &end) in batch.iter().zip(&keys.ends) {
-                Self::process_running(accs, r, &keys.bytes[start..end], ctx)?;
-                start = end;
+            for (r, key) in batch.iter().zip(keys.iter()) {
+                Self::process_running(accs, r, key, ctx)?;
             }
             return Ok(());
         };
