@@ -12,7 +12,9 @@
 #       # rows per CPU-second of the issue's jobs (1 s aligned checkpoints),
 #       # this build and an older binary alternated in the same run;
 #       # BENCH_JOBS picks jobs (scripts/bench/NAME.yaml), BENCH_P="1 2"
-#       # parallelisms
+#       # parallelisms, BENCH_REPEAT=3 runs each pair three times (CPU
+#       # seconds depend on how many 1 s checkpoints a run takes, so on
+#       # the machine's load: compare the best or the median of a few)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bench/input.sh
@@ -98,8 +100,10 @@ cpu_bench() {
   echo "|---|---|---|---|---|---|---|---|"
   for job in ${BENCH_JOBS:-passthrough count_checkpointed dedup_checkpointed tumbling_checkpointed count_users_rocks tumbling_rocks dedup_rocks}; do
     for p in ${BENCH_P:-1}; do
-      for bin in $weir ${BENCH_BASELINE:-}; do
-        CHECKPOINT_INTERVAL=1s cpu_row "$bin" "$job" "$p"
+      for _ in $(seq 1 "${BENCH_REPEAT:-1}"); do
+        for bin in $weir ${BENCH_BASELINE:-}; do
+          CHECKPOINT_INTERVAL=1s cpu_row "$bin" "$job" "$p"
+        done
       done
     done
   done

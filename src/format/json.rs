@@ -137,7 +137,11 @@ impl JsonParser {
 
     /// The projected values and the event time of `line`.
     fn read(&self, line: &str, use_scanner: bool) -> Result<(Vec<Value>, Option<Millis>), String> {
-        let mut fields = vec![Value::Null; self.fields.len() + self.extras_len()];
+        // Not `vec![Value::Null; n]`: that clones the element (a call per
+        // line even when nothing is projected).
+        let n = self.fields.len() + self.extras_len();
+        let mut fields = Vec::with_capacity(n);
+        fields.resize_with(n, || Value::Null);
         let mut seen = Seen::new(self.fields.len());
         let mut event_time = None;
         // The scanner takes the common flat lines; anything else (escapes,
@@ -205,12 +209,6 @@ impl JsonParser {
     /// Whether a nested path starts at top-level key `key`.
     fn is_head(&self, key: &str) -> bool {
         !self.nested.is_empty() && self.nested.iter().any(|(_, p)| p.head() == key)
-    }
-
-    /// Store a scalar found under the top-level `key`.
-    fn store(&self, key: &str, v: Value, values: &mut [Value], seen: &mut Seen, event_time: &mut Option<Result<Millis, String>>) {
-        let (slot, is_time) = self.lookup(key);
-        self.store_at(slot, is_time, v, values, seen, event_time);
     }
 
     fn store_at(
@@ -313,9 +311,9 @@ fn scan(
             match (slot.is_some() || is_time, extra) {
                 (true, true) => {
                     parser.store_extras(key, Some(v.clone()), values);
-                    parser.store(key, v, values, seen, event_time);
+                    parser.store_at(slot, is_time, v, values, seen, event_time);
                 }
-                (true, false) => parser.store(key, v, values, seen, event_time),
+                (true, false) => parser.store_at(slot, is_time, v, values, seen, event_time),
                 (false, _) => parser.store_extras(key, Some(v), values),
             }
         }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use super::{Context, OpError, OpResult, Operator};
 use crate::config::DedupSpec;
 use crate::state::{TableId, TableKind, TableSpec};
-use crate::types::{encode_key, KeyGroup, Millis, Record};
+use crate::types::{KeyGroup, Millis, Record};
 
 const SEEN: TableId = 0;
 const TIMERS: TableId = 1;
@@ -45,6 +45,8 @@ pub struct Dedup {
     value: Vec<u8>,
     timer: Vec<u8>,
     due: KeyList,
+    /// The encoded keys of the batch being processed.
+    batch_keys: BatchKeys,
     /// Every timer below this is gone: the scans for expired keys start
     /// here, not at the first timer, so they never walk over deleted
     /// timers (tombstones, in RocksDB). MIN after a restore.
@@ -63,6 +65,7 @@ impl Dedup {
             value: Vec::new(),
             timer: Vec::new(),
             due: KeyList::default(),
+            batch_keys: BatchKeys::default(),
             timers_from: Millis::MIN,
         })
     }
@@ -99,20 +102,12 @@ impl Dedup {
         self.timers_from = self.timers_from.max(bound.saturating_add(1));
         Ok(())
     }
-}
 
-impl Operator for Dedup {
-    fn tables(&self) -> Vec<TableSpec> {
-        let mut t = vec![TableSpec { name: "seen", kind: TableKind::Point }];
-        if self.ttl.is_some() {
-            t.push(TableSpec { name: "timers", kind: TableKind::Ordered });
-        }
-        t
-    }
-
-    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
-        for record in batch {
-            encode_key(&record.fields, &self.key_indices, &mut self.key);
+    /// `process` with the batch's keys encoded (`keys`, one per record).
+    fn process_keyed(&mut self, batch: Vec<Record>, keys: &BatchKeys, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        for (record, key) in batch.into_iter().zip(keys.iter()) {
+            self.key.clear();
+            self.key.extend_from_slice(key);
             let kg = record.key_group;
             let Some(ttl) = self.ttl else {
                 if ctx.state.put_if_absent(SEEN, kg, &self.key, &[])? {
@@ -155,6 +150,29 @@ impl Operator for Dedup {
             out.push(record);
         }
         Ok(())
+    }
+}
+
+impl Operator for Dedup {
+    fn tables(&self) -> Vec<TableSpec> {
+        let mut t = vec![TableSpec { name: "seen", kind: TableKind::Point }];
+        if self.ttl.is_some() {
+            t.push(TableSpec { name: "timers", kind: TableKind::Ordered });
+        }
+        t
+    }
+
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        // Encode every key once and touch its `seen` slot first: the cache
+        // misses of the batch's lookups overlap instead of coming one by one.
+        let mut keys = std::mem::take(&mut self.batch_keys);
+        keys.encode(&batch, &self.key_indices);
+        for (r, key) in batch.iter().zip(keys.iter()) {
+            ctx.state.prefetch(SEEN, r.key_group, key);
+        }
+        let result = self.process_keyed(batch, &keys, ctx, out);
+        self.batch_keys = keys;
+        result
     }
 
     fn on_watermark(&mut self, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
@@ -219,6 +237,34 @@ pub(crate) struct KeyList {
     entries: Vec<(KeyGroup, usize, usize)>,
 }
 
+/// The encoded keys of a batch's records, end to end (encoded once, for a
+/// prefetch pass and then the lookups).
+#[derive(Debug, Default)]
+pub(crate) struct BatchKeys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl BatchKeys {
+    /// Encode the key (`indices` of the fields) of every record of `batch`.
+    pub fn encode(&mut self, batch: &[Record], indices: &[usize]) {
+        self.bytes.clear();
+        self.ends.clear();
+        for r in batch {
+            for &i in indices {
+                r.fields[i].encode_key(&mut self.bytes);
+            }
+            self.ends.push(self.bytes.len());
+        }
+    }
+
+    /// The keys, in batch order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(start, &end)| &self.bytes[start..end])
+    }
+}
+
 impl KeyList {
     pub(crate) fn clear(&mut self) {
         self.bytes.clear();
@@ -261,7 +307,7 @@ fn timer_key(t: Millis, key: &[u8], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use crate::state::KeyedState;
-    use crate::types::{key_group_of, Value};
+    use crate::types::{encode_key, key_group_of, Value};
 
     const MAX_PAR: u16 = 16;
 

@@ -69,6 +69,31 @@ impl Route {
         }
     }
 
+    /// `push` every record of `records`, in order. A route to one channel
+    /// takes the vector whole (when its buffer is empty, as it is after
+    /// each flush) instead of moving record by record.
+    fn push_all(&mut self, mut records: Vec<Record>) {
+        match self {
+            Route::Forward { buf, .. } => append(buf, records),
+            Route::Hash { txs, bufs, key, max_parallelism, scratch, .. } if txs.len() == 1 => {
+                for r in &mut records {
+                    encode_key(&r.fields, key, scratch);
+                    r.key_group = key_group_of(scratch, *max_parallelism);
+                }
+                append(&mut bufs[0], records);
+            }
+            Route::Hash { bufs, .. } => {
+                // Room for about a fair share each, so the buffers do not
+                // grow by doubling (and copying) after every flush.
+                let share = records.len() / bufs.len();
+                for b in bufs.iter_mut().filter(|b| b.is_empty()) {
+                    b.reserve(share + share / 4 + 8);
+                }
+                records.into_iter().for_each(|r| self.push(r))
+            }
+        }
+    }
+
     async fn flush(&mut self, times: Option<&TaskTimes>) -> Result<(), Disconnected> {
         match self {
             Route::Forward { tx, buf, .. } => send_batches(tx, buf, times).await,
@@ -112,6 +137,15 @@ impl Route {
     }
 }
 
+/// Append `records` to `buf`: by taking the vector when `buf` is empty.
+fn append(buf: &mut Vec<Record>, mut records: Vec<Record>) {
+    if buf.is_empty() {
+        *buf = records;
+    } else {
+        buf.append(&mut records);
+    }
+}
+
 async fn send_batches(tx: &Sender, buf: &mut Vec<Record>, times: Option<&TaskTimes>) -> Result<(), Disconnected> {
     while !buf.is_empty() {
         let rest = if buf.len() > BATCH_SIZE { buf.split_off(BATCH_SIZE) } else { Vec::new() };
@@ -152,9 +186,7 @@ impl Output {
                 route.push(r.clone());
             }
         }
-        for r in records {
-            last.push(r);
-        }
+        last.push_all(records);
     }
 
     pub async fn flush(&mut self) -> Result<(), Disconnected> {

@@ -166,23 +166,8 @@ impl FileSource {
         reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), text, reason, metrics)
     }
 
-    /// The 1-based line number of the `nth` line read in the open split.
-    fn line_number(&mut self, nth: u64) -> std::io::Result<u64> {
-        let Some(cur) = self.current.as_mut() else { return Err(std::io::Error::other("no open split")) };
-        let first = match cur.first_line {
-            Some(l) => l,
-            None => {
-                let l = self.lines.line_at(&self.splits[self.next_split - 1].path, cur.opened_at)?;
-                cur.first_line = Some(l);
-                l
-            }
-        };
-        Ok(first + nth)
-    }
-}
-
-impl Source for FileSource {
-    fn poll(&mut self, max: usize, out: &mut Vec<Record>, metrics: &OperatorMetrics) -> Result<SourcePoll, OpError> {
+    /// `poll`, with the bytes read added to `bytes`.
+    fn poll_lines(&mut self, max: usize, out: &mut Vec<Record>, metrics: &OperatorMetrics, bytes: &mut u64) -> Result<SourcePoll, OpError> {
         let mut produced = 0;
         while produced < max {
             let Some(cur) = self.current.as_mut() else {
@@ -214,7 +199,7 @@ impl Source for FileSource {
             }
             cur.offset += n as u64;
             cur.lines_read += 1;
-            OperatorMetrics::add(&metrics.bytes_in, n as u64);
+            *bytes += n as u64;
             let split = self.next_split - 1;
             let line = std::mem::take(&mut self.line);
             let result = match std::str::from_utf8(&line) {
@@ -247,6 +232,30 @@ impl Source for FileSource {
             }
         }
         Ok(SourcePoll::More)
+    }
+
+    /// The 1-based line number of the `nth` line read in the open split.
+    fn line_number(&mut self, nth: u64) -> std::io::Result<u64> {
+        let Some(cur) = self.current.as_mut() else { return Err(std::io::Error::other("no open split")) };
+        let first = match cur.first_line {
+            Some(l) => l,
+            None => {
+                let l = self.lines.line_at(&self.splits[self.next_split - 1].path, cur.opened_at)?;
+                cur.first_line = Some(l);
+                l
+            }
+        };
+        Ok(first + nth)
+    }
+}
+
+impl Source for FileSource {
+    fn poll(&mut self, max: usize, out: &mut Vec<Record>, metrics: &OperatorMetrics) -> Result<SourcePoll, OpError> {
+        let mut bytes = 0;
+        let status = self.poll_lines(max, out, metrics, &mut bytes);
+        // Once per poll, not per line: the counter is shared with the metrics readers.
+        OperatorMetrics::add(&metrics.bytes_in, bytes);
+        status
     }
 
     fn extent(&self) -> Option<Extent> {

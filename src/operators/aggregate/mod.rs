@@ -36,8 +36,13 @@
 //! - session: `sessions` (point): key → the key's open sessions sorted by
 //!   start, each start ++ end ++ accumulators (one read and write per record
 //!   even when the session grows); `timers` as above.
-//! - running: `accumulators` (point): key → accumulators; `dirty`
-//!   (ordered): key → empty.
+//! - running: `accumulators` (point): key → accumulators ++ dirty flag
+//!   (one byte: 1 if the key is in `dirty`, 0 if not); `dirty` (point):
+//!   key → empty. The flag spares the `dirty` table a lookup per record:
+//!   only a key that turns dirty is written there. Entries written before
+//!   the flag (accumulators alone) are read too (`take_flag`): whether
+//!   such a key is dirty is then known only to `dirty`, so the next record
+//!   of it writes its mark again (an idempotent put) and the flag.
 //!
 //! Keys are `Value::encode_key` bytes (decoded back with `decode_key` when
 //! firing); times are sign-flipped big-endian (8 bytes); accumulators use the
@@ -53,7 +58,7 @@ pub mod window;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::dedup::{decode_time, duration_ms, encode_time, resolve_fields, KeyList};
+use super::dedup::{decode_time, duration_ms, encode_time, resolve_fields, BatchKeys, KeyList};
 use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use crate::config::{AggregateSpec, WindowSpec};
 use crate::state::{TableId, TableKind, TableSpec};
@@ -68,6 +73,11 @@ const TIMERS: TableId = 1;
 // Running tables.
 const ACCS: TableId = 0;
 const DIRTY: TableId = 1;
+
+/// The last byte of a running accumulator entry: whether its key has a
+/// mark in `dirty`.
+const CLEAN: u8 = 0;
+const MARKED: u8 = 1;
 
 /// Above this many sliding windows per record, the spec is refused: each
 /// record would cost that many state updates (`validate` refuses it first).
@@ -151,6 +161,8 @@ pub struct Aggregate {
     /// Where each of `sessions` keeps its accumulators in the loaded list (`other`).
     spans: Vec<std::ops::Range<usize>>,
     due: KeyList,
+    /// The encoded keys of the batch being processed.
+    batch_keys: BatchKeys,
     /// Every timer below this fire time is gone: scans for due windows
     /// start here, never walking over deleted timers (RocksDB tombstones).
     /// Lowered by every timer computed; MIN after a restore.
@@ -198,6 +210,28 @@ fn add_to_accumulator(
         true
     })?;
     Ok((created, ok))
+}
+
+/// Split a running entry into its accumulators (left in `v`, in the
+/// current layout) and its dirty flag: `Some(marked)`, or None for an
+/// entry written before the flag (then `dirty` alone knows); Err if `v` is
+/// neither. Unambiguous: a flagged entry is one byte longer than a
+/// well-formed set (the legacy layout is never longer than the current one),
+/// and a well-formed variable-width set is never one once its last byte
+/// is cut off.
+fn take_flag(accs: &Accumulators, v: &mut Vec<u8>) -> Result<Option<bool>, OpError> {
+    if let Some((&flag, set)) = v.split_last() {
+        let flagged = flag <= MARKED && if accs.is_fixed() { set.len() == accs.width() } else { accs.is_valid(set) };
+        if flagged {
+            v.pop();
+            return Ok(Some(flag == MARKED));
+        }
+    }
+    if accs.adopt(v) {
+        Ok(None)
+    } else {
+        Err(corrupt("accumulator"))
+    }
 }
 
 /// Make `list` a session list of the current accumulator layout: true if it
@@ -325,6 +359,7 @@ impl Aggregate {
             sessions: Vec::new(),
             spans: Vec::new(),
             due: KeyList::default(),
+            batch_keys: BatchKeys::default(),
             timers_from: Millis::MIN,
         })
     }
@@ -497,14 +532,34 @@ impl Aggregate {
         }
     }
 
-    fn process_running(&mut self, record: &Record, ctx: &mut Context<'_>) -> OpResult {
-        encode_key(&record.fields, &self.key_indices, &mut self.key);
+    /// Fold `record` (whose encoded key is `key`) into its key's running
+    /// accumulators: one state lookup, plus a write of the dirty mark when
+    /// the key turns dirty.
+    fn process_running(accs: &Accumulators, record: &Record, key: &[u8], ctx: &mut Context<'_>) -> OpResult {
         let kg = record.key_group;
-        let (_, ok) = add_to_accumulator(&self.output.accs, ACCS, kg, &self.key, record, ctx)?;
-        if !ok {
-            return Err(corrupt("accumulator"));
+        let (mut result, mut mark) = (Ok(()), false);
+        ctx.state.update(ACCS, kg, key, &mut |v, found| {
+            let marked = if found {
+                match take_flag(accs, v) {
+                    Ok(flag) => flag == Some(true),
+                    Err(e) => {
+                        result = Err(e);
+                        return false;
+                    }
+                }
+            } else {
+                accs.init(v);
+                false
+            };
+            accs.add(v, &record.fields, record.event_time);
+            v.push(MARKED);
+            mark = !marked;
+            true
+        })?;
+        result?;
+        if mark {
+            ctx.state.put(DIRTY, kg, key, &[])?;
         }
-        ctx.state.put_if_absent(DIRTY, kg, &self.key, &[])?;
         Ok(())
     }
 
@@ -591,11 +646,25 @@ impl Aggregate {
         result
     }
 
+    /// Emit a dirty key's value; its mark goes, its flag is cleared.
     fn emit_running(&mut self, kg: KeyGroup, key: &[u8], ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
         ctx.state.delete(DIRTY, kg, key)?;
-        if !ctx.state.get(ACCS, kg, key, &mut self.acc)? {
-            return Err(corrupt("dirty mark without accumulator"));
-        }
+        let (accs, acc) = (&self.output.accs, &mut self.acc);
+        let mut result = Err(corrupt("dirty mark without accumulator"));
+        ctx.state.update(ACCS, kg, key, &mut |v, found| {
+            if !found {
+                return false;
+            }
+            result = take_flag(accs, v).map(|_| ());
+            if result.is_err() {
+                return false;
+            }
+            acc.clear();
+            acc.extend_from_slice(v);
+            v.push(CLEAN);
+            true
+        })?;
+        result?;
         self.output.emit(kg, key, None, &self.acc, &mut self.json, out)
     }
 }
@@ -612,18 +681,23 @@ impl Operator for Aggregate {
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
-        if self.window.is_none() {
-            // Touch every key's entries first: their memory waits overlap.
-            for r in &batch {
-                encode_key(&r.fields, &self.key_indices, &mut self.key);
-                ctx.state.prefetch(ACCS, r.key_group, &self.key);
-                ctx.state.prefetch(DIRTY, r.key_group, &self.key);
+        let Some(assigner) = self.window else {
+            // Encode every key once, and touch its entry: the memory waits
+            // of the batch's lookups overlap instead of coming one by one.
+            let keys = &mut self.batch_keys;
+            keys.encode(&batch, &self.key_indices);
+            // A loop of its own: the shorter each turn, the more of them
+            // (and their cache misses) the CPU runs at once.
+            for (r, key) in batch.iter().zip(keys.iter()) {
+                ctx.state.prefetch(ACCS, r.key_group, key);
             }
-        }
-        match self.window {
-            Some(assigner) => batch.iter().try_for_each(|r| self.process_windowed(assigner, r, ctx)),
-            None => batch.iter().try_for_each(|r| self.process_running(r, ctx)),
-        }
+            let accs = &self.output.accs;
+            for (r, key) in batch.iter().zip(keys.iter()) {
+                Self::process_running(accs, r, key, ctx)?;
+            }
+            return Ok(());
+        };
+        batch.iter().try_for_each(|r| self.process_windowed(assigner, r, ctx))
     }
 
     fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {

@@ -410,6 +410,67 @@ fn state_written_before_exact_sums_is_upgraded_when_read() {
     assert_eq!(h.state_len(), 0);
 }
 
+#[test]
+fn running_entries_without_the_dirty_flag_are_read_and_flagged() {
+    // Before the flag, a running entry was the accumulators alone and
+    // `dirty` alone said which keys were dirty. A checkpoint of that
+    // layout restores into this one: a dirty key is still emitted, a clean
+    // one is not until a record changes it, and each entry gets its flag.
+    let s = spec(None, 0, vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::Sum, Some("amount"), "total")]);
+    let mut h = Harness::for_spec(&s, None);
+    let accs = &h.op.output.accs;
+    let key_of = |r: &Record| {
+        let mut k = Vec::new();
+        encode_key(&r.fields, &[0], &mut k);
+        k
+    };
+    let (a, b, c) = (int("a", 0, 0), int("b", 0, 0), int("c", 0, 0));
+    for (r, n, dirty) in [(&a, 2, true), (&b, 5, false), (&c, 1, false)] {
+        let acc = folded(accs, &vec![Value::Int(3); n]);
+        assert_eq!(acc.len(), accs.width(), "the accumulators alone, no flag");
+        h.state.put(ACCS, r.key_group, &key_of(r), &acc).unwrap();
+        if dirty {
+            h.state.put(DIRTY, r.key_group, &key_of(r), &[]).unwrap();
+        }
+    }
+    let ticked = |h: &mut Harness| {
+        let mut out: Vec<String> = raws(&h.tick()).into_iter().map(String::from).collect();
+        out.sort();
+        out
+    };
+    assert_eq!(ticked(&mut h), [r#"{"user":"a","n":2,"total":6}"#]);
+    h.feed(vec![int("b", 1, 0), int("b", 1, 0)]);
+    assert_eq!(ticked(&mut h), [r#"{"user":"b","n":7,"total":17}"#]);
+    assert!(h.tick().is_empty());
+    let entry = |h: &Harness, r: &Record| {
+        let mut v = Vec::new();
+        assert!(h.state.get(ACCS, r.key_group, &key_of(r), &mut v).unwrap());
+        v
+    };
+    let width = h.op.output.accs.width();
+    assert_eq!((entry(&h, &a).len(), entry(&h, &a)[width]), (width + 1, CLEAN), "emitted: flagged clean");
+    assert_eq!(entry(&h, &c).len(), width, "untouched: as it was");
+    h.feed(vec![int("c", 4, 0)]);
+    assert_eq!(entry(&h, &c)[width], MARKED);
+    assert_eq!(h.state.len(DIRTY), 1);
+    assert_eq!(raws(&h.end()), [r#"{"user":"c","n":2,"total":7}"#]);
+    assert_eq!((h.state.len(DIRTY), entry(&h, &c)[width]), (0, CLEAN));
+
+    // A variable-width spec: an unflagged entry is recognised too.
+    let s = spec(None, 0, vec![agg(AggFunc::Count, None, "n"), agg(AggFunc::CountDistinct, Some("amount"), "d")]);
+    let mut h = Harness::for_spec(&s, None);
+    let acc = folded(&h.op.output.accs, &[Value::Int(1), Value::Int(2)]);
+    h.state.put(ACCS, a.key_group, &key_of(&a), &acc).unwrap();
+    h.feed(vec![int("a", 3, 0), int("a", 1, 0)]);
+    assert_eq!(raws(&h.end()), [r#"{"user":"a","n":4,"d":3}"#]);
+    let mut corrupt_entry = acc.clone();
+    corrupt_entry.push(7);
+    h.state.put(ACCS, a.key_group, &key_of(&a), &corrupt_entry).unwrap();
+    let mut ctx = Context { info: &h.info, state: h.state.as_mut(), metrics: &h.metrics, watermark: h.watermark, now: h.now };
+    let err = h.op.process(vec![int("a", 3, 0)], &mut ctx, &mut Vec::new()).unwrap_err();
+    assert!(err.to_string().contains("corrupt accumulator"), "neither layout: {err}");
+}
+
 /// A record at `ts` with its split's watermark `w`.
 fn behind(user: &str, ts: Millis, w: Millis) -> Record {
     let mut r = int(user, 1, ts);

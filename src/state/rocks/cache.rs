@@ -28,91 +28,121 @@ use super::filter::FlushedKeys;
 const ENTRY_OVERHEAD: usize = 64;
 
 /// Key and value side by side in the slot when they fit together: a probe
-/// reads one cache line (an accumulator of count + sum, 11 + 33 bytes, fits).
-const INLINE: usize = 48;
+/// reads one cache line (a running count + sum, a 14-byte stored key and
+/// 42 bytes of accumulators and flag, fits).
+const INLINE: usize = 59;
 
+/// `Entry::flags` bits.
+/// false: deleted (a tombstone to write, if RocksDB may hold the key).
+const PRESENT: u8 = 1;
+/// Changed since the last flush.
+const DIRTY: u8 = 2;
+/// RocksDB may hold the key (unset only when this cache knows it doesn't).
+const IN_DB: u8 = 4;
+/// The key's fingerprint is in [`FlushedKeys`] (a flush wrote it, or it was
+/// read from RocksDB): the next flush need not insert it again.
+const NOTED: u8 = 8;
+
+/// Lengths and flags live in each variant, so the whole entry is 64 bytes.
 enum Store {
-    Inline([u8; INLINE]),
+    Inline { data: [u8; INLINE], key_len: u8, value_len: u8, flags: u8 },
     /// key ++ value.
-    Heap(Box<[u8]>),
+    Heap { kv: Box<[u8]>, key_len: u32, flags: u8 },
 }
 
 #[repr(align(64))]
-pub(super) struct Entry {
-    store: Store,
-    key_len: u32,
-    /// The value's length when inline.
-    inline_value_len: u8,
-    /// false: deleted (a tombstone to write, if RocksDB may hold the key).
-    present: bool,
-    /// Changed since the last flush.
-    dirty: bool,
-    /// RocksDB may hold the key (false only when this cache knows it doesn't).
-    in_db: bool,
-}
+pub(super) struct Entry(Store);
 
 impl Entry {
     fn new(key: &[u8], value: Option<&[u8]>, dirty: bool, in_db: bool) -> Self {
-        let mut e = Entry {
-            store: Store::Inline([0; INLINE]),
-            key_len: key.len() as u32,
-            inline_value_len: 0,
-            present: value.is_some(),
-            dirty,
-            in_db,
-        };
-        e.store_kv(key, value.unwrap_or(&[]));
-        e
+        let flags = if value.is_some() { PRESENT } else { 0 } | if dirty { DIRTY } else { 0 } | if in_db { IN_DB } else { 0 };
+        // Read from RocksDB (clean, so in it): flushed by this subtask, or the fingerprints are off.
+        let flags = if dirty { flags } else { flags | NOTED };
+        Entry(Self::store(key, value.unwrap_or(&[]), flags))
     }
 
-    fn store_kv(&mut self, key: &[u8], value: &[u8]) {
+    fn store(key: &[u8], value: &[u8], flags: u8) -> Store {
         if key.len() + value.len() <= INLINE {
             let mut data = [0; INLINE];
             data[..key.len()].copy_from_slice(key);
             data[key.len()..key.len() + value.len()].copy_from_slice(value);
-            self.store = Store::Inline(data);
-            self.inline_value_len = value.len() as u8;
+            Store::Inline { data, key_len: key.len() as u8, value_len: value.len() as u8, flags }
         } else {
             let mut kv = Vec::with_capacity(key.len() + value.len());
             kv.extend_from_slice(key);
             kv.extend_from_slice(value);
-            self.store = Store::Heap(kv.into_boxed_slice());
+            Store::Heap { kv: kv.into_boxed_slice(), key_len: key.len() as u32, flags }
+        }
+    }
+
+    fn flags(&self) -> u8 {
+        match &self.0 {
+            Store::Inline { flags, .. } | Store::Heap { flags, .. } => *flags,
+        }
+    }
+
+    fn set_flag(&mut self, flag: u8, on: bool) {
+        match &mut self.0 {
+            Store::Inline { flags, .. } | Store::Heap { flags, .. } => {
+                if on {
+                    *flags |= flag
+                } else {
+                    *flags &= !flag
+                }
+            }
+        }
+    }
+
+    fn present(&self) -> bool {
+        self.flags() & PRESENT != 0
+    }
+
+    fn dirty(&self) -> bool {
+        self.flags() & DIRTY != 0
+    }
+
+    fn in_db(&self) -> bool {
+        self.flags() & IN_DB != 0
+    }
+
+    fn key_len(&self) -> usize {
+        match &self.0 {
+            Store::Inline { key_len, .. } => *key_len as usize,
+            Store::Heap { key_len, .. } => *key_len as usize,
         }
     }
 
     pub fn key(&self) -> &[u8] {
-        let k = self.key_len as usize;
-        match &self.store {
-            Store::Inline(data) => &data[..k],
-            Store::Heap(kv) => &kv[..k],
+        match &self.0 {
+            Store::Inline { data, key_len, .. } => &data[..*key_len as usize],
+            Store::Heap { kv, key_len, .. } => &kv[..*key_len as usize],
         }
     }
 
     fn stored_value(&self) -> &[u8] {
-        let k = self.key_len as usize;
-        match &self.store {
-            Store::Inline(data) => &data[k..k + self.inline_value_len as usize],
-            Store::Heap(kv) => &kv[k..],
+        match &self.0 {
+            Store::Inline { data, key_len, value_len, .. } => &data[*key_len as usize..*key_len as usize + *value_len as usize],
+            Store::Heap { kv, key_len, .. } => &kv[*key_len as usize..],
         }
     }
 
     /// The value, None if deleted.
     pub fn value(&self) -> Option<&[u8]> {
-        self.present.then(|| self.stored_value())
+        self.present().then(|| self.stored_value())
     }
 
     /// Overwrite the value in place when it fits where the old one was.
     fn set_value(&mut self, value: &[u8]) {
-        let k = self.key_len as usize;
-        match &mut self.store {
-            Store::Inline(data) if k + value.len() <= INLINE => {
+        match &mut self.0 {
+            Store::Inline { data, key_len, value_len, .. } if *key_len as usize + value.len() <= INLINE => {
+                let k = *key_len as usize;
                 data[k..k + value.len()].copy_from_slice(value);
-                self.inline_value_len = value.len() as u8;
+                *value_len = value.len() as u8;
             }
-            Store::Heap(kv) if kv.len() == k + value.len() => kv[k..].copy_from_slice(value),
+            Store::Heap { kv, key_len, .. } if kv.len() == *key_len as usize + value.len() => kv[*key_len as usize..].copy_from_slice(value),
             _ => {
                 let key = self.key().to_vec();
-                self.store_kv(&key, value);
+                self.0 = Self::store(&key, value, self.flags());
             }
         }
     }
@@ -159,6 +189,13 @@ impl WriteCache {
         self.map.find(self.hash(key), |e| e.key() == key)
     }
 
+    /// Load the slot of `key` (or where it would be) into the CPU cache:
+    /// a lookup that compares key lengths alone, short so that the loads
+    /// of a batch of them overlap.
+    pub fn touch(&self, key: &[u8]) {
+        std::hint::black_box(self.map.find(self.hash(key), |e| e.key_len() == key.len()).is_some());
+    }
+
     /// Whether any entry awaits a flush.
     pub fn is_dirty(&self) -> bool {
         self.dirty > 0
@@ -175,16 +212,16 @@ impl WriteCache {
     pub fn update(&mut self, key: &[u8], buf: &mut Vec<u8>, f: &mut dyn FnMut(&mut Vec<u8>, bool) -> bool) -> Option<()> {
         let hash = self.hash(key);
         let e = self.map.find_mut(hash, |e| e.key() == key)?;
-        let found = e.present;
+        let found = e.present();
         if found {
             buf.extend_from_slice(e.stored_value());
         }
         let old = e.value().map_or(0, <[u8]>::len);
         if f(buf, found) {
             e.set_value(buf);
-            e.present = true;
-            if !e.dirty {
-                e.dirty = true;
+            e.set_flag(PRESENT, true);
+            if !e.dirty() {
+                e.set_flag(DIRTY, true);
                 self.dirty += 1;
             }
             self.bytes = (self.bytes + buf.len()).saturating_sub(old);
@@ -202,24 +239,24 @@ impl WriteCache {
                 let e = occupied.get_mut();
                 let old = e.value().map_or(0, <[u8]>::len);
                 self.bytes = (self.bytes + len).saturating_sub(old);
-                if !e.dirty {
-                    e.dirty = true;
+                if !e.dirty() {
+                    e.set_flag(DIRTY, true);
                     self.dirty += 1;
                 }
                 match value {
-                    None if !e.in_db => {
+                    None if !e.in_db() => {
                         // Never written to RocksDB: forget it altogether.
                         occupied.remove();
                         self.bytes = self.bytes.saturating_sub(key.len() + ENTRY_OVERHEAD);
                         self.dirty -= 1;
                     }
                     None => {
-                        e.present = false;
+                        e.set_flag(PRESENT, false);
                         e.set_value(&[]);
                     }
                     Some(v) => {
                         e.set_value(v);
-                        e.present = true;
+                        e.set_flag(PRESENT, true);
                     }
                 }
             }
@@ -254,14 +291,15 @@ impl WriteCache {
         }
         // In key order: RocksDB's skip list inserts a sorted run next to
         // the previous key instead of searching from the top for each.
-        let mut dirty: Vec<(&[u8], Option<&[u8]>)> = self.map.iter().filter(|e| e.dirty).map(|e| (e.key(), e.value())).collect();
-        dirty.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut dirty: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(self.dirty);
         // Before the write: a failed batch may have been applied in part.
-        for (k, v) in &dirty {
-            if v.is_some() {
-                self.flushed.insert(k);
+        for e in self.map.iter().filter(|e| e.dirty()) {
+            if e.present() && e.flags() & NOTED == 0 {
+                self.flushed.insert(e.key());
             }
+            dirty.push((e.key(), e.value()));
         }
+        dirty.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut changes = dirty.into_iter().map(|(k, v)| match v {
             Some(v) => Change::Put(k, v),
             None => Change::Delete(k),
@@ -269,12 +307,13 @@ impl WriteCache {
         write(&mut changes)?;
         let mut freed = 0;
         self.map.retain(|e| {
-            e.dirty = false;
-            e.in_db = true;
-            if !e.present {
+            e.set_flag(DIRTY, false);
+            e.set_flag(IN_DB, true);
+            e.set_flag(NOTED, e.present());
+            if !e.present() {
                 freed += e.key().len() + ENTRY_OVERHEAD;
             }
-            e.present
+            e.present()
         });
         self.bytes = self.bytes.saturating_sub(freed);
         self.dirty = 0;
@@ -302,7 +341,7 @@ mod tests {
     fn values_move_between_inline_and_heap_storage() {
         let key = b"0123456789";
         let mut e = Entry::new(key, Some(b"short"), true, false);
-        for len in [0usize, 38, 39, 100, 100, 7, 200, 0] {
+        for len in [0usize, 38, 39, 49, 50, 100, 100, 7, 49, 200, 0] {
             let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
             e.set_value(&v);
             assert_eq!((e.key(), e.value()), (&key[..], Some(&v[..])), "length {len}");
