@@ -85,9 +85,9 @@ impl Route {
             Route::Hash { bufs, .. } => {
                 // Room for about a fair share each, so the buffers do not
                 // grow by doubling (and copying) after every flush.
-                let share = records.len() / bufs.len();
+                let fair = records.len() / bufs.len();
                 for b in bufs.iter_mut().filter(|b| b.is_empty()) {
-                    b.reserve(share + share / 4 + 8);
+                    b.reserve(fair + fair / 4 + 8);
                 }
                 records.into_iter().for_each(|r| self.push(r))
             }
