@@ -321,7 +321,7 @@ mod tests {
                             let r = share.range(s, p, m);
                             assert_eq!(r.start, sub_next, "m={m} n={n} i={i} p={p} s={s}");
                             sub_next = r.end;
-                            // No subtask holds more than one key group above the fair share.
+                            // No subtask holds more than its fair share, rounded up.
                             assert!(r.len() as u32 <= (m as u32).div_ceil(n as u32 * p as u32), "m={m} n={n} p={p}: {r:?}");
                             for kg in r {
                                 assert_eq!(share.subtask(kg, p, m), s, "m={m} n={n} i={i} p={p} kg={kg}");

@@ -439,14 +439,13 @@ impl Pipeline {
         self.nodes.iter().filter_map(|n| keyed(n).map(|k| (n.name.clone(), k))).collect()
     }
 
-    /// True if any source of the pipeline declares event time.
-    /// What its checkpoints record of the cluster (None: one instance).
     /// The key groups this process deals to its keyed subtasks (its share
     /// of them as an instance of a cluster).
     pub fn key_group_share(&self) -> crate::types::KeyGroupShare {
         crate::types::KeyGroupShare { instance: self.cluster.index, instances: self.cluster.instances.max(1) }
     }
 
+    /// What its checkpoints record of the cluster (None: one instance).
     pub fn cluster_record(&self) -> Option<crate::checkpoint::manifest::ClusterRecord> {
         let c = &self.cluster;
         c.is_cluster().then(|| crate::checkpoint::manifest::ClusterRecord {
