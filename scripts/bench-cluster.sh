@@ -14,10 +14,8 @@ source scripts/bench/input.sh
 bench_input 500000
 
 venv=$HOME/.cache/weir/bench-venv
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "confluent-kafka==2.16.1"
-fi
+source scripts/lib/venv.sh
+pip_tool_install "$venv" confluent-kafka 2.16.1 bench-cluster.sh
 
 if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
   broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-bench.XXXXXX")

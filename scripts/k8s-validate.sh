@@ -15,18 +15,8 @@ VERSION=1.37.0
 KUBERNETES=1.37.0
 VENV=${WEIR_K8S_VENV:-$HOME/.cache/weir/k8s-validate-venv}
 
-install() {
-    if [ -x "$VENV/bin/kubernetes-validate" ] && [ "$("$VENV/bin/pip" show kubernetes-validate 2>/dev/null | sed -n 's/^Version: //p')" = "$VERSION" ]; then
-        return
-    fi
-    echo "k8s-validate.sh: installing kubernetes-validate==$VERSION into $VENV" >&2
-    mkdir -p "$(dirname "$VENV")"
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-        echo "k8s-validate.sh: python3 -m venv failed; install python3-venv (scripts/install-deps.sh does)" >&2
-        exit 1
-    fi
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$VERSION" >&2
-}
+source scripts/lib/venv.sh
+install() { pip_tool_install "$VENV" kubernetes-validate "$VERSION" k8s-validate.sh; }
 
 install
 [ "${1:-}" = install ] && exit 0

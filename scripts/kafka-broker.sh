@@ -37,19 +37,8 @@ done
 
 quiet() { grep -v "GLIBC_2.39' not found" >&2 || true; }
 
-install() {
-    # (Not `pip show | grep -q`: with pipefail, grep's early exit fails the pipe.)
-    if [ -x "$VENV/bin/noida-db" ] && [ "$("$VENV/bin/pip" show noida-db 2>/dev/null | sed -n 's/^Version: //p')" = "$NOIDA_VERSION" ]; then
-        return
-    fi
-    echo "kafka-broker.sh: installing noida-db==$NOIDA_VERSION into $VENV" >&2
-    mkdir -p "$(dirname "$VENV")"
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-        echo "kafka-broker.sh: python3 -m venv failed; install python3-venv (scripts/install-deps.sh does)" >&2
-        exit 1
-    fi
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "noida-db==$NOIDA_VERSION" >&2
-}
+source "$(dirname "$0")/lib/venv.sh"
+install() { pip_tool_install "$VENV" noida-db "$NOIDA_VERSION" kafka-broker.sh; }
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
