@@ -17,14 +17,7 @@ venv=$HOME/.cache/weir/bench-venv
 source scripts/lib/venv.sh
 pip_tool_install "$venv" confluent-kafka 2.16.1 bench-cluster.sh
 
-if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
-  broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-bench.XXXXXX")
-  trap 'scripts/kafka-broker.sh stop --data-dir "$broker_dir"; rm -rf "$broker_dir"' EXIT
-  KAFKA_BOOTSTRAP=$(scripts/kafka-broker.sh start --data-dir "$broker_dir")
-  port=${KAFKA_BOOTSTRAP##*:}
-  BROKER_PID=$(ss -ltnpH "sport = :$port" | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
-  export BROKER_PID
-fi
-export KAFKA_BOOTSTRAP WEIR=$weir
+bench_broker
+export WEIR=$weir
 mkdir -p target/bench/cluster
 "$venv/bin/python" scripts/bench/cluster.py

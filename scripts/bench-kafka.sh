@@ -11,20 +11,12 @@ source scripts/bench/input.sh
 bench_input 1000000
 export BENCH_STATE=$PWD/target/bench/kafka-state
 
-broker_pid=
-if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
-  broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-bench.XXXXXX")
-  trap 'scripts/kafka-broker.sh stop --data-dir "$broker_dir"; rm -rf "$broker_dir"' EXIT
-  KAFKA_BOOTSTRAP=$(scripts/kafka-broker.sh start --data-dir "$broker_dir")
-  port=${KAFKA_BOOTSTRAP##*:}
-  broker_pid=$(ss -ltnpH "sport = :$port" | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
-fi
-export KAFKA_BOOTSTRAP
+bench_broker
 
 # CPU seconds (user + system) of the broker so far.
 broker_cpu() {
-  if [ -n "$broker_pid" ]; then
-    awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14 + $15) / hz}' "/proc/$broker_pid/stat"
+  if [ -n "$BROKER_PID" ]; then
+    awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14 + $15) / hz}' "/proc/$BROKER_PID/stat"
   else
     echo "?"
   fi
@@ -53,4 +45,4 @@ for p in 1 2; do
   echo "| kafka -> keyed count -> blackhole | $p | $rows | $(secs_of "$out") | $(rate_of "$out") | $cpu |"
 done
 echo
-echo "Broker: $KAFKA_BOOTSTRAP ($([ -n "$broker_pid" ] && echo "noida-db 0.2.3, pid $broker_pid" || echo "external")), $(nproc) cores, $(uname -m)."
+echo "Broker: $KAFKA_BOOTSTRAP ($([ -n "$BROKER_PID" ] && echo "noida-db 0.2.3, pid $BROKER_PID" || echo "external")), $(nproc) cores, $(uname -m)."

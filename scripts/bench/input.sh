@@ -15,3 +15,17 @@ bench_input() {
     touch "$BENCH_DATA/.complete"
   fi
 }
+
+# `bench_broker`: the broker KAFKA_BOOTSTRAP names, or else a fresh local
+# test broker (scripts/kafka-broker.sh, stopped when the script exits) whose
+# pid goes into BROKER_PID (empty for a broker of one's own). Exports both.
+bench_broker() {
+  BROKER_PID=
+  if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
+    bench_broker_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-kafka-bench.XXXXXX")
+    trap 'scripts/kafka-broker.sh stop --data-dir "$bench_broker_dir"; rm -rf "$bench_broker_dir"' EXIT
+    KAFKA_BOOTSTRAP=$(scripts/kafka-broker.sh start --data-dir "$bench_broker_dir")
+    BROKER_PID=$(ss -ltnpH "sport = :${KAFKA_BOOTSTRAP##*:}" | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
+  fi
+  export KAFKA_BOOTSTRAP BROKER_PID
+}
