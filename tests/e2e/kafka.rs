@@ -1071,7 +1071,7 @@ fn kafka_at_least_once_sink_counts_what_completed_checkpoints_cover_as_committed
 /// a fetch only while the fetch range still overlaps it; the test broker
 /// (noida-db 0.2.3) returns it to later fetches too, so librdkafka takes
 /// every later batch of that producer id for aborted and skips it. A fresh
-/// consumer reads them all (the last assertion), so nothing is lost in the
+/// consumer reads them all (the "fresh reader" assertion): nothing is lost in the
 /// topic: the live reader never gets them. Run it against a real Kafka with
 /// `KAFKA_BOOTSTRAP=host:port cargo test --release --test e2e -- --ignored`.
 #[test]
