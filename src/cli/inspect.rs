@@ -158,7 +158,10 @@ fn checkpoint(dir: &Path) -> (String, bool) {
                     Ok(m) => {
                         let voters: Vec<String> = m.voters.iter().map(|v| format!("{}/{}", v.chain, v.subtask)).collect();
                         let _ = writeln!(out, "  subtasks (chain/subtask): {}", voters.join(" "));
-                        let share = md.cluster.as_ref().map_or(KeyGroupShare::WHOLE, |c| KeyGroupShare { instance: c.index, instances: c.instances });
+                        let share = md
+                            .cluster
+                            .as_ref()
+                            .map_or(KeyGroupShare::WHOLE, |c| KeyGroupShare { instance: c.index, instances: c.instances });
                         let ranges = m.voters.iter().map(|v| share.range(v.subtask, md.parallelism, md.max_parallelism));
                         let (lo, hi) = ranges.fold((u16::MAX, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
                         if lo < hi {

@@ -274,7 +274,10 @@ mod tests {
             let (h0, h0rx) = channel(cap);
             let (h1, h1rx) = channel(cap);
             let ids = vec![id("h", 0, "hash(x)"), id("h", 1, "hash(x)")];
-            let out = Output::new(vec![Route::forward(f, id("f", 0, "forward")), Route::hash(vec![h0, h1], ids, vec![0], 128, KeyGroupShare::WHOLE)]);
+            let out = Output::new(vec![
+                Route::forward(f, id("f", 0, "forward")),
+                Route::hash(vec![h0, h1], ids, vec![0], 128, KeyGroupShare::WHOLE),
+            ]);
             (out, [frx, h0rx, h1rx])
         };
         let (mut out, rxs) = build();

@@ -206,8 +206,16 @@ sinks:
         let ports = [free_port(), free_port()];
         let mut instances: Vec<Running> = (0..2u16)
             .map(|i| {
-                weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2"), "--metrics-addr", &format!("127.0.0.1:{}", ports[i as usize])])
-                    .spawn()
+                weir(&[
+                    "run",
+                    &p,
+                    "--no-progress",
+                    "--instance",
+                    &format!("{i}/2"),
+                    "--metrics-addr",
+                    &format!("127.0.0.1:{}", ports[i as usize]),
+                ])
+                .spawn()
             })
             .collect();
         wait_for_output(&output, &reference(&all), Duration::from_secs(90), &mut instances);
@@ -827,9 +835,11 @@ sinks:
 #[test]
 fn kubernetes_manifests_validate_against_the_kubernetes_schema() {
     let script = super::util::repo().join("scripts/k8s-validate.sh");
-    let run = |files: &[std::path::PathBuf]| std::process::Command::new(&script).args(files).output().expect("scripts/k8s-validate.sh runs");
+    let run =
+        |files: &[std::path::PathBuf]| std::process::Command::new(&script).args(files).output().expect("scripts/k8s-validate.sh runs");
     let dir = super::util::repo().join("deploy/kubernetes");
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    let mut files: Vec<std::path::PathBuf> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
     files.sort();
     assert_eq!(files.len(), 5, "{files:?}");
     let o = run(&files);

@@ -45,9 +45,18 @@ const NOTED: u8 = 8;
 
 /// Lengths and flags live in each variant, so the whole entry is 64 bytes.
 enum Store {
-    Inline { data: [u8; INLINE], key_len: u8, value_len: u8, flags: u8 },
+    Inline {
+        data: [u8; INLINE],
+        key_len: u8,
+        value_len: u8,
+        flags: u8,
+    },
     /// key ++ value.
-    Heap { kv: Box<[u8]>, key_len: u32, flags: u8 },
+    Heap {
+        kv: Box<[u8]>,
+        key_len: u32,
+        flags: u8,
+    },
 }
 
 #[repr(align(64))]
@@ -139,7 +148,9 @@ impl Entry {
                 data[k..k + value.len()].copy_from_slice(value);
                 *value_len = value.len() as u8;
             }
-            Store::Heap { kv, key_len, .. } if kv.len() == *key_len as usize + value.len() => kv[*key_len as usize..].copy_from_slice(value),
+            Store::Heap { kv, key_len, .. } if kv.len() == *key_len as usize + value.len() => {
+                kv[*key_len as usize..].copy_from_slice(value)
+            }
             _ => {
                 let key = self.key().to_vec();
                 self.0 = Self::store(&key, value, self.flags());
