@@ -194,10 +194,7 @@ sinks:
     fn cluster_instances_deal_their_key_groups_to_all_their_subtasks() {
         use super::super::metrics::{free_port, scrape, value};
         let b = broker();
-        let (input, output) = (topic("spread-in"), topic("spread-out"));
-        create_topic(b, &input, 4);
-        let dir = tmp();
-        let name = format!("spread-{}", std::process::id());
+        let Setup { input, output, dir, name } = setup("spread", 4);
         let state = dir.path().join("state");
         let template = PIPELINE.replace("parallelism: 1\n", "parallelism: 2\n");
         let p = write_pipeline(dir.path(), &template, &name, &state.display().to_string(), b, &input, &output);
@@ -238,6 +235,21 @@ sinks:
         }
     }
 
+    /// A test's input topic (with `partitions`) and output topic, its
+    /// temporary directory and its pipeline name, all named after `what`.
+    struct Setup {
+        input: String,
+        output: String,
+        dir: tempfile::TempDir,
+        name: String,
+    }
+
+    fn setup(what: &str, partitions: i32) -> Setup {
+        let (input, output) = (topic(&format!("{what}-in")), topic(&format!("{what}-out")));
+        create_topic(broker(), &input, partitions);
+        Setup { input, output, dir: tmp(), name: format!("{what}-{}", std::process::id()) }
+    }
+
     /// `template` filled in (`@NAME@`, `@STATE@`, `@BROKERS@`, `@IN@`,
     /// `@OUT@`) and written to `dir/p.yaml`; its path.
     fn write_pipeline(dir: &std::path::Path, template: &str, name: &str, state: &str, brokers: &str, input: &str, output: &str) -> String {
@@ -254,10 +266,7 @@ sinks:
 
     fn two_instances_with_a_kill(what: &str, storage: Option<&str>) {
         let b = broker();
-        let (input, output) = (topic(&format!("{what}-in")), topic(&format!("{what}-out")));
-        create_topic(b, &input, 4);
-        let dir = tmp();
-        let name = format!("{what}-{}", std::process::id());
+        let Setup { input, output, dir, name } = setup(what, 4);
         let state = dir.path().join("state");
         let template = match storage {
             Some(url) => PIPELINE.replace("checkpoint: {interval: 200ms}", &format!("checkpoint: {{interval: 200ms, storage: \"{url}\"}}")),
@@ -480,10 +489,7 @@ sinks:
 
     fn three_instances_in_event_time(kill: bool) {
         let b = broker();
-        let (input, output) = (topic("wm-in"), topic("wm-out"));
-        create_topic(b, &input, WINDOWED_PARTITIONS);
-        let dir = tmp();
-        let name = format!("wm-{}", std::process::id());
+        let Setup { input, output, dir, name } = setup("wm", WINDOWED_PARTITIONS);
         let p = write_pipeline(dir.path(), WINDOWED, &name, &dir.path().join("state").display().to_string(), b, &input, &output);
         let run = |i: u16, restore: bool| {
             let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/3")]);
@@ -554,10 +560,7 @@ sinks:
     #[test]
     fn cluster_rescales_two_to_three_to_two_through_savepoint_sets_exactly_once() {
         let b = broker();
-        let (input, output) = (topic("rescale-in"), topic("rescale-out"));
-        create_topic(b, &input, 4);
-        let dir = tmp();
-        let name = format!("rescale-{}", std::process::id());
+        let Setup { input, output, dir, name } = setup("rescale", 4);
         let p = write_pipeline(dir.path(), PIPELINE, &name, "unused", b, &input, &output);
         let state = |stage: &str| dir.path().join(format!("state-{stage}")).display().to_string();
         let run = |stage: &str, i: u16, n: u16, set: &[String]| {
@@ -667,10 +670,7 @@ sinks:
     #[test]
     fn one_command_stops_every_instance_with_a_savepoint_and_its_set_restores_into_three() {
         let b = broker();
-        let (input, output) = (topic("all-in"), topic("all-out"));
-        create_topic(b, &input, 4);
-        let dir = tmp();
-        let name = format!("all-{}", std::process::id());
+        let Setup { input, output, dir, name } = setup("all", 4);
         let template = PIPELINE.to_string() + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
         let p = write_pipeline(dir.path(), &template, &name, &dir.path().join("state-a").display().to_string(), b, &input, &output);
         let mut all = orders(0..120);
@@ -752,10 +752,7 @@ sinks:
     #[ignore = "the test broker hides the restarted instance's records from live read_committed readers (docs/scaling.md, The test broker); expected to pass on Apache Kafka, which this machine cannot install"]
     fn one_failed_savepoint_of_all_instances_is_named_and_the_cluster_goes_back_exactly_once() {
         let b = broker();
-        let (input, output) = (topic("allfail-in"), topic("allfail-out"));
-        create_topic(b, &input, 4);
-        let dir = tmp();
-        let name = format!("allfail-{}", std::process::id());
+        let Setup { input, output, dir, name } = setup("allfail", 4);
         let state_a = dir.path().join("state-a");
         let template = PIPELINE.to_string() + "cluster: {instances: 2, index: ${WEIR_INSTANCE:0}}\n";
         let p = write_pipeline(dir.path(), &template, &name, &state_a.display().to_string(), b, &input, &output);
