@@ -199,32 +199,8 @@ impl Node {
                 }))
             }
             Node::Eq(negated, a, b) => Ok(V::Bool(equals(&a.eval(vars)?, &b.eval(vars)?) != *negated)),
-            // cel-rust: false if either side is false (whatever the other
-            // gives, an error included), true if both are true, else an error.
-            Node::And(a, b) => {
-                let l = a.eval(vars);
-                if l == Ok(V::Bool(false)) {
-                    return l;
-                }
-                let r = b.eval(vars);
-                match (l, r) {
-                    (_, Ok(V::Bool(false))) => Ok(V::Bool(false)),
-                    (Ok(V::Bool(true)), Ok(V::Bool(true))) => Ok(V::Bool(true)),
-                    _ => Err(Bail),
-                }
-            }
-            Node::Or(a, b) => {
-                let l = a.eval(vars);
-                if l == Ok(V::Bool(true)) {
-                    return l;
-                }
-                let r = b.eval(vars);
-                match (l, r) {
-                    (_, Ok(V::Bool(true))) => Ok(V::Bool(true)),
-                    (Ok(V::Bool(false)), Ok(V::Bool(false))) => Ok(V::Bool(false)),
-                    _ => Err(Bail),
-                }
-            }
+            Node::And(a, b) => junction(a, b, false, vars),
+            Node::Or(a, b) => junction(a, b, true, vars),
             Node::Cond(c, a, b) => match c.eval(vars)? {
                 V::Bool(true) => a.eval(vars),
                 V::Bool(false) => b.eval(vars),
@@ -371,6 +347,22 @@ impl V<'_> {
             V::Str(s) => out.push_str(&serde_json::to_string(s.as_ref()).ok()?),
         }
         Some(())
+    }
+}
+
+/// `&&` (`dominant` false) and `||` (`dominant` true) as cel-rust has them:
+/// the dominant value if either side is it (whatever the other gives, an
+/// error included; the right side is not evaluated when the left is), the
+/// other value if both sides are it, else an error.
+fn junction<'a>(a: &'a Node, b: &'a Node, dominant: bool, vars: &impl Vars<'a>) -> R<'a> {
+    let l = a.eval(vars);
+    if l == Ok(V::Bool(dominant)) {
+        return l;
+    }
+    match (l, b.eval(vars)) {
+        (_, Ok(V::Bool(r))) if r == dominant => Ok(V::Bool(dominant)),
+        (Ok(V::Bool(l)), Ok(V::Bool(r))) if l == r => Ok(V::Bool(l)),
+        _ => Err(Bail),
     }
 }
 

@@ -632,12 +632,18 @@ sinks:
         Ok((r.raw.to_string(), r.fields[..schema_len].to_vec()))
     }
 
-    #[test]
-    fn the_chain_gives_what_reading_each_text_gives() {
+    /// `PIPELINE` planned over an empty input file (kept in the directory returned).
+    fn plan_of_pipeline() -> (tempfile::TempDir, Plan) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.jsonl");
         std::fs::write(&path, "").unwrap();
         let plan = Plan::new(load_str(&PIPELINE.replace("PATH", &path.display().to_string()), "t.yaml", &[]).unwrap());
+        (dir, plan)
+    }
+
+    #[test]
+    fn the_chain_gives_what_reading_each_text_gives() {
+        let (_dir, plan) = plan_of_pipeline();
         assert!(!plan.extras[0].values.is_empty() && !plan.extras[0].presence.is_empty(), "{:?}", plan.extras);
         let (fast_parser, fast) = chain(&plan, true);
         let (plain_parser, plain) = chain(&plan, false);
@@ -676,10 +682,7 @@ sinks:
     fn records_of_another_layout_are_read_from_their_text() {
         // A record restored from a checkpoint of another pipeline may hold
         // other extras: the tag tells, and the text decides.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.jsonl");
-        std::fs::write(&path, "").unwrap();
-        let plan = Plan::new(load_str(&PIPELINE.replace("PATH", &path.display().to_string()), "t.yaml", &[]).unwrap());
+        let (_dir, plan) = plan_of_pipeline();
         let (parser, ops) = chain(&plan, true);
         let Op::Filter(f) = &ops[0].1 else { panic!("the filter first") };
         let line = r#"{"a": 1, "s": "x", "u": "u1"}"#;
