@@ -32,6 +32,11 @@ pub struct Lineage {
     pub first_id: CheckpointId,
     /// What that run restored; None: it started from the beginning.
     pub restored: Option<RestoredFrom>,
+    /// A savepoint set (a rescale): every path of it (`restored` names
+    /// the first); `latest` restores the set again while no checkpoint of
+    /// the lineage completed. Absent in records of older weirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set: Vec<PathBuf>,
     pub crc32c: u32,
 }
 
@@ -61,7 +66,7 @@ pub enum LineageError {
 
 impl Lineage {
     pub fn new(pipeline: &str, first_id: CheckpointId, restored: Option<RestoredFrom>) -> Self {
-        Lineage { version: FORMAT_VERSION, pipeline: pipeline.into(), first_id, restored, crc32c: 0 }
+        Lineage { version: FORMAT_VERSION, pipeline: pipeline.into(), first_id, restored, set: Vec::new(), crc32c: 0 }
     }
 
     /// The restored directory, resolved against the state directory.

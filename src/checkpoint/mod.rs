@@ -8,6 +8,7 @@
 //! validates together with every bundle MANIFEST and every file they list, so
 //! all subtasks restore from the same checkpoint or none does.
 
+pub mod generation;
 pub mod layout;
 pub mod lineage;
 pub mod lock;

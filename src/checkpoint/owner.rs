@@ -315,6 +315,28 @@ impl Lease {
     pub fn guard(&self) -> Arc<dyn Storage> {
         Arc::new(Owned { shared: self.shared.clone() })
     }
+
+    /// A handle that tells whether the ownership is lost for good.
+    pub fn ownership(&self) -> Ownership {
+        Ownership { shared: self.shared.clone() }
+    }
+}
+
+/// Whether this process still owns the storage, for the run to stop once
+/// it cannot commit a checkpoint ever again.
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    shared: Arc<Shared>,
+}
+
+impl Ownership {
+    /// The error, once the lease is lost for good (taken over, or no
+    /// renewal got through for a whole lease); a lease merely late in
+    /// renewing may still recover and is not lost.
+    pub fn lost(&self) -> Option<OwnerError> {
+        let why = self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).lost.clone()?;
+        Some(OwnerError::Lost { root: self.shared.storage.root(), why })
+    }
 }
 
 impl Drop for Lease {
@@ -371,9 +393,18 @@ impl Storage for Owned {
         self.inner().put_many(files)
     }
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
-        // The commit point: checked last, just before it is put.
+        // The commit point: checked just before it is put, and again once
+        // it is in: a put that took longer than the lease is still good
+        // for may have landed after another process took over and listed
+        // the store, so its checkpoint may be on no lineage; the caller
+        // then must not act on it (a sink must not commit its output).
         self.shared.check()?;
-        self.inner().put_if_absent(key, bytes)
+        self.inner().put_if_absent(key, bytes)?;
+        self.shared.check().map_err(|e| StorageError::Failed {
+            op: "commit",
+            url: self.url(key),
+            message: format!("the put went through, but too late to count: {e}"),
+        })
     }
     fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
         self.inner().get(key)
@@ -452,6 +483,67 @@ mod tests {
         assert_eq!(how, Acquired::Gone { pid: std::process::id() });
     }
 
+    /// A storage behind one stalled connection: a slow commit-point put
+    /// holds it, and the lease renewal waits behind it.
+    #[derive(Debug)]
+    struct Stalling {
+        inner: LocalStorage,
+        net: Mutex<()>,
+        slow: std::sync::atomic::AtomicBool,
+    }
+
+    impl Storage for Stalling {
+        fn root(&self) -> String {
+            self.inner.root()
+        }
+        fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+            self.inner.put(key, bytes)
+        }
+        fn put_file(&self, key: &str, from: &std::path::Path) -> Result<(), StorageError> {
+            self.inner.put_file(key, from)
+        }
+        fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+            let _net = self.net.lock().unwrap();
+            if self.slow.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(600));
+            }
+            self.inner.put_if_absent(key, bytes)
+        }
+        fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
+            self.inner.get(key)
+        }
+        fn get_to_file(&self, key: &str, to: &std::path::Path) -> Result<(), StorageError> {
+            self.inner.get_to_file(key, to)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<Object>, StorageError> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, key: &str) -> Result<(), StorageError> {
+            self.inner.delete(key)
+        }
+        fn get_versioned(&self, key: &str) -> Result<(Vec<u8>, String), StorageError> {
+            self.inner.get_versioned(key)
+        }
+        fn put_conditional(&self, key: &str, bytes: &[u8], expected: Option<&str>) -> Result<String, StorageError> {
+            let _net = self.net.lock().unwrap();
+            self.inner.put_conditional(key, bytes, expected)
+        }
+    }
+
+    #[test]
+    fn a_commit_point_that_lands_after_the_lease_ran_out_does_not_count() {
+        let tmp = tempfile::tempdir().unwrap();
+        let stalling = Arc::new(Stalling { inner: LocalStorage::new(tmp.path()), net: Mutex::new(()), slow: false.into() });
+        let storage: Arc<dyn Storage> = stalling.clone();
+        let (lease, _) = acquire(storage.clone(), &claim("/a", true, 300)).unwrap();
+        let guarded = lease.guard();
+        guarded.put_if_absent("chk-0000001/_metadata", b"md").unwrap();
+        stalling.slow.store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = guarded.put_if_absent("chk-0000002/_metadata", b"md").unwrap_err();
+        assert!(err.to_string().contains("too late to count"), "{err}");
+        assert_eq!(storage.get("chk-0000002/_metadata").unwrap(), b"md", "it did land: the caller must not act on it");
+    }
+
     #[test]
     fn a_lost_lease_refuses_every_write() {
         let tmp = tempfile::tempdir().unwrap();
@@ -468,6 +560,7 @@ mod tests {
         let err = guarded.put_if_absent("chk-0000001/_metadata", b"md").unwrap_err();
         assert!(err.to_string().contains("does not own the checkpoint storage now"), "{err}");
         assert!(lease.check().unwrap_err().to_string().contains("weir process 1 on host elsewhere took it over"));
+        assert!(lease.ownership().lost().is_some_and(|e| e.to_string().contains("took it over")), "lost for good");
         drop(lease);
         assert!(storage.get(OWNER_KEY).is_ok(), "a lost lease leaves the new owner's record alone");
     }

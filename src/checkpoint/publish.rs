@@ -20,11 +20,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::generation::StoredId;
 use super::layout::{self, MANIFEST_FILE, METADATA_FILE};
 use super::manifest::{BundleManifest, Document};
 use super::storage::{Storage, StorageError};
 use super::validate;
-use super::CheckpointId;
 
 /// `chk-0000007/_metadata`.
 pub fn metadata_key(prefix: &str) -> String {
@@ -113,11 +113,8 @@ pub fn collect_shared_garbage(storage: &dyn Storage) -> Result<Vec<String>, Stor
     if shared.is_empty() {
         return Ok(Vec::new());
     }
-    let complete: BTreeSet<&str> = objects
-        .iter()
-        .filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}")))
-        .filter(|d| layout::parse_checkpoint_dir_name(d).is_some())
-        .collect();
+    let complete: BTreeSet<&str> =
+        objects.iter().filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}"))).filter(|d| StoredId::parse(d).is_some()).collect();
     let mut referenced = BTreeSet::new();
     for o in objects.iter().filter(|o| o.key.ends_with(&format!("/{MANIFEST_FILE}"))) {
         if !o.key.split('/').next().is_some_and(|d| complete.contains(d)) {
@@ -155,12 +152,13 @@ fn remove_objects(storage: &dyn Storage, prefix: &str, metadata_first: bool) -> 
     Ok(())
 }
 
-/// The checkpoints in the store: id → whether its `_metadata` exists.
-pub fn checkpoints(storage: &dyn Storage) -> Result<BTreeMap<CheckpointId, bool>, StorageError> {
+/// The checkpoints in the store: id and generation → whether its
+/// `_metadata` exists.
+pub fn checkpoints(storage: &dyn Storage) -> Result<BTreeMap<StoredId, bool>, StorageError> {
     let mut out = BTreeMap::new();
     for o in storage.list("chk-")? {
         let Some((dir, rest)) = o.key.split_once('/') else { continue };
-        let Some(id) = layout::parse_checkpoint_dir_name(dir) else { continue };
+        let Some(id) = StoredId::parse(dir) else { continue };
         let complete = out.entry(id).or_insert(false);
         *complete |= rest == METADATA_FILE;
     }
@@ -168,11 +166,12 @@ pub fn checkpoints(storage: &dyn Storage) -> Result<BTreeMap<CheckpointId, bool>
 }
 
 /// Delete the objects of checkpoints without `_metadata` (a crash or a
-/// failed upload left them); returns their ids.
-pub fn remove_unfinished(storage: &dyn Storage) -> Result<Vec<CheckpointId>, StorageError> {
-    let unfinished: Vec<CheckpointId> = checkpoints(storage)?.into_iter().filter(|(_, done)| !done).map(|(id, _)| id).collect();
+/// failed upload, or a deposed owner's late requests, left them); returns
+/// them.
+pub fn remove_unfinished(storage: &dyn Storage) -> Result<Vec<StoredId>, StorageError> {
+    let unfinished: Vec<StoredId> = checkpoints(storage)?.into_iter().filter(|(_, done)| !done).map(|(id, _)| id).collect();
     for id in &unfinished {
-        remove_objects(storage, &layout::checkpoint_dir_name(*id), false)?;
+        remove_objects(storage, &id.name(), false)?;
     }
     Ok(unfinished)
 }
@@ -243,10 +242,15 @@ pub fn local_copy_matches(storage: &dyn Storage, prefix: &str, dir: &Path) -> Re
 pub struct TempDir(PathBuf);
 
 impl TempDir {
-    /// A fresh directory under the system's temp directory.
+    /// A fresh directory under the system's temp directory
+    /// (`weir-<tag>-<pid>-<n>`). Those a killed process of this host left
+    /// (its PID no longer runs) are removed first, once per process: a
+    /// crash-looping restore must not fill the disk with downloads.
     pub fn new(tag: &str) -> Result<TempDir, StorageError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| sweep_left_behind(&std::env::temp_dir(), tag));
         loop {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let path = std::env::temp_dir().join(format!("weir-{tag}-{}-{n}", std::process::id()));
@@ -260,6 +264,27 @@ impl TempDir {
 
     pub fn path(&self) -> &Path {
         &self.0
+    }
+}
+
+/// Remove `dir/weir-<tag>-<pid>-<n>` of every PID that no longer runs.
+fn sweep_left_behind(dir: &Path, tag: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = format!("weir-{tag}-");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|rest| rest.split_once('-')).map(|(p, _)| p) else {
+            continue;
+        };
+        let gone = pid.parse::<u32>().is_ok_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists());
+        if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => tracing::info!(dir = %entry.path().display(), "Removed a download a killed weir process left."),
+                Err(e) => {
+                    tracing::debug!(dir = %entry.path().display(), error = %e, "Cannot remove a download a killed weir process left.")
+                }
+            }
+        }
     }
 }
 
@@ -286,7 +311,7 @@ mod tests {
         let (local, store) = (tmp.path().join("chk"), LocalStorage::new(tmp.path().join("store")));
         written(&local);
         commit(&store, &local, "chk-0000003", b"md").unwrap();
-        assert_eq!(checkpoints(&store).unwrap(), BTreeMap::from([(3, true)]));
+        assert_eq!(checkpoints(&store).unwrap(), BTreeMap::from([(StoredId::new(3, 0), true)]));
         let to = tmp.path().join("fetched");
         fetch(&store, "chk-0000003", &to).unwrap();
         assert_eq!(fs::read(to.join("bundle-000/task.snapshot")).unwrap(), b"state");
@@ -302,12 +327,31 @@ mod tests {
     }
 
     #[test]
+    fn downloads_of_dead_processes_are_swept_live_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        // PID 0 never names a process; this one's own are kept too.
+        let dead = tmp.path().join("weir-restore-0-3");
+        let own = tmp.path().join(format!("weir-restore-{}-0", std::process::id()));
+        let other_tag = tmp.path().join("weir-savepoint-0-1");
+        for d in [&dead, &own, &other_tag] {
+            fs::create_dir_all(d.join("chk")).unwrap();
+        }
+        fs::write(tmp.path().join("weir-restore-0-9"), b"a file, not a download").unwrap();
+        sweep_left_behind(tmp.path(), "restore");
+        assert!(!dead.exists() && own.exists() && other_tag.exists());
+        assert!(tmp.path().join("weir-restore-0-9").exists());
+    }
+
+    #[test]
     fn unfinished_checkpoints_are_removed_complete_ones_kept() {
         let tmp = tempfile::tempdir().unwrap();
         let store = LocalStorage::new(tmp.path());
         store.put("chk-0000004/bundle-000/MANIFEST", b"m").unwrap();
         store.put("chk-0000005/_metadata", b"md").unwrap();
-        assert_eq!(remove_unfinished(&store).unwrap(), vec![4]);
-        assert_eq!(checkpoints(&store).unwrap(), BTreeMap::from([(5, true)]));
+        store.put("chk-0000005-g000002/bundle-000/MANIFEST", b"m").unwrap();
+        store.put("chk-0000006-g000002/_metadata", b"md").unwrap();
+        assert_eq!(remove_unfinished(&store).unwrap(), vec![StoredId::new(4, 0), StoredId::new(5, 2)]);
+        let expected = BTreeMap::from([(StoredId::new(5, 0), true), (StoredId::new(6, 2), true)]);
+        assert_eq!(checkpoints(&store).unwrap(), expected);
     }
 }

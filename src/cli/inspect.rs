@@ -96,7 +96,7 @@ fn inspect_url(url: &str) -> Result<(String, bool), String> {
     );
     let mut all_valid = true;
     for child in children {
-        let label = match crate::checkpoint::layout::parse_checkpoint_dir_name(child) {
+        let label = match crate::checkpoint::generation::StoredId::parse(child) {
             Some(id) => id.to_string(),
             None => child.to_string(),
         };

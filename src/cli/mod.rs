@@ -205,7 +205,23 @@ pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
 
 pub fn init_logging(cli: &Cli) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("weir={}", cli.log_level)));
+    let filter = match EnvFilter::try_from_default_env() {
+        Ok(mut filter) => {
+            // The HTTP client crates log each request's URL at debug, an
+            // endpoint's `user:password@` with it: they stay at info unless
+            // RUST_LOG names them.
+            let asked = std::env::var("RUST_LOG").unwrap_or_default();
+            for client in ["hyper", "hyper_util", "reqwest"] {
+                if !asked.split(',').any(|d| d.split('=').next().is_some_and(|t| t.trim().starts_with(client))) {
+                    if let Ok(directive) = format!("{client}=info").parse() {
+                        filter = filter.add_directive(directive);
+                    }
+                }
+            }
+            filter
+        }
+        Err(_) => EnvFilter::new(format!("weir={}", cli.log_level)),
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(progress::LogWriter)

@@ -16,7 +16,7 @@
 //!
 //! With one instance nothing here changes the pipeline.
 
-use crate::checkpoint::layout::{checkpoint_dir_name, Layout};
+use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{Document, Metadata};
 use crate::config::{
     Delivery, EventTimeSpec, KafkaSinkSpec, KafkaSourceSpec, KafkaStart, KafkaTopics, Node, NodeKind, OffsetOutOfRange, OnError, Pipeline,
@@ -212,7 +212,7 @@ pub fn check_prefix(p: &Pipeline) -> Result<(), String> {
         let storage = crate::runtime::restore_remote::open(spec).map_err(|e| e.to_string())?;
         let stored = crate::checkpoint::publish::checkpoints(&*storage).map_err(|e| e.to_string())?;
         for (id, _) in stored.into_iter().filter(|(_, done)| *done) {
-            let key = crate::checkpoint::publish::metadata_key(&checkpoint_dir_name(id));
+            let key = crate::checkpoint::publish::metadata_key(&id.name());
             if let Ok(md) = storage.get(&key).map_err(|_| ()).and_then(|b| Metadata::from_bytes(&b).map_err(|_| ())) {
                 refuse(storage.url(&key), &md)?;
             }

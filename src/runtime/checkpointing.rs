@@ -31,6 +31,7 @@ use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
 use super::metrics::{CheckpointMetrics, Completed, FailureReason};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
+use crate::checkpoint::generation::{Generation, StoredId};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
 use crate::checkpoint::storage::{LocalStorage, Storage};
@@ -44,6 +45,9 @@ pub enum DriverError {
     TooManyFailures { id: CheckpointId, reason: String, failures: u32 },
     #[error("checkpoint storage: {0}")]
     Store(#[from] store::StoreError),
+    /// No checkpoint can ever commit again: the run stops.
+    #[error("{0}; the run stops (restart it where the storage's new owner is not running, or stop that one first)")]
+    OwnershipLost(crate::checkpoint::owner::OwnerError),
 }
 
 /// What the driver needs to know about the pipeline.
@@ -63,6 +67,14 @@ pub struct DriverSetup {
     pub first_id: CheckpointId,
     /// Completed checkpoints already on disk (or in the store), oldest first.
     pub retained: Vec<CheckpointId>,
+    /// Their names in `storage` (an id may have several: a deposed
+    /// owner's and this lineage's).
+    pub retained_stored: Vec<StoredId>,
+    /// The generation this run writes its checkpoints under in `storage`
+    /// (`checkpoint::generation`; 0 without storage).
+    pub generation: Generation,
+    /// The ownership of `storage`: once it is lost, the run stops.
+    pub ownership: Option<crate::checkpoint::owner::Ownership>,
     /// `checkpoint.storage` (None: the state directory holds the checkpoints).
     pub storage: Option<Arc<dyn Storage>>,
     /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
@@ -403,11 +415,25 @@ impl Driver {
         let written = match kind {
             Kind::Checkpoint => {
                 let dir = self.setup.layout.checkpoint_dir(id);
-                commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), id, md.to_bytes()).await.map(|()| dir)
+                commit_checkpoint(
+                    self.setup.layout.clone(),
+                    self.setup.storage.clone(),
+                    StoredId::new(id, self.setup.generation),
+                    md.to_bytes(),
+                )
+                .await
+                .map(|()| dir)
             }
             Kind::Savepoint if stop_with_savepoint => {
                 let as_checkpoint = Metadata { kind: Kind::Checkpoint, ..md.clone() };
-                match commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), id, as_checkpoint.to_bytes()).await {
+                match commit_checkpoint(
+                    self.setup.layout.clone(),
+                    self.setup.storage.clone(),
+                    StoredId::new(id, self.setup.generation),
+                    as_checkpoint.to_bytes(),
+                )
+                .await
+                {
                     Err(e) => Err(e),
                     Ok(()) => match self.write_savepoint(id, md, true).await {
                         Ok(dir) => Ok(dir),
@@ -426,6 +452,9 @@ impl Driver {
             Err(e) => {
                 if let Some(o) = self.coordinator.on_metadata_failed(id, &e, Instant::now()) {
                     self.aborted(o, FailureReason::Write)?;
+                }
+                if let Some(lost) = self.setup.ownership.as_ref().and_then(|o| o.lost()) {
+                    return Err(DriverError::OwnershipLost(lost));
                 }
                 return Ok(None);
             }
@@ -496,7 +525,7 @@ impl Driver {
         crate::blocking::call(|| {
             if let Some(storage) = &self.setup.storage {
                 for id in unremoved_stored {
-                    if let Err(e) = publish::remove(storage.as_ref(), &crate::checkpoint::layout::checkpoint_dir_name(id)) {
+                    if let Err(e) = publish::remove(storage.as_ref(), &StoredId::new(id, self.setup.generation).name()) {
                         tracing::warn!(checkpoint = id, error = %e, "Cannot remove an aborted checkpoint from the store; the next start removes it.");
                     }
                 }
@@ -505,7 +534,8 @@ impl Driver {
                 // The store's copy first: its `_metadata` goes first, so a
                 // crash midway leaves an unfinished checkpoint, never a torn one.
                 if let Some(storage) = &self.setup.storage {
-                    if let Err(e) = publish::remove(storage.as_ref(), &crate::checkpoint::layout::checkpoint_dir_name(old)) {
+                    let names = self.stored_names(old);
+                    if let Err(e) = names.iter().try_for_each(|s| publish::remove(storage.as_ref(), &s.name())) {
                         tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint from the store.");
                         continue;
                     }
@@ -622,6 +652,10 @@ impl Driver {
                 }
             }
         }
+        if let Some(why) = request.dir.as_ref().and_then(|t| self.target_in_storage(t)) {
+            let _ = reply.send(Err(why));
+            return;
+        }
         tracing::info!(stop = request.stop, "Savepoint requested.");
         if request.stop {
             // The savepoint is the final checkpoint: sources stop after its barrier.
@@ -631,6 +665,21 @@ impl Driver {
         self.coordinator.trigger_now(Kind::Savepoint);
         let (stop, drain) = (request.stop, request.stop && request.drain);
         self.savepoint = Some(PendingSavepoint { id: None, dir: request.dir, stop, drain, reply });
+    }
+
+    /// Why an object storage target is refused: in an area of the
+    /// checkpoint storage (in a cluster, of any instance's) whose cleanup
+    /// would delete the savepoint (`remote::managed_area`).
+    fn target_in_storage(&self, target: &std::path::Path) -> Option<String> {
+        let (target, storage) = (target.to_str()?, self.setup.storage.as_ref()?.root());
+        // `<storage>/instance-I`: the cluster's storage is the parent.
+        let cluster = storage.rsplit_once("/instance-").filter(|(_, i)| i.parse::<u32>().is_ok()).map(|(base, _)| base.to_string());
+        let root = cluster.unwrap_or(storage);
+        let area = crate::checkpoint::remote::managed_area(target, &root)?;
+        Some(format!(
+            "the savepoint target {target} is inside the checkpoint storage {root}, in `{area}`, whose cleanup would delete it; choose another prefix (e.g. {}/savepoints)",
+            root.trim_end_matches('/')
+        ))
     }
 
     /// What the metrics endpoint shows of the coordinator, after a checkpoint ended.
@@ -686,6 +735,17 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// The names checkpoint `id` has in the store: this run's, and those
+    /// the start found (never a newer generation's: a deposed owner
+    /// deletes nothing of its successor's).
+    fn stored_names(&self, id: CheckpointId) -> Vec<StoredId> {
+        let own = StoredId::new(id, self.setup.generation);
+        let found = self.setup.retained_stored.iter().filter(|s| s.id == id && s.generation < own.generation);
+        found.copied().chain(std::iter::once(own)).collect()
+    }
+}
+
 /// The `reason` label of a bundle's abort.
 fn failure_reason(reason: &super::arbiter::AbortReason) -> FailureReason {
     use super::arbiter::AbortReason;
@@ -730,9 +790,9 @@ async fn collect_stored_garbage(storage: Arc<dyn Storage>) {
 /// itself, or uploaded to `storage` (every file, then `_metadata` with a
 /// conditional put), after which the local copy gets its `_metadata` too
 /// (local recovery). Sinks are told only after this returned Ok.
-async fn commit_checkpoint(layout: Layout, storage: Option<Arc<dyn Storage>>, id: CheckpointId, bytes: Vec<u8>) -> Result<(), String> {
+async fn commit_checkpoint(layout: Layout, storage: Option<Arc<dyn Storage>>, stored: StoredId, bytes: Vec<u8>) -> Result<(), String> {
     tokio::task::spawn_blocking(move || {
-        let prefix = crate::checkpoint::layout::checkpoint_dir_name(id);
+        let (id, prefix) = (stored.id, stored.name());
         let dir = layout.checkpoint_dir(id);
         match storage {
             None => publish::commit(&LocalStorage::new(layout.checkpoints_dir()), &dir, &prefix, &bytes).map_err(|e| e.to_string()),

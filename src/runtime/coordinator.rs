@@ -192,10 +192,11 @@ impl Coordinator {
         Some(Completed { id, kind: r.kind, duration: now.saturating_duration_since(r.started), delete })
     }
 
-    /// Writing `_metadata` of `id` failed: the checkpoint is aborted.
+    /// Committing `id` failed (an upload, or the `_metadata` put; `reason`
+    /// names the request and the object): the checkpoint is aborted.
     pub fn on_metadata_failed(&mut self, id: CheckpointId, reason: &str, now: Instant) -> Option<AbortOutcome> {
         let r = self.running.take_if(|r| r.id == id && r.writing_metadata)?;
-        Some(self.aborted(r, format!("writing _metadata failed: {reason}"), now))
+        Some(self.aborted(r, format!("committing the checkpoint failed: {reason}"), now))
     }
 
     /// Bundle `bundle` aborted checkpoint `id`: it is aborted for every bundle.

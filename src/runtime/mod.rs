@@ -134,7 +134,15 @@ impl Engine {
                 exported,
             });
         };
-        let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new(), storage: None });
+        let mut start = start.unwrap_or(restore::StartPoint {
+            restored: None,
+            first_id: 1,
+            retained: Vec::new(),
+            retained_stored: Vec::new(),
+            generation: 0,
+            storage: None,
+            ownership: None,
+        });
         let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (completed_tx, completed_rx) = watch::channel(start.restored.as_ref().map_or(0, |r| r.id));
@@ -159,7 +167,10 @@ impl Engine {
             bundles: built.bundles,
             first_id: start.first_id,
             retained: start.retained,
+            retained_stored: start.retained_stored,
+            generation: start.generation,
             storage: start.storage.clone(),
+            ownership: start.ownership.clone(),
             rendezvous: built.rendezvous,
             source_tasks: built.tasks.iter().filter(|(_, t)| matches!(t, Task::Source(_))).count(),
             metrics: checkpoint_metrics.clone(),

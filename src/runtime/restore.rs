@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, ChannelId, TaskSnapshot};
+use crate::checkpoint::generation::{self, Generation, Origin, StoredId};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::lineage::{self, Lineage};
 use crate::checkpoint::lock::{self, StateDirLock};
@@ -75,6 +76,8 @@ pub enum RestoreError {
     Storage(String),
     #[error(transparent)]
     Owner(#[from] crate::checkpoint::owner::OwnerError),
+    #[error("checkpoint storage: {0}")]
+    Generation(#[from] generation::GenerationError),
     #[error("cannot restore the savepoint set: {0}; nothing was changed")]
     Set(String),
 }
@@ -85,8 +88,15 @@ pub struct StartPoint {
     pub first_id: CheckpointId,
     /// Completed checkpoints on disk (or in the store), oldest first.
     pub retained: Vec<CheckpointId>,
+    /// With `checkpoint.storage`: the stored names of `retained` (a
+    /// deposed owner's checkpoint may share an id with another), and the
+    /// generation this start began (0: none, local checkpoints).
+    pub retained_stored: Vec<StoredId>,
+    pub generation: Generation,
     /// `checkpoint.storage` opened (None: checkpoints stay in the state directory).
     pub storage: Option<std::sync::Arc<dyn crate::checkpoint::storage::Storage>>,
+    /// The ownership of `storage` (the run stops when it is lost).
+    pub ownership: Option<crate::checkpoint::owner::Ownership>,
 }
 
 pub struct RestoredState {
@@ -177,10 +187,22 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
             }
         }
     };
+    // Decided before the lease, so that a refusal writes nothing; a
+    // checkpoint the old owner completed in the meantime (its lease had
+    // not run out yet) must not be missed: decide again if the store changed.
+    let decision = match storage.filter(|_| lease.is_some()) {
+        Some(s) if decision.view.as_ref() != Some(&StoreView::read(s)?) => {
+            tracing::info!("The checkpoint storage changed while this start decided; deciding again.");
+            drop(decision);
+            decide(pipeline, &layout, storage, restore, policy)?
+        }
+        _ => decision,
+    };
     // The first write: from here on the start is decided.
     lock.record_pid()?;
     let mut start = commit(pipeline, &layout, storage, decision)?;
     start.storage = opened.clone();
+    start.ownership = lease.as_ref().map(|l| l.ownership());
     Ok(Prepared { start, lock, lease })
 }
 
@@ -220,6 +242,36 @@ struct Decision {
     first_id: CheckpointId,
     /// The restored checkpoint, if it is one of this directory's: kept by cleanup.
     keep: Vec<CheckpointId>,
+    /// What the store held when deciding, and what the new generation
+    /// records as its origin (with `checkpoint.storage`).
+    view: Option<StoreView>,
+    origin: Origin,
+}
+
+/// The checkpoints and generation records of a store, as one start saw them.
+#[derive(Debug, PartialEq)]
+struct StoreView {
+    stored: std::collections::BTreeMap<StoredId, bool>,
+    records: Vec<generation::Record>,
+}
+
+impl StoreView {
+    fn read(s: &dyn crate::checkpoint::storage::Storage) -> Result<StoreView, RestoreError> {
+        let stored = crate::checkpoint::publish::checkpoints(s).map_err(|e| RestoreError::Storage(e.to_string()))?;
+        Ok(StoreView { stored, records: generation::read_all(s)? })
+    }
+
+    fn complete(&self) -> std::collections::BTreeSet<StoredId> {
+        self.stored.iter().filter(|(_, done)| **done).map(|(s, _)| *s).collect()
+    }
+}
+
+/// What `--restore latest` found.
+enum Resolved {
+    Chosen(Chosen),
+    /// The lineage began with this savepoint set and no checkpoint completed since.
+    Set(Vec<PathBuf>),
+    Nothing,
 }
 
 enum Owner {
@@ -241,49 +293,63 @@ fn decide(
 ) -> Result<Decision, RestoreError> {
     let owner = check_owner(layout, &pipeline.name, policy.force)?;
     let mut ids = store::list_checkpoint_ids(layout)?;
-    if let Some(s) = storage {
-        // Ids continue past everything in the store too (finished or not):
-        // a commit point is never put twice.
-        let stored = crate::checkpoint::publish::checkpoints(s).map_err(|e| RestoreError::Storage(e.to_string()))?;
-        ids.extend(stored.keys());
+    let view = storage.map(StoreView::read).transpose()?;
+    if let Some(v) = &view {
+        // Ids continue past everything in the store too (finished or not).
+        ids.extend(v.stored.keys().map(|s| s.id));
         ids.sort_unstable();
     }
     let next_id = ids.last().map_or(1, |m| m + 1);
-    let (chosen, begins_lineage) = match restore {
-        Some(RestoreFrom::Path(p)) => (Some(validate_path(pipeline, p)?), true),
-        Some(RestoreFrom::Latest) => (resolve_latest(pipeline, layout, storage)?, false),
-        Some(RestoreFrom::Set(_)) | None => (None, true),
+    let (resolved, begins_lineage) = match restore {
+        Some(RestoreFrom::Path(p)) => (Resolved::Chosen(validate_path(pipeline, p)?), true),
+        Some(RestoreFrom::Latest) => (resolve_latest(pipeline, layout, storage, view.as_ref())?, false),
+        Some(RestoreFrom::Set(paths)) => (Resolved::Set(paths.clone()), true),
+        None => (Resolved::Nothing, true),
     };
-    let mut origin = chosen.as_ref().map(|c| (c.origin.clone(), c.valid.metadata.checkpoint_id, c.valid.metadata.kind));
-    let restored = match (chosen, restore) {
-        (Some(c), _) => {
+    let mut set = Vec::new();
+    let (restored, lineage_origin, origin) = match resolved {
+        Resolved::Chosen(c) => {
+            let (id, kind) = (c.valid.metadata.checkpoint_id, c.valid.metadata.kind);
+            let origin = match c.stored {
+                Some(checkpoint) => Origin::Continues { checkpoint },
+                None => Origin::Restored { path: origin_text(&c.origin), checkpoint_id: id, checkpoint_kind: kind },
+            };
+            let lineage_origin = (c.origin.clone(), id, kind);
             let mut r = load(pipeline, c.valid, policy)?;
             r._download.extend(c.download);
-            Some(r)
+            (Some(r), Some(lineage_origin), origin)
         }
-        (None, Some(RestoreFrom::Set(paths))) => {
-            let (r, first) = load_set(pipeline, paths, policy)?;
-            // The lineage names the set's first savepoint: a `--restore
-            // latest` before the first checkpoint finds it of another shape
-            // and is refused, rather than start over.
-            origin = Some(first);
-            Some(r)
+        Resolved::Set(paths) => {
+            let (r, first) = load_set(pipeline, &paths, policy)?;
+            // Both lineages keep the whole set, so a start that finds no
+            // checkpoint of it (here, or on a new machine) restores the set again.
+            set = paths.iter().map(|p| PathBuf::from(origin_text(p))).collect();
+            (Some(r), Some(first), Origin::Set { paths: set.iter().map(|p| p.display().to_string()).collect() })
         }
-        (None, _) => None,
+        Resolved::Nothing => (None, None, Origin::Beginning),
     };
     // Further checks of the restored state against the pipeline belong
     // here: nothing has been written yet.
     let first_id = next_id.max(restored.as_ref().map_or(1, |r| r.id + 1));
     let keep = restored.as_ref().filter(|r| is_checkpoint_of(layout, r)).map(|r| r.id).into_iter().collect();
     let lineage = begins_lineage.then(|| {
-        let from = origin.map(|(dir, checkpoint_id, kind)| lineage::RestoredFrom {
+        let from = lineage_origin.map(|(dir, checkpoint_id, kind)| lineage::RestoredFrom {
             path: if is_url(&dir) { dir } else { lineage::record_path(layout, &dir) },
             checkpoint_id,
             kind,
         });
-        Lineage::new(&pipeline.name, first_id, from)
+        Lineage { set, ..Lineage::new(&pipeline.name, first_id, from) }
     });
-    Ok(Decision { owner, lineage, restored, first_id, keep })
+    Ok(Decision { owner, lineage, restored, first_id, keep, view, origin })
+}
+
+/// A restored path as a generation record keeps it: a URL as it is, a
+/// local path absolute (it names a place on this machine only).
+fn origin_text(path: &Path) -> String {
+    if is_url(path) {
+        return path.display().to_string();
+    }
+    std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).unwrap_or_else(|_| path.to_path_buf()).display().to_string()
 }
 
 /// Phase 3: the writes, under the lock.
@@ -319,10 +385,23 @@ fn commit(
         Err(e) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files; keeping them all."),
     }
     let mut retained = store::list_checkpoint_ids(layout)?;
+    let mut retained_stored = Vec::new();
+    let mut generation = 0;
     if let Some(s) = storage {
+        // Before anything else in the store: from here on, what this start
+        // writes carries its generation, and its lineage is in the store.
+        generation = begin_generation(s, pipeline, &d)?;
         let storage_err = |e: crate::checkpoint::storage::StorageError| RestoreError::Storage(e.to_string());
-        for id in crate::checkpoint::publish::remove_unfinished(s).map_err(storage_err)? {
-            tracing::info!(checkpoint = id, url = %s.url(&crate::checkpoint::layout::checkpoint_dir_name(id)), "Removed an unfinished checkpoint from the store.");
+        for stored in crate::checkpoint::publish::remove_unfinished(s).map_err(storage_err)? {
+            tracing::info!(checkpoint = %stored, url = %s.url(&stored.name()), "Removed an unfinished checkpoint from the store.");
+        }
+        // An older owner's checkpoint with an id this generation writes
+        // was committed after this start listed the store: on no lineage.
+        for (stored, _) in crate::checkpoint::publish::checkpoints(s).map_err(storage_err)? {
+            if stored.generation < generation && stored.id >= d.first_id {
+                tracing::warn!(checkpoint = %stored, url = %s.url(&stored.name()), "Removed a checkpoint a deposed owner committed after this start listed the store.");
+                crate::checkpoint::publish::remove(s, &stored.name()).map_err(storage_err)?;
+            }
         }
         match crate::checkpoint::publish::collect_shared_garbage(s) {
             Ok(removed) if !removed.is_empty() => {
@@ -333,10 +412,23 @@ fn commit(
         }
         // The store decides what is retained; local copies go with them.
         let stored = crate::checkpoint::publish::checkpoints(s).map_err(storage_err)?;
-        retained = stored.into_iter().filter(|&(_, done)| done).map(|(id, _)| id).collect();
+        retained_stored = stored.into_iter().filter(|&(id, done)| done && id.id < d.first_id).map(|(id, _)| id).collect();
+        retained = retained_stored.iter().map(|s| s.id).collect();
+        retained.dedup();
     }
     retained.sort_unstable();
-    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained, storage: None })
+    retained.dedup();
+    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained, retained_stored, generation, storage: None, ownership: None })
+}
+
+/// Record the generation this start begins (see `checkpoint::generation`):
+/// one past every recorded one, created only if no other process did.
+fn begin_generation(s: &dyn crate::checkpoint::storage::Storage, pipeline: &Pipeline, d: &Decision) -> Result<Generation, RestoreError> {
+    let last = generation::list(s).map_err(|e| RestoreError::Storage(e.to_string()))?.last().copied().unwrap_or(0);
+    let record = generation::Record::new(&pipeline.name, last + 1, d.first_id, d.origin.clone());
+    generation::create(s, &record)?;
+    tracing::info!(generation = record.generation, first_checkpoint = d.first_id, url = %s.url(&generation::key(record.generation)), "Began a generation of the checkpoint storage.");
+    Ok(record.generation)
 }
 
 /// Refuse a directory of another pipeline unless `force`. Reads only.
@@ -359,54 +451,94 @@ fn resolve_latest(
     pipeline: &Pipeline,
     layout: &Layout,
     storage: Option<&dyn crate::checkpoint::storage::Storage>,
-) -> Result<Option<Chosen>, RestoreError> {
+    view: Option<&StoreView>,
+) -> Result<Resolved, RestoreError> {
     // A record of another pipeline (before a take-over with --force) says
     // nothing about this one.
     let current = lineage::read(layout)?.filter(|l| l.pipeline == pipeline.name);
     let first_id = current.as_ref().map_or(0, |l| l.first_id);
-    if let Some(s) = storage {
-        if let Some(f) = super::restore_remote::latest(s, layout, &pipeline.name, first_id)? {
-            return Ok(Some(Chosen { origin: PathBuf::from(f.url), valid: f.valid, download: f.download }));
+    if let (Some(s), Some(view)) = (storage, view) {
+        // The store's lineage, when it has one, is the truth: the state
+        // directory may be new (another machine) or stale.
+        if let Some(c) = generation::candidates(&view.records, &view.complete(), &pipeline.name) {
+            if let Some(f) = super::restore_remote::first_valid(s, layout, &pipeline.name, &c.checkpoints)? {
+                return Ok(Resolved::Chosen(Chosen {
+                    origin: PathBuf::from(f.url),
+                    valid: f.valid,
+                    download: f.download,
+                    stored: f.stored,
+                }));
+            }
+            return match c.origin {
+                Origin::Restored { path, checkpoint_id, checkpoint_kind } => {
+                    Ok(Resolved::Chosen(restore_again(pipeline, &pipeline.name, Path::new(&path), checkpoint_id, checkpoint_kind)?))
+                }
+                Origin::Set { paths } => {
+                    tracing::info!(
+                        savepoints = paths.len(),
+                        "No checkpoint completed since this storage's lineage began with a savepoint set; restoring the set again."
+                    );
+                    Ok(Resolved::Set(paths.into_iter().map(PathBuf::from).collect()))
+                }
+                Origin::Beginning | Origin::Continues { .. } => {
+                    tracing::info!("No complete checkpoint to restore; starting from the beginning.");
+                    Ok(Resolved::Nothing)
+                }
+            };
+        }
+        let candidates = super::restore_remote::without_generations(s, first_id)?;
+        if let Some(f) = super::restore_remote::first_valid(s, layout, &pipeline.name, &candidates)? {
+            return Ok(Resolved::Chosen(Chosen { origin: PathBuf::from(f.url), valid: f.valid, download: f.download, stored: f.stored }));
         }
     } else {
         let validator = BundleStateValidator::new(layout.clone(), pipeline.name.clone());
         let skipped = match validator.find_latest_from(first_id) {
             Ok(latest) => {
                 log_skipped(&latest.skipped);
-                return Ok(Some(Chosen::local(latest.checkpoint)));
+                return Ok(Resolved::Chosen(Chosen::local(latest.checkpoint)));
             }
             Err(FindError::NoneValid { skipped, .. }) => skipped,
             Err(FindError::Store(e)) => return Err(e.into()),
         };
         log_skipped(&skipped);
     }
+    if let Some(l) = current.as_ref().filter(|l| !l.set.is_empty()) {
+        tracing::info!(
+            savepoints = l.set.len(),
+            "No checkpoint completed since this state directory was restored from a savepoint set; restoring the set again."
+        );
+        return Ok(Resolved::Set(l.set.clone()));
+    }
     let Some((l, from)) = current.as_ref().and_then(|l| l.restored.as_ref().map(|r| (l, r))) else {
         tracing::info!("No complete checkpoint to restore; starting from the beginning.");
-        return Ok(None);
+        return Ok(Resolved::Nothing);
     };
-    if is_url(&from.path) {
+    let path = if is_url(&from.path) { from.path.clone() } else { l.restored_dir(layout).unwrap_or_default() };
+    Ok(Resolved::Chosen(restore_again(pipeline, &l.pipeline, &path, from.checkpoint_id, from.kind)?))
+}
+
+/// The checkpoint or savepoint a lineage began with (a URL or a local
+/// directory), when no checkpoint completed since: validated again, and
+/// refused when it is gone or now holds something else.
+fn restore_again(pipeline: &Pipeline, of: &str, path: &Path, checkpoint_id: CheckpointId, kind: Kind) -> Result<Chosen, RestoreError> {
+    if is_url(path) {
         let options = pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
-        let f = super::restore_remote::by_url(&from.path.to_string_lossy(), &options)?;
-        tracing::info!(checkpoint = from.checkpoint_id, url = %f.url, "No checkpoint completed since this state directory was restored from it; restoring it again.");
-        return Ok(Some(Chosen { origin: from.path.clone(), valid: f.valid, download: f.download }));
+        let f = super::restore_remote::by_url(&path.to_string_lossy(), &options)?;
+        tracing::info!(checkpoint = checkpoint_id, url = %f.url, "No checkpoint completed since the lineage began with it; restoring it again.");
+        return Ok(Chosen { origin: path.to_path_buf(), valid: f.valid, download: f.download, stored: None });
     }
-    let dir = l.restored_dir(layout).unwrap_or_default();
-    let kind = match from.kind {
+    let kind = match kind {
         Kind::Checkpoint => "checkpoint",
         Kind::Savepoint => "savepoint",
     };
-    let gone = |reason: String| RestoreError::LineageGone { id: from.checkpoint_id, kind, path: dir.clone(), reason };
-    let valid = validate::validate_dir(&dir).map_err(|e| gone(e.to_string()))?;
-    if valid.metadata.checkpoint_id != from.checkpoint_id || valid.metadata.pipeline != l.pipeline {
+    let gone = |reason: String| RestoreError::LineageGone { id: checkpoint_id, kind, path: path.to_path_buf(), reason };
+    let valid = validate::validate_dir(path).map_err(|e| gone(e.to_string()))?;
+    if valid.metadata.checkpoint_id != checkpoint_id || valid.metadata.pipeline != of {
         let md = &valid.metadata;
         return Err(gone(format!("it now holds checkpoint {} of pipeline `{}`", md.checkpoint_id, md.pipeline)));
     }
-    tracing::info!(
-        checkpoint = from.checkpoint_id,
-        dir = %dir.display(),
-        "No checkpoint completed since this state directory was restored from it; restoring it again."
-    );
-    Ok(Some(Chosen::local(valid)))
+    tracing::info!(checkpoint = checkpoint_id, dir = %path.display(), "No checkpoint completed since the lineage began with it; restoring it again.");
+    Ok(Chosen::local(valid))
 }
 
 /// The checkpoint a start restores, and where it came from.
@@ -415,11 +547,13 @@ struct Chosen {
     origin: PathBuf,
     valid: ValidCheckpoint,
     download: Option<crate::checkpoint::publish::TempDir>,
+    /// Which checkpoint of the pipeline's own store it is, if it is one.
+    stored: Option<StoredId>,
 }
 
 impl Chosen {
     fn local(valid: ValidCheckpoint) -> Chosen {
-        Chosen { origin: valid.dir.clone(), valid, download: None }
+        Chosen { origin: valid.dir.clone(), valid, download: None, stored: None }
     }
 }
 
@@ -466,7 +600,7 @@ fn validate_path(pipeline: &Pipeline, path: &Path) -> Result<Chosen, RestoreErro
     if let Some(url) = path.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
         let options = pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
         let f = super::restore_remote::by_url(url, &options)?;
-        return Ok(Chosen { origin: PathBuf::from(&f.url), valid: f.valid, download: f.download });
+        return Ok(Chosen { origin: PathBuf::from(&f.url), valid: f.valid, download: f.download, stored: None });
     }
     validate_local_path(path).map(Chosen::local)
 }

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::restore::RestoreError;
-use crate::checkpoint::layout::{self, Layout, METADATA_FILE};
+use crate::checkpoint::generation::StoredId;
+use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::publish::{self, TempDir};
 use crate::checkpoint::remote::{self, ObjectStorage};
 use crate::checkpoint::storage::{Storage, StorageError};
@@ -28,6 +29,8 @@ pub struct Fetched {
     /// Where it came from: the URL of its directory in the store.
     pub url: String,
     pub download: Option<TempDir>,
+    /// Which checkpoint of the pipeline's own store it is (None: one given by URL).
+    pub stored: Option<StoredId>,
 }
 
 /// Open the checkpoint storage of a pipeline.
@@ -40,35 +43,46 @@ fn storage_error(e: StorageError) -> RestoreError {
     RestoreError::Storage(e.to_string())
 }
 
-/// The newest checkpoint in the store with an id of at least `first_id`
-/// that validates; the others newer than it are logged with the reason.
-/// A store that cannot be read fails the start (falling back past a
-/// checkpoint that only could not be read would restore older state).
-pub fn latest(storage: &dyn Storage, layout: &Layout, pipeline: &str, first_id: CheckpointId) -> Result<Option<Fetched>, RestoreError> {
-    let complete: Vec<CheckpointId> = publish::checkpoints(storage)
-        .map_err(storage_error)?
-        .into_iter()
-        .filter(|&(id, done)| done && id >= first_id)
-        .map(|(id, _)| id)
-        .collect();
-    for id in complete.into_iter().rev() {
-        match checkpoint(storage, layout, pipeline, id)? {
+/// The first of `candidates` (stored checkpoints, best first) that
+/// validates; the ones before it are logged with the reason. A store that
+/// cannot be read fails the start (falling back past a checkpoint that
+/// only could not be read would restore older state).
+pub fn first_valid(
+    storage: &dyn Storage,
+    layout: &Layout,
+    pipeline: &str,
+    candidates: &[StoredId],
+) -> Result<Option<Fetched>, RestoreError> {
+    for &stored in candidates {
+        match checkpoint(storage, layout, pipeline, stored)? {
             Ok(fetched) => return Ok(Some(fetched)),
-            Err(why) => tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint."),
+            Err(why) => tracing::warn!(checkpoint = %stored, reason = %why, "Skipping an invalid checkpoint."),
         }
     }
     Ok(None)
 }
 
-/// Checkpoint `id` of the store, validated (Err inside: why it is invalid).
-fn checkpoint(storage: &dyn Storage, layout: &Layout, pipeline: &str, id: CheckpointId) -> Result<Result<Fetched, Invalid>, RestoreError> {
-    let prefix = layout::checkpoint_dir_name(id);
+/// The complete checkpoints of a store written before generations, with
+/// an id of at least `first_id` (the local lineage's), newest first.
+pub fn without_generations(storage: &dyn Storage, first_id: CheckpointId) -> Result<Vec<StoredId>, RestoreError> {
+    let complete = publish::checkpoints(storage).map_err(storage_error)?;
+    Ok(complete.into_iter().rev().filter(|&(s, done)| done && s.id >= first_id).map(|(s, _)| s).collect())
+}
+
+/// Checkpoint `stored` of the store, validated (Err inside: why it is invalid).
+fn checkpoint(storage: &dyn Storage, layout: &Layout, pipeline: &str, stored: StoredId) -> Result<Result<Fetched, Invalid>, RestoreError> {
+    let (id, prefix) = (stored.id, stored.name());
     let url = storage.url(&prefix);
     let local = layout.checkpoint_dir(id);
     if publish::local_copy_matches(storage, &prefix, &local).map_err(storage_error)? {
         if let Ok(valid) = validate::validate_dir(&local) {
             tracing::info!(checkpoint = id, dir = %local.display(), "Local copy matches the store; restoring from it (local recovery).");
-            return Ok(check_id(valid, id, pipeline, &url, &local).map(|valid| Fetched { valid, url, download: None }));
+            return Ok(check_id(valid, id, pipeline, &url, &local).map(|valid| Fetched {
+                valid,
+                url,
+                download: None,
+                stored: Some(stored),
+            }));
         }
     }
     let (valid, download) = match download(storage, &prefix)? {
@@ -77,7 +91,7 @@ fn checkpoint(storage: &dyn Storage, layout: &Layout, pipeline: &str, id: Checkp
     };
     tracing::info!(checkpoint = id, url = %url, "Downloaded the checkpoint from the store.");
     let dir = valid.dir.clone();
-    Ok(check_id(valid, id, pipeline, &url, &dir).map(|valid| Fetched { valid, url, download: Some(download) }))
+    Ok(check_id(valid, id, pipeline, &url, &dir).map(|valid| Fetched { valid, url, download: Some(download), stored: Some(stored) }))
 }
 
 fn check_id(valid: ValidCheckpoint, id: CheckpointId, pipeline: &str, url: &str, _dir: &Path) -> Result<ValidCheckpoint, Invalid> {
@@ -146,5 +160,5 @@ pub fn by_url(url: &str, options: &[(String, String)]) -> Result<Fetched, Restor
     let (valid, tmp) = download(&storage, &name)?;
     let valid = valid.map_err(|why| RestoreError::Invalid { path: why.path.clone(), reason: why.reason.to_string() })?;
     tracing::info!(url = %trimmed, checkpoint = valid.metadata.checkpoint_id, "Downloaded from the store.");
-    Ok(Fetched { valid, url: trimmed, download: Some(tmp) })
+    Ok(Fetched { valid, url: trimmed, download: Some(tmp), stored: None })
 }

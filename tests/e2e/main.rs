@@ -22,6 +22,8 @@ mod inspect;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;
+#[allow(dead_code)]
+mod proxy;
 mod records;
 mod reference;
 #[path = "../common/rng.rs"]

@@ -43,6 +43,13 @@ impl Bucket {
         Some(Bucket::at(test, Vec::new()))
     }
 
+    /// A bucket URL whose server the test points elsewhere (no request is sent here).
+    fn offline() -> Bucket {
+        let url = "s3://weir/e2e/offline".to_string();
+        let storage = ObjectStorage::open(&url, &[]).expect("opening sends no request");
+        Bucket { url, storage, env: Vec::new() }
+    }
+
     fn at(test: &str, env: Vec<(String, String)>) -> Bucket {
         let bucket = env
             .iter()
@@ -77,9 +84,25 @@ impl Bucket {
         self.storage.list("").unwrap().into_iter().map(|o| (o.key, o.size)).collect()
     }
 
+    /// Stored names of the checkpoints with a `_metadata` (their
+    /// generation in the name), ascending.
+    fn complete_names(&self) -> Vec<String> {
+        let stored = weir::checkpoint::publish::checkpoints(&self.storage).unwrap();
+        stored.into_iter().filter(|(_, d)| *d).map(|(s, _)| s.name()).collect()
+    }
+
+    /// The stored name of complete checkpoint `id` (of the newest generation that has one).
+    fn name_of(&self, id: u64) -> String {
+        let stored = weir::checkpoint::publish::checkpoints(&self.storage).unwrap();
+        stored.into_iter().rev().find(|(s, d)| *d && s.id == id).map(|(s, _)| s.name()).expect("a complete checkpoint of that id")
+    }
+
     /// Ids of the checkpoints with a `_metadata`, ascending.
     fn complete(&self) -> Vec<u64> {
-        weir::checkpoint::publish::checkpoints(&self.storage).unwrap().into_iter().filter(|(_, d)| *d).map(|(id, _)| id).collect()
+        let stored = weir::checkpoint::publish::checkpoints(&self.storage).unwrap();
+        let mut ids: Vec<u64> = stored.into_iter().filter(|(_, d)| *d).map(|(s, _)| s.id).collect();
+        ids.dedup();
+        ids
     }
 }
 
@@ -112,12 +135,15 @@ fn clean_run_is_golden(backend: Backend, incremental: bool) {
     job.assert_no_in_progress_files();
     assert_exactly_once(&format!("clean run on S3 ({backend:?}, incremental {incremental})"), job.lines());
     let complete = bucket.complete();
+    let names = bucket.complete_names();
     assert!(!complete.is_empty() && complete.len() <= 3, "retain 3 in the store: {complete:?}\n{}", o.stderr);
     assert_eq!(complete.last().copied(), completed(&o.stderr).last().copied(), "the last completed checkpoint is in the store");
     let stray: Vec<_> = bucket
         .objects()
         .into_iter()
-        .filter(|(k, _)| !k.starts_with("shared/") && !complete.iter().any(|id| k.starts_with(&format!("chk-{id:07}/"))))
+        .filter(|(k, _)| {
+            !k.starts_with("shared/") && !k.starts_with("_generations/") && !names.iter().any(|n| k.starts_with(&format!("{n}/")))
+        })
         .collect();
     assert!(stray.is_empty(), "objects of no retained checkpoint: {stray:?}");
     // Shared SSTs: exactly those the retained MANIFESTs reference.
@@ -311,7 +337,7 @@ fn every_damaged_object_of_the_newest_checkpoint_falls_back_and_an_explicit_url_
     assert!(kill_after(&mut run, Duration::from_millis(50)), "the run ended before the kill");
     std::fs::remove_dir_all(&job.state).unwrap();
     let newest = *bucket.complete().last().unwrap();
-    let chk = format!("chk-{newest:07}/");
+    let chk = format!("{}/", bucket.name_of(newest));
     let pristine: Vec<(String, Vec<u8>)> =
         bucket.objects().into_iter().map(|(k, _)| (k.clone(), bucket.storage.get(&k).unwrap())).collect();
     let mut keys: Vec<String> = pristine.iter().map(|(k, _)| k.clone()).filter(|k| k.starts_with(&chk)).collect();
@@ -325,7 +351,7 @@ fn every_damaged_object_of_the_newest_checkpoint_falls_back_and_an_explicit_url_
     // The shared files each checkpoint references: a damaged SST also
     // invalidates the older checkpoints that share it.
     let refs = |id: u64| -> Vec<String> {
-        let prefix = format!("chk-{id:07}/");
+        let prefix = format!("{}/", bucket.name_of(id));
         let mut names = Vec::new();
         for (_, b) in pristine.iter().filter(|(k, _)| k.starts_with(&prefix) && k.ends_with("/MANIFEST") && !k.contains("/db/")) {
             let m: serde_json::Value = serde_json::from_slice(b).unwrap();
@@ -341,7 +367,7 @@ fn every_damaged_object_of_the_newest_checkpoint_falls_back_and_an_explicit_url_
         names
     };
     let older: Vec<u64> = bucket.complete().into_iter().filter(|&id| id < newest).collect();
-    let url = format!("{}/chk-{newest:07}", bucket.url);
+    let url = format!("{}/{}", bucket.url, bucket.name_of(newest));
     // One object of each kind also goes through the binary (`--restore
     // URL`, `inspect`, `--restore latest`); a shared SST only the newest
     // checkpoint references, if there is one.
@@ -543,7 +569,7 @@ fn savepoint_to_s3_restores_at_another_parallelism_and_is_disposed() {
     assert_exactly_once("savepoint on S3, restored at parallelism 1", job.lines());
     // Dispose refuses a checkpoint, removes the savepoint.
     let chk_id = *bucket.complete().last().unwrap();
-    let chk = format!("{}/chk-{chk_id:07}", bucket.url);
+    let chk = format!("{}/{}", bucket.url, bucket.name_of(chk_id));
     let refused = bucket.env(weir(&["savepoint", "dispose", &chk])).run();
     refused.expect_code(2);
     assert!(refused.stderr.contains("says checkpoint, not savepoint"), "{}", refused.stderr);
@@ -656,7 +682,7 @@ fn rescaled(taken: Taken, backend: Backend, p: u32, backend2: Backend, p2: u32) 
             let mut run = first().spawn();
             assert!(wait_until(Duration::from_secs(20), || bucket.complete().len() >= 2), "{what}: no checkpoints reached the store");
             assert!(kill_after(&mut run, Duration::from_millis(100)), "{what}: the run ended before the kill");
-            format!("{}/chk-{:07}", bucket.url, bucket.complete().last().unwrap())
+            format!("{}/{}", bucket.url, bucket.complete_names().last().unwrap())
         }
         Taken::Savepoint => {
             let run = first().spawn();
@@ -756,8 +782,153 @@ fn server_killed_during_checkpoints_aborts_them_then_they_succeed_again() {
     job.assert_no_in_progress_files();
     assert_exactly_once("S3 server outage", job.lines());
     // What the failed uploads left was removed once the store answered again.
-    let complete = bucket.complete();
-    let stray: Vec<_> =
-        bucket.objects().into_iter().filter(|(k, _)| !complete.iter().any(|id| k.starts_with(&format!("chk-{id:07}/")))).collect();
+    let names = bucket.complete_names();
+    let stray: Vec<_> = bucket
+        .objects()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("_generations/") && !names.iter().any(|n| k.starts_with(&format!("{n}/"))))
+        .collect();
     assert!(stray.is_empty(), "objects of aborted checkpoints left in the store: {stray:?}");
+}
+
+/// The endpoint the test's S3 server is on (`host:port`).
+fn endpoint(bucket: &Bucket) -> String {
+    let url = bucket
+        .env
+        .iter()
+        .find(|(k, _)| k == "AWS_ENDPOINT_URL")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+        .expect("an S3 endpoint");
+    url.trim_start_matches("http://").trim_end_matches('/').to_string()
+}
+
+/// A stale owner's late writes never change what the new owner committed
+/// (issue 27.1). Owner A's path to S3 stalls (a proxy holds its bytes,
+/// among them the uploads of the checkpoint it was writing); its lease
+/// runs out; B takes over on another machine, restores A's newest
+/// checkpoint and commits its own first one, with the id A was writing;
+/// then A's held requests land. B is killed before its next checkpoint,
+/// and C, on a third machine, restores B's checkpoint (never skipping it
+/// as damaged): the shared output is exactly the reference. Before
+/// generations, A's late task files replaced B's under the same name and C
+/// fell back to A's older checkpoint: records doubled.
+#[test]
+fn a_stale_owners_late_writes_never_change_the_new_owners_checkpoint() {
+    let Some(bucket) = Bucket::new("stale-owner") else { return };
+    let proxy = super::proxy::Proxy::start(&endpoint(&bucket));
+    let (a, b, c) = (Job::new(), Job::new(), Job::new());
+    let on = |job: &Job| {
+        on_bucket(&bucket, Backend::Memory, &job.state, &a.out)
+            .set("checkpoint.storage_lease", "1s")
+            .set("sources.events.rate_limit", "400")
+    };
+    let mut owner = on(&a).env("AWS_ENDPOINT_URL", proxy.url()).spawn();
+    assert!(wait_until(Duration::from_secs(20), || bucket.complete().len() >= 2), "no checkpoint reached the store");
+    proxy.set(super::proxy::Mode::Hold);
+    // Past A's lease (1 s, by the record's time): B takes it over.
+    std::thread::sleep(Duration::from_millis(1600));
+    let listed = bucket.complete();
+    // A long interval: B's first checkpoint stays its newest while A's bytes land.
+    let mut second = on(&b).arg("--restore").arg("latest").set("checkpoint.interval", "3s").set("sources.events.rate_limit", "300").spawn();
+    let b_first = *listed.last().unwrap() + 1;
+    assert!(
+        wait_until(Duration::from_secs(20), || bucket.complete().iter().any(|&id| id >= b_first)),
+        "B committed no checkpoint; store has {:?}",
+        bucket.complete()
+    );
+    // A's held requests land now, after B's commit.
+    proxy.set(super::proxy::Mode::Pass);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(kill_after(&mut second, Duration::from_millis(0)), "B ended before the kill");
+    let _ = owner.child.kill();
+    let stale = owner.wait_for(RUN_TIMEOUT);
+    let o = fast(on(&c)).arg("--restore").arg("latest").ok();
+    assert!(!o.stderr.contains("Skipping an invalid checkpoint"), "C found a damaged checkpoint:\n{}\nA:\n{}", o.stderr, stale.stderr);
+    assert!(restored_from(&o.stderr).is_some_and(|id| id >= b_first), "C did not restore B's checkpoint:\n{}", o.stderr);
+    assert_exactly_once("stale owner's late writes", a.lines());
+}
+
+/// The lineage lives in the store (issue 27.2): a restore of a savepoint
+/// onto a fresh prefix that crashes before its first checkpoint, then
+/// `--restore latest` on a new machine (no state directory), restores the
+/// savepoint again: neither the beginning (records doubled) nor anything
+/// else.
+#[test]
+fn a_savepoint_restore_that_crashed_before_its_first_checkpoint_resumes_on_a_new_machine() {
+    let Some(bucket) = Bucket::new("lineage-sp") else { return };
+    let Some(fresh) = Bucket::new("lineage-sp-fresh") else { return };
+    let job = Job::new();
+    let run = on_bucket(&bucket, Backend::Memory, &job.state, &job.out).set("sources.events.rate_limit", "700").spawn();
+    let sock = job.state.join("control.sock");
+    assert!(wait_until(Duration::from_secs(20), || sock.exists()), "no control socket");
+    assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
+    let target = format!("{}/savepoints", bucket.url);
+    let trigger =
+        bucket.apply(weir(&["savepoint", "trigger", super::ckpt::PIPELINE, "--stop", "--target", &target])).set("state.dir", &job.state);
+    let sp = savepoint_path(&trigger.run()).to_string_lossy().into_owned();
+    run.wait_for(RUN_TIMEOUT).expect_code(0);
+    // Onto a fresh prefix, on a new machine: it crashes before its first checkpoint.
+    let new_machine = || {
+        let _ = std::fs::remove_dir_all(&job.state);
+        on_bucket(&fresh, Backend::Memory, &job.state, &job.out)
+    };
+    let crashed = new_machine().arg("--restore").arg(&sp).env("WEIR_FAULTS", "crash=after_prepare:1").run();
+    assert_ne!(crashed.code(), Some(0), "the fault did not crash it:\n{}", crashed.stderr);
+    assert!(fresh.complete().is_empty(), "a checkpoint completed before the crash");
+    // What a restore killed midway left in its temp directory (its PID
+    // gone) is removed by the next start (issue 27.5).
+    let tmpdir = tmp();
+    let left = tmpdir.path().join("weir-restore-4194999-0");
+    std::fs::create_dir_all(left.join("savepoint-checkpointed-0000009")).unwrap();
+    let o = fast(new_machine()).env("TMPDIR", tmpdir.path()).arg("--restore").arg("latest").ok();
+    assert!(o.stderr.contains("restoring it again"), "the savepoint was not restored again:\n{}", o.stderr);
+    assert!(!left.exists(), "a killed restore's download was left:\n{}", o.stderr);
+    let leftovers: Vec<_> = std::fs::read_dir(tmpdir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.is_empty(), "downloads left behind: {leftovers:?}");
+    assert_exactly_once("savepoint restore, crash, new machine", job.lines());
+}
+
+/// A savepoint target in an area of the checkpoint storage that its
+/// cleanup manages (`shared/`, a `chk-*` directory, a `_*` record) is
+/// refused before the savepoint is taken (issue 27.4): the cleanup would
+/// delete it. The run goes on and nothing is written under the target.
+#[test]
+fn a_savepoint_target_inside_the_checkpoint_storage_is_refused() {
+    let Some(bucket) = Bucket::new("sp-inside") else { return };
+    let job = Job::new();
+    let run = on_bucket(&bucket, Backend::Memory, &job.state, &job.out).set("sources.events.rate_limit", "700").spawn();
+    let sock = job.state.join("control.sock");
+    assert!(wait_until(Duration::from_secs(20), || sock.exists()), "no control socket");
+    for inside in ["shared", "chk-0000001", "_generations"] {
+        let target = format!("{}/{inside}", bucket.url);
+        let o =
+            bucket.apply(weir(&["savepoint", "trigger", super::ckpt::PIPELINE, "--target", &target])).set("state.dir", &job.state).run();
+        assert_ne!(o.code(), Some(0), "{target}: accepted:\n{}", o.stdout);
+        assert!(o.stderr.contains("is inside the checkpoint storage"), "{target}:\n{}", o.stderr);
+        let under = format!("{inside}/savepoint-");
+        assert!(bucket.objects().iter().all(|(k, _)| !k.starts_with(&under)), "{target}: something was written");
+    }
+    run.wait_for(RUN_TIMEOUT).expect_code(0);
+    assert_exactly_once("after refused savepoints", job.lines());
+}
+
+/// Credentials in the endpoint's URL never reach the output (issue
+/// 27.5), not even at debug level, when the server cannot be reached.
+#[test]
+fn credentials_in_the_endpoint_are_never_printed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let job = Job::new();
+    let o = fast(on_bucket(&Bucket::offline(), Backend::Memory, &job.state, &job.out))
+        .env("AWS_ENDPOINT_URL", format!("http://weiruser:Sup3rS3cret@127.0.0.1:{port}"))
+        .env("AWS_ACCESS_KEY_ID", "AKIAWEIRTESTKEY")
+        .env("AWS_SECRET_ACCESS_KEY", "WeirSecretAccessKey")
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("RUST_LOG", "debug")
+        .run();
+    assert_ne!(o.code(), Some(0), "ran without a server:\n{}", o.stderr);
+    for secret in ["Sup3rS3cret", "WeirSecretAccessKey"] {
+        assert!(!o.stderr.contains(secret) && !o.stdout.contains(secret), "{secret} printed:\n{}", o.stderr);
+    }
+    assert!(o.stderr.contains("[credentials omitted]@127.0.0.1"), "the endpoint is not named:\n{}", o.stderr);
 }

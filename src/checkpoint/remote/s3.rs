@@ -175,7 +175,7 @@ impl ObjectStorage {
             match result {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt < ATTEMPTS && transient(&e) => {
-                    tracing::debug!(url = %self.url(key), op, attempt, error = %e, "Storage request failed; trying again.");
+                    tracing::debug!(url = %self.url(key), op, attempt, error = %redact(&e.to_string()), "Storage request failed; trying again.");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                     attempt += 1;
@@ -213,12 +213,31 @@ fn transient(e: &object_store::Error) -> bool {
     )
 }
 
-/// Drop anything that looks like a signed query string from a message.
+/// Drop from a message anything that looks like a signed query string,
+/// and the `user:password@` of every URL in it (an endpoint may carry one).
 fn redact(message: &str) -> String {
-    match message.find("X-Amz-") {
+    let message = match message.find("X-Amz-") {
         Some(i) => format!("{}[signed parameters omitted]", &message[..i]),
         None => message.to_string(),
+    };
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message.as_str();
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        // The authority ends at the first `/`, `?`, `#` or space.
+        let end = tail.find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace()).unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("[credentials omitted]@");
+                out.push_str(&tail[at + 1..end]);
+            }
+            None => out.push_str(&tail[..end]),
+        }
+        rest = &tail[end..];
     }
+    out.push_str(rest);
+    out
 }
 
 fn local_read(path: &Path, source: std::io::Error) -> StorageError {
@@ -375,5 +394,13 @@ mod tests {
     #[test]
     fn signed_parameters_never_reach_a_message() {
         assert_eq!(redact("GET http://h/b/k?X-Amz-Credential=AKIA failed"), "GET http://h/b/k?[signed parameters omitted]");
+    }
+
+    #[test]
+    fn credentials_in_an_endpoint_never_reach_a_message() {
+        let m = redact("error sending request for url (http://admin:s3cr3t@127.0.0.1:9000/weir/p/_owner): refused; see https://u@x");
+        assert_eq!(m, "error sending request for url (http://[credentials omitted]@127.0.0.1:9000/weir/p/_owner): refused; see https://[credentials omitted]@x");
+        assert_eq!(redact("no url here"), "no url here");
+        assert_eq!(redact("s3://b/p"), "s3://b/p");
     }
 }
