@@ -33,7 +33,7 @@ pub struct Case {
     expected: BTreeMap<String, Expected>,
     /// An operator was removed: every later restore passes
     /// `--allow-non-restored-state` (an older checkpoint may still hold it).
-    dropped_state: bool,
+    pub dropped_state: bool,
     /// Sinks changed by an edit, with every input they ever had.
     touched: BTreeMap<String, BTreeSet<String>>,
     pub kill_points: usize,
@@ -51,6 +51,14 @@ pub struct Case {
     pub findings: Findings,
     pub failure: Option<String>,
     pub timing: Timing,
+    /// `checkpoint.storage` on the test S3 server (None: local checkpoints).
+    pub storage: Option<String>,
+    /// The machine the runs are on: each has a state directory of its own.
+    pub machine: u32,
+    /// Runs that took over from a stale owner, and stale owners that ended.
+    pub takeovers: usize,
+    /// How the run that took over from the current (stale) one ended.
+    pub taken_over: Option<Ended>,
 }
 
 impl Case {
@@ -103,10 +111,32 @@ impl Case {
             findings: Findings::default(),
             failure: None,
             timing: Timing::default(),
+            storage: None,
+            machine: 0,
+            takeovers: 0,
+            taken_over: None,
         };
+        // Its own dice too: checkpoints on the test S3 server, if there is one.
+        if super::s3::endpoint().is_some() && Rng::new(seed ^ 0x5333_5333).chance(0.5) {
+            case.storage = Some(super::s3::case_url(seed));
+        }
         case.install(case.shape.clone());
         case.timing.add(SETUP, setup.elapsed());
         case
+    }
+
+    /// The state directory of the current machine.
+    pub fn state_dir(&self) -> PathBuf {
+        match self.machine {
+            0 => self.dir.join("state"),
+            m => self.dir.join(format!("state-m{m}")),
+        }
+    }
+
+    /// Move the runs to a new machine: a new, empty state directory.
+    pub fn new_machine(&mut self) {
+        self.machine += 1;
+        self.log.note(format!("new machine: state directory {}", self.state_dir().display()));
     }
 
     pub fn yaml_path(&self) -> PathBuf {
@@ -133,7 +163,13 @@ impl Case {
         if self.shape.sources.iter().any(|s| s.via_kafka.is_some()) {
             faults::add_recreations(&mut Rng::new(self.seed ^ 0x7265_6372_6561_7465), &mut schedule);
         }
+        if self.storage.is_some() {
+            faults::add_machines(&mut Rng::new(self.seed ^ 0x6D61_6368_696E_65), &mut schedule);
+        }
         self.log.note(format!("shape: {}", self.shape.summary()));
+        if let Some(url) = &self.storage {
+            self.log.note(format!("checkpoints on S3: {url}"));
+        }
         let mut start = Start::Fresh;
         let mut finished = false;
         let all = schedule.into_iter().chain(std::iter::repeat_with(Attempt::clean).take(CLEAN_RUNS));
@@ -168,6 +204,9 @@ impl Case {
     /// One scheduled run, with its edit and rescale: the next start, or None when finished.
     fn attempt(&mut self, n: usize, a: &Attempt, start: &Start, rng: &mut Rng) -> Result<Option<Start>, String> {
         let restoring = !matches!(start, Start::Fresh);
+        if a.new_machine && matches!(start, Start::Latest) {
+            self.new_machine();
+        }
         if a.consume && restoring {
             self.consume_parts();
         }
@@ -269,7 +308,7 @@ impl Case {
             }
         }
         let sink_dirs: Vec<PathBuf> = self.shape.file_sinks().map(|k| self.dir.join(sink_rel(&k.name))).collect();
-        f.orphans(&sink_dirs, &self.dir.join("state"));
+        f.orphans(&sink_dirs, &self.state_dir());
         if !f.problems.is_empty() {
             self.failure = Some(f.problems.join("\n"));
         }
@@ -285,7 +324,7 @@ impl Case {
             Start::Fresh => return false,
             Start::Savepoint(sp) => sp.clone(),
             Start::Latest => {
-                let Ok(entries) = std::fs::read_dir(self.dir.join("state").join("checkpoints")) else { return false };
+                let Ok(entries) = std::fs::read_dir(self.state_dir().join("checkpoints")) else { return false };
                 let mut complete: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.join("_metadata").is_file()).collect();
                 complete.sort();
                 match complete.pop() {

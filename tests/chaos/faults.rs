@@ -41,6 +41,24 @@ pub enum Action {
     /// `--target` parent if `target` (a new child each time); the next run
     /// restores the savepoint printed, after moving it elsewhere if `moved`.
     Stop { after_ms: u64, drain: bool, target: bool, moved: bool },
+    /// Checkpoints on S3 only: the run becomes a stale owner `after_ms`
+    /// after its start: its path to S3 stalls (`hold`: a proxy holds its
+    /// bytes, among them requests it sent under a valid lease) or the
+    /// process freezes (SIGSTOP). Once its lease ran out, a second run
+    /// takes the storage over on a new machine, and is killed `kill_ms`
+    /// after its first checkpoint completes; the stale owner's held bytes
+    /// are delivered (or it is continued) in between. It must commit
+    /// nothing more and fail; the next run restores on the new machine.
+    Stale { after_ms: u64, hold: bool, kill_ms: u64 },
+}
+
+/// A network fault between a run and the S3 server (a proxy).
+#[derive(Clone, Copy, Debug)]
+pub enum NetFault {
+    /// Every chunk to the server waits this long.
+    Latency { ms: u64 },
+    /// Every connection is reset `after_ms` after the start, then `every_ms` again.
+    Cuts { after_ms: u64, every_ms: u64 },
 }
 
 /// A topology change applied to the restore of a run.
@@ -75,6 +93,11 @@ pub struct Attempt {
     /// Before this restore the Kafka source topic is deleted and created
     /// again, and the same records produced into the same partitions.
     pub recreate_topic: bool,
+    /// Checkpoints on S3 only: this restore runs on a new machine (a new,
+    /// empty state directory; the store and the output stay).
+    pub new_machine: bool,
+    /// Checkpoints on S3 only: the run's path to the server is faulty.
+    pub net: Option<NetFault>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -91,6 +114,30 @@ pub fn add_outages(rng: &mut Rng, attempts: &mut [Attempt]) {
             // Shorter and longer than the pipeline's broker_timeout.
             let for_ms = rng.range(500, super::shape::BROKER_TIMEOUT_S * 1000 + 2000);
             a.outage = Some(Outage { after_ms: rng.range(100, 1000), for_ms });
+        }
+    }
+}
+
+/// For a case with checkpoints on S3, with dice of their own: restores on
+/// a new machine, stale owners and network faults. Savepoints that a later
+/// run restores go to the case's target parent, outside every machine's
+/// state directory (a savepoint in a lost state directory is gone).
+pub fn add_machines(rng: &mut Rng, attempts: &mut [Attempt]) {
+    for (i, a) in attempts.iter_mut().enumerate() {
+        a.new_machine = i > 0 && rng.chance(0.3);
+        if let Action::Stop { target, .. } = &mut a.action {
+            *target = true;
+        }
+        if rng.chance(0.2) {
+            a.action = Action::Stale { after_ms: rng.range(200, 900), hold: rng.chance(0.6), kill_ms: rng.range(0, 400) };
+            a.then_kill = false;
+        }
+        if rng.chance(0.2) && !matches!(a.action, Action::Stale { hold: true, .. }) {
+            a.net = Some(if rng.chance(0.5) {
+                NetFault::Latency { ms: rng.range(2, 40) }
+            } else {
+                NetFault::Cuts { after_ms: rng.range(100, 800), every_ms: rng.range(300, 1500) }
+            });
         }
     }
 }
@@ -115,6 +162,8 @@ impl Attempt {
             then_kill: false,
             fast: true,
             recreate_topic: false,
+            new_machine: false,
+            net: None,
         }
     }
 
@@ -141,6 +190,8 @@ impl Attempt {
             Action::Stop { drain: true, .. } => "stop --drain",
             Action::Stop { moved: true, .. } => "stop, moved savepoint",
             Action::Stop { .. } => "stop-with-savepoint",
+            Action::Stale { hold: true, .. } => "stale owner (bytes held, delivered late)",
+            Action::Stale { .. } => "stale owner (SIGSTOP)",
         }
         .to_string()];
         for f in &self.faults {
@@ -166,6 +217,14 @@ impl Attempt {
         }
         if self.recreate_topic {
             kinds.push("source topic recreated".into());
+        }
+        if self.new_machine {
+            kinds.push("restore on a new machine".into());
+        }
+        match self.net {
+            Some(NetFault::Latency { .. }) => kinds.push("S3 latency".into()),
+            Some(NetFault::Cuts { .. }) => kinds.push("S3 connections cut".into()),
+            None => {}
         }
         kinds.retain(|k| k != "none");
         kinds
@@ -237,7 +296,19 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         let edit = (i > 0 && rng.chance(0.25))
             .then(|| rng.pick(&[EditKind::SinkInput, EditKind::AddSink, EditKind::AddOperator, EditKind::RemoveOperator]).clone());
         let consume = i > 0 && rng.chance(0.1);
-        attempts.push(Attempt { action, faults, rescale, edit, consume, outage: None, then_kill, fast: false, recreate_topic: false });
+        attempts.push(Attempt {
+            action,
+            faults,
+            rescale,
+            edit,
+            consume,
+            outage: None,
+            then_kill,
+            fast: false,
+            recreate_topic: false,
+            new_machine: false,
+            net: None,
+        });
     }
     attempts
 }

@@ -19,6 +19,9 @@
 //! and read a file source's lines through the Kafka source.
 //! KAFKA_BROKER_DIR: that broker's data directory (scripts/kafka-broker.sh):
 //! cases using Kafka then draw broker outages (SIGSTOP of the broker).
+//! AWS_ENDPOINT_URL (or WEIR_S3_ENDPOINT) with the AWS credentials: an S3
+//! server; half the cases then keep their checkpoints there and draw
+//! restores on new machines, stale owners and network faults.
 
 #[path = "../e2e/records.rs"]
 #[allow(dead_code)]
@@ -35,10 +38,13 @@ mod input;
 mod kafka;
 mod oracle;
 mod proc;
+#[path = "../e2e/proxy.rs"]
+mod proxy;
 #[path = "../common/rng.rs"]
 #[allow(dead_code)]
 mod rng;
 mod run;
+mod s3;
 mod shape;
 mod stats;
 #[path = "../common/wait.rs"]

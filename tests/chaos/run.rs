@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::case::Case;
-use super::faults::{Action, Attempt, Outage};
+use super::faults::{Action, Attempt, NetFault, Outage};
 use super::proc::{listing, listing_diff, Cmd, Exit, Proc};
 use super::stats::{ACTIONS, OUTAGES, START, TO_EXIT, WAITS};
 
@@ -50,11 +50,18 @@ impl Case {
         if allow_non_restored {
             c = c.arg("--allow-non-restored-state");
         }
+        if self.machine > 0 {
+            c = c.arg("--set").arg(format!("state.dir={}", self.state_dir().display()));
+        }
+        if let Some(url) = &self.storage {
+            c = c.arg("--set").arg(format!("checkpoint.storage={url}"));
+            c = c.arg("--set").arg(format!("checkpoint.storage_lease={}ms", super::s3::LEASE_MS));
+        }
         c
     }
 
     fn disk(&self) -> Vec<String> {
-        listing(&[&self.dir.join("state"), &self.dir.join("out")])
+        listing(&[&self.state_dir(), &self.dir.join("out")])
     }
 
     /// Run `cmd`, which must be refused: exit 2, nothing changed.
@@ -83,6 +90,16 @@ impl Case {
                 cmd = cmd.arg("--set").arg(format!("sources.{}.rate_limit={}", s.name, s.rate * 8));
             }
         }
+        // The run's path to S3 through a proxy, for a network fault or a stale owner.
+        let proxied = a.net.is_some() || matches!(a.action, Action::Stale { hold: true, .. });
+        let net = match (proxied, &self.storage, super::s3::endpoint()) {
+            (true, Some(_), Some(endpoint)) => Some(NetPath::start(&endpoint, a.net)),
+            _ => None,
+        };
+        if let Some(p) = &net {
+            cmd = cmd.env("AWS_ENDPOINT_URL", p.proxy.url());
+            self.log.note(format!("the run reaches S3 through a proxy ({:?})", a.net));
+        }
         self.log.note(format!("run {n}: {:?}", a.action));
         let before = self.disk();
         let t = Instant::now();
@@ -97,7 +114,7 @@ impl Case {
                 self.timing.add(OUTAGES, t.elapsed());
             }
             let (t, waited) = (Instant::now(), self.waited());
-            let acted = self.act(&mut proc, &a.action, n);
+            let acted = self.act(&mut proc, &a.action, n, net.as_ref());
             self.timing.add(ACTIONS, t.elapsed().saturating_sub(self.waited() - waited));
             match acted {
                 Ok(sp) => stopped_at = sp,
@@ -117,6 +134,7 @@ impl Case {
         let t = Instant::now();
         let exit = proc.wait(RUN_LIMIT);
         self.timing.add(TO_EXIT, t.elapsed());
+        drop(net);
         if a.faults.iter().any(|f| f.starts_with("stall=")) && exit.stderr.contains("Injected stall.") {
             self.stalls_fired += 1;
         }
@@ -146,6 +164,31 @@ impl Case {
         let storm = matches!(a.action, Action::Storm { .. });
         if exit.timed_out {
             return Ended::Failed(format!("hang: `{}` did not end within {RUN_LIMIT:?}\n{}", exit.line, exit.tail(10)));
+        }
+        if let Some(taken) = self.taken_over.take() {
+            // A stale owner must stop, never finish: the new owner decides.
+            return match (exit.code, exit.signal) {
+                (Some(1), _)
+                    if exit.stderr.contains("lost its ownership") || exit.stderr.contains("does not own the checkpoint storage") =>
+                {
+                    self.takeovers += 1;
+                    taken
+                }
+                // Its drawn crash point, reached in its local work.
+                (None, Some(6)) if exit.stderr.contains("injected crash at") => {
+                    self.takeovers += 1;
+                    taken
+                }
+                // It had committed its final checkpoint before its path stalled.
+                (Some(0), _) if exit.finished_input() => {
+                    self.takeovers += 1;
+                    taken
+                }
+                (code, signal) => Ended::Failed(format!(
+                    "a stale owner, taken over, ended with exit {code:?} signal {signal:?}, want exit 1 (ownership lost):\n{}",
+                    exit.tail(12)
+                )),
+            };
         }
         match (exit.code, exit.signal) {
             (Some(0), _) if exit.finished_input() => Ended::Finished,
@@ -204,10 +247,15 @@ impl Case {
     }
 
     /// Inject `action` into the running process. Returns the savepoint of a stop.
-    fn act(&mut self, proc: &mut Proc, action: &Action, n: usize) -> Result<Option<PathBuf>, String> {
+    fn act(&mut self, proc: &mut Proc, action: &Action, n: usize, net: Option<&NetPath>) -> Result<Option<PathBuf>, String> {
         let after = |ms: u64| Duration::from_millis(ms);
         match *action {
             Action::Finish => {}
+            Action::Stale { after_ms, hold, kill_ms } => {
+                if self.wait_before(proc, after_ms) {
+                    self.stale(proc, hold, kill_ms, net)?;
+                }
+            }
             Action::Kill { after_ms } => {
                 if self.wait_before(proc, after_ms) && proc.signal("KILL") {
                     self.log.note(format!("{after_ms} ms after 'Pipeline started.': kill -9"));
@@ -303,7 +351,7 @@ impl Case {
     /// `weir savepoint trigger` with `extra` args: the savepoint's path, or
     /// None when the pipeline had already ended or refused (exit 1).
     fn trigger(&mut self, extra: &[String]) -> Result<Option<PathBuf>, String> {
-        let sock = self.dir.join("state").join("control.sock");
+        let sock = self.state_dir().join("control.sock");
         let _ = super::wait_until(Duration::from_secs(5), || sock.exists());
         let yaml = self.yaml_path().display().to_string();
         let mut cmd = Cmd::weir(&["savepoint", "trigger", &yaml, "--timeout", "15s"]);
@@ -326,6 +374,111 @@ impl Case {
             }
             _ => Err(format!("savepoint trigger `{}`: exit {:?}\n{}", exit.line, exit.code, exit.tail(5))),
         }
+    }
+}
+
+impl Case {
+    /// The running process becomes a stale owner: its path to S3 is held
+    /// (or it is frozen), a run on a new machine takes the storage over once
+    /// the lease ran out and is killed after its first checkpoint, the stale
+    /// one's held bytes are delivered (or it is continued) in between.
+    fn stale(&mut self, proc: &mut Proc, hold: bool, kill_ms: u64, net: Option<&NetPath>) -> Result<(), String> {
+        match net.filter(|_| hold) {
+            Some(p) => {
+                p.proxy.set(super::proxy::Mode::Hold);
+                self.log.note("the proxy holds the run's bytes to S3");
+            }
+            None => {
+                if !proc.signal("STOP") {
+                    return Ok(());
+                }
+                self.log.note("kill -STOP the run (a stale owner)");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(super::s3::LEASE_MS + 700));
+        self.new_machine();
+        let cmd = self.command(&Start::Latest, self.shape.parallelism, self.dropped_state);
+        let mut taker = None;
+        let deadline = Instant::now() + SHORT_LIMIT;
+        while taker.is_none() {
+            let mut p = cmd.spawn(&self.log);
+            if p.wait_log("Pipeline started.", RUN_LIMIT) {
+                taker = Some(p);
+                continue;
+            }
+            let exit = p.wait(SHORT_LIMIT);
+            let held = exit.code == Some(2) && exit.stderr.contains("is in use by weir process");
+            if !held || Instant::now() > deadline {
+                self.release(proc, net, hold);
+                return Err(format!("the take-over from a stale owner failed: `{}` exit {:?}\n{}", exit.line, exit.code, exit.tail(10)));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut taker = taker.unwrap();
+        let committed = taker.wait_log_count("Checkpoint complete.", 1, RUN_LIMIT);
+        self.release(proc, net, hold);
+        if committed && taker.sleep_while_running(Duration::from_millis(kill_ms)) && taker.signal("KILL") {
+            self.log.note(format!("{kill_ms} ms after the new owner's first 'Checkpoint complete.': kill -9 it"));
+            self.kill_points += 1;
+        }
+        let exit = taker.wait(RUN_LIMIT);
+        self.log.note(format!("new owner ended: exit {:?}, signal {:?}", exit.code, exit.signal));
+        self.taken_over = Some(match (exit.code, exit.signal) {
+            (Some(0), _) if exit.finished_input() => Ended::Finished,
+            (None, Some(9)) => Ended::Interrupted,
+            (code, signal) => {
+                return Err(format!("the new owner ended with exit {code:?} signal {signal:?}:\n{}", exit.tail(12)));
+            }
+        });
+        Ok(())
+    }
+
+    fn release(&mut self, proc: &mut Proc, net: Option<&NetPath>, hold: bool) {
+        match net.filter(|_| hold) {
+            Some(p) => {
+                p.proxy.set(super::proxy::Mode::Pass);
+                self.log.note("the proxy delivers the stale owner's held bytes");
+            }
+            None => {
+                proc.signal("CONT");
+                self.log.note("kill -CONT the stale owner");
+            }
+        }
+    }
+}
+
+/// A run's path to S3 through a proxy, and the thread cutting its
+/// connections (stopped when dropped).
+pub struct NetPath {
+    pub proxy: std::sync::Arc<super::proxy::Proxy>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl NetPath {
+    fn start(endpoint: &str, fault: Option<NetFault>) -> NetPath {
+        let proxy = std::sync::Arc::new(super::proxy::Proxy::start(endpoint));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        match fault {
+            Some(NetFault::Latency { ms }) => proxy.set(super::proxy::Mode::Latency(Duration::from_millis(ms))),
+            Some(NetFault::Cuts { after_ms, every_ms }) => {
+                let (p, stop) = (proxy.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(after_ms));
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        p.cut();
+                        std::thread::sleep(Duration::from_millis(every_ms));
+                    }
+                });
+            }
+            None => {}
+        }
+        NetPath { proxy, stop }
+    }
+}
+
+impl Drop for NetPath {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

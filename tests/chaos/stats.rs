@@ -19,6 +19,10 @@ pub struct Stats {
     pub refused: usize,
     pub edits: usize,
     pub savepoints: usize,
+    /// Cases with checkpoints on S3, machines they moved to, stale owners taken over.
+    pub on_s3: usize,
+    pub machines: usize,
+    pub takeovers: usize,
     pub timing: Timing,
     /// (seed, first line of the failure, reproduction dir).
     pub failures: Vec<(u64, String, String)>,
@@ -40,6 +44,9 @@ impl Stats {
         self.refused += c.refused;
         self.edits += c.edits;
         self.savepoints += c.savepoints;
+        self.on_s3 += usize::from(c.storage.is_some());
+        self.machines += c.machine as usize;
+        self.takeovers += c.takeovers;
         self.timing.merge(&c.timing);
         if let Some(f) = &c.failure {
             self.failures.push((c.seed, f.lines().next().unwrap_or("").to_string(), c.dir.display().to_string()));
@@ -71,6 +78,9 @@ impl Stats {
         }
         row(&mut t, "stalls injected (runs)", format!("{} (\"Injected stall.\" logged)", self.stalls_fired));
         row(&mut t, "savepoints taken", self.savepoints.to_string());
+        row(&mut t, "cases with checkpoints on S3", self.on_s3.to_string());
+        row(&mut t, "  moves to a new machine", self.machines.to_string());
+        row(&mut t, "  stale owners taken over", self.takeovers.to_string());
         row(&mut t, "topology edits honoured", self.edits.to_string());
         row(&mut t, "refusals (exit 2, unchanged)", self.refused.to_string());
         row(&mut t, "records checked", self.records.to_string());
