@@ -134,7 +134,8 @@ impl Engine {
                 exported,
             });
         };
-        let mut start = start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new(), storage: None });
+        let mut start =
+            start.unwrap_or(restore::StartPoint { restored: None, first_id: 1, retained: Vec::new(), storage: None, generation: 0 });
         let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (completed_tx, completed_rx) = watch::channel(start.restored.as_ref().map_or(0, |r| r.id));

@@ -87,6 +87,9 @@ pub struct StartPoint {
     pub retained: Vec<CheckpointId>,
     /// `checkpoint.storage` opened (None: checkpoints stay in the state directory).
     pub storage: Option<std::sync::Arc<dyn crate::checkpoint::storage::Storage>>,
+    /// In a cluster: the generation of its repartition producers
+    /// (`cluster::generation`, from what this start restores).
+    pub generation: u64,
 }
 
 pub struct RestoredState {
@@ -220,6 +223,7 @@ struct Decision {
     first_id: CheckpointId,
     /// The restored checkpoint, if it is one of this directory's: kept by cleanup.
     keep: Vec<CheckpointId>,
+    generation: u64,
 }
 
 enum Owner {
@@ -255,14 +259,17 @@ fn decide(
         Some(RestoreFrom::Set(_)) | None => (None, true),
     };
     let mut origin = chosen.as_ref().map(|c| (c.origin.clone(), c.valid.metadata.checkpoint_id, c.valid.metadata.kind));
+    let mut generation = crate::cluster::generation(pipeline, crate::cluster::Start::Fresh);
     let restored = match (chosen, restore) {
         (Some(c), _) => {
+            generation = crate::cluster::generation(pipeline, crate::cluster::Start::Restored(&c.valid.metadata));
             let mut r = load(pipeline, c.valid, policy)?;
             r._download.extend(c.download);
             Some(r)
         }
         (None, Some(RestoreFrom::Set(paths))) => {
-            let (r, first) = load_set(pipeline, paths, policy)?;
+            let (r, first, of_set) = load_set(pipeline, paths, policy)?;
+            generation = of_set;
             // The lineage names the set's first savepoint: a `--restore
             // latest` before the first checkpoint finds it of another shape
             // and is refused, rather than start over.
@@ -283,7 +290,7 @@ fn decide(
         });
         Lineage::new(&pipeline.name, first_id, from)
     });
-    Ok(Decision { owner, lineage, restored, first_id, keep })
+    Ok(Decision { owner, lineage, restored, first_id, keep, generation })
 }
 
 /// Phase 3: the writes, under the lock.
@@ -336,7 +343,7 @@ fn commit(
         retained = stored.into_iter().filter(|&(_, done)| done).map(|(id, _)| id).collect();
     }
     retained.sort_unstable();
-    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained, storage: None })
+    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained, storage: None, generation: d.generation })
 }
 
 /// Refuse a directory of another pipeline unless `force`. Reads only.
@@ -510,7 +517,11 @@ fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy, s
     // one cluster shape: never restored alone into another (a rescale goes
     // through a savepoint set, checked by `check_set`).
     let expected = pipeline.cluster_record();
-    if same_cluster && md.cluster != expected {
+    let same_shape = match (&md.cluster, &expected) {
+        (Some(found), Some(expected)) => found.same_shape(expected),
+        (found, expected) => found.is_none() && expected.is_none(),
+    };
+    if same_cluster && !same_shape {
         let show =
             |c: &Option<crate::checkpoint::manifest::ClusterRecord>| c.as_ref().map_or("a single instance".to_string(), |c| c.to_string());
         return Err(RestoreError::Mismatch { id, what: "cluster", found: show(&md.cluster), expected: show(&expected) });
@@ -720,16 +731,19 @@ fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), Res
 /// instance takes, from every savepoint, the state of the key groups it
 /// owns now and the offsets of every Kafka partition (sources and
 /// repartition topics): each Kafka source keeps those of its own
-/// partitions. Every check runs before anything is written.
+/// partitions. Every check runs before anything is written. Also the
+/// generation of the new cluster (`cluster::generation`).
 fn load_set(
     pipeline: &Pipeline,
     paths: &[PathBuf],
     policy: RestorePolicy,
-) -> Result<(RestoredState, (PathBuf, CheckpointId, Kind)), RestoreError> {
+) -> Result<(RestoredState, (PathBuf, CheckpointId, Kind), u64), RestoreError> {
     let started = std::time::Instant::now();
     let chosen: Vec<Chosen> = paths.iter().map(|p| validate_path(pipeline, p)).collect::<Result<_, _>>()?;
     let places: Vec<(String, &Metadata)> = chosen.iter().map(|c| (c.origin.display().to_string(), &c.valid.metadata)).collect();
     check_set(pipeline, &places)?;
+    let set: Vec<&Metadata> = places.iter().map(|(_, md)| *md).collect();
+    let generation = crate::cluster::generation(pipeline, crate::cluster::Start::Set(&set));
     let m = pipeline.max_parallelism;
     let keep = match pipeline.cluster_record() {
         Some(c) => crate::types::key_group_range(c.index, c.instances, m),
@@ -788,7 +802,7 @@ fn load_set(
         manifests: Vec::new(),
         _download: download,
     };
-    Ok((r, origin))
+    Ok((r, origin, generation))
 }
 
 /// Refuse a checkpoint whose state the new plan cannot take back whole.
