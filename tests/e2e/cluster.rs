@@ -889,8 +889,8 @@ sinks:
         // Instance 0 stops; instance 1 reads on (all but partition 4, which
         // is instance 0's anyway) until its watermark is past T0 + 88.4 s.
         let sp0 = stop(0);
-        let zero = a.remove(0);
-        zero.wait_for(Duration::from_secs(30)).expect_code(0);
+        let zero = a.remove(0).wait_for(Duration::from_secs(30));
+        zero.expect_code(0);
         let (later, slow): (Vec<_>, Vec<_>) = spread_orders(300..900).into_iter().partition(|(q, _)| *q != 4);
         send_to_partitions(&input, &later);
         let passed = (T0 + 88_400) as f64 / 1000.0;
@@ -905,7 +905,11 @@ sinks:
         }
         // Its stop commits that watermark into the topic, with its savepoint.
         let sp1 = stop(1);
-        a.remove(0).wait_for(Duration::from_secs(30)).expect_code(0);
+        let one = a.remove(0).wait_for(Duration::from_secs(30));
+        one.expect_code(0);
+        // Both old instances computed one generation, each alone.
+        let old = generation_of(&zero.stderr);
+        assert_eq!(generation_of(&one.stderr), old);
         all.extend(later);
         // Partition 4's records come while the cluster is down.
         send_to_partitions(&input, &slow);
@@ -935,11 +939,32 @@ sinks:
         for r in &c {
             r.terminate();
         }
+        let mut new = Vec::new();
         for r in c {
             let o = r.wait_for(Duration::from_secs(30));
             o.expect_code(0);
             o.expect_stderr_contains("Rescaling from a savepoint set");
+            new.push(generation_of(&o.stderr));
         }
+        assert!(new.iter().all(|g| *g == new[0]) && new[0] != old, "one new generation for all: {new:?}, old {old}");
+        // A restart from its own checkpoint is the same producer: the same generation.
+        let o = weir(&["run", &p, "--no-progress", "--instance", "2/3", "--set", &state("c"), "--restore", "latest"]).spawn();
+        let start = Instant::now();
+        while weir(&["status", &p, "--instance", "2/3", "--set", &state("c")]).run().code() != Some(0) {
+            assert!(start.elapsed() < Duration::from_secs(30), "the restarted instance never answered");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        o.terminate();
+        let o = o.wait_for(Duration::from_secs(30));
+        o.expect_code(0);
+        assert_eq!(generation_of(&o.stderr), new[0]);
+    }
+
+    /// The generation an instance logged at its start.
+    fn generation_of(stderr: &str) -> String {
+        let line = stderr.lines().find(|l| l.contains("Cluster generation of the repartition producers")).expect(stderr);
+        let at = line.find("generation=").expect(line) + "generation=".len();
+        line[at..].chars().take_while(char::is_ascii_hexdigit).collect()
     }
 
     /// Every path below `dir` with its size.
