@@ -111,6 +111,23 @@ pub struct ClusterRecord {
     pub index: u16,
     pub instances: u16,
     pub identity: String,
+    /// The cluster generation its repartition stamps carried
+    /// (`cluster::generation`), kept by a restart. Left out when 0, as
+    /// every document before it reads.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ClusterRecord {
+    /// The same instance of the same cluster shape, whatever the
+    /// generation (one shape has many: each rescale into it begins one).
+    pub fn same_shape(&self, other: &ClusterRecord) -> bool {
+        (self.index, self.instances, &self.identity) == (other.index, other.instances, &other.identity)
+    }
 }
 
 impl fmt::Display for ClusterRecord {

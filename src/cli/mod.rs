@@ -455,6 +455,12 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
             let policy =
                 restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
             let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?;
+            if pipeline.cluster.is_cluster() {
+                // Before the plan: its repartition sends and receives carry it.
+                let generation = prepared.start.cluster_generation;
+                tracing::info!(generation = %format!("{generation:016x}"), "Cluster generation of the repartition producers.");
+                crate::cluster::set_generation(&mut pipeline, generation);
+            }
             (Some(prepared.start), Some((prepared.lock, prepared.lease)))
         }
         (None, Some(_)) => {

@@ -80,6 +80,70 @@ pub fn identity(p: &Pipeline, hashed: &[usize]) -> String {
     format!("{:016x}", crate::types::stable_hash(text.as_bytes()))
 }
 
+/// Where an instance starts from, for its generation.
+pub enum Start<'a> {
+    Fresh,
+    /// One checkpoint or savepoint of this instance (a restart).
+    Restored(&'a Metadata),
+    /// A savepoint set (a rescale), in any order.
+    Set(&'a [&'a Metadata]),
+}
+
+/// The cluster generation: what tells the producers of the repartition
+/// topics from those of the cluster before a rescale, whose records still
+/// wait in the topics under the same producer numbers (docs/scaling.md,
+/// "Event time across instances"). Every instance computes it alone from
+/// what it starts from, so all instances of one start agree:
+///
+/// - a fresh start: from the shape (identity, instances, parallelism);
+/// - a restart from one of its checkpoints or savepoints: the generation
+///   recorded there (0 if written before generations), so a restarted
+///   producer is the same producer; if the parallelism changed, its
+///   producers are numbered anew: derived from that and the parallelism;
+/// - a savepoint set: from every savepoint of the set (old instance, id,
+///   creation time, generation) and the new shape, so it changes on every
+///   rescale, also into the same number of instances.
+///
+/// Never 0 but when restored as 0 (checkpoints of a release before it,
+/// whose stamps read as 0 too).
+pub fn generation(p: &Pipeline, start: Start<'_>) -> u64 {
+    let recorded = |md: &Metadata| md.cluster.as_ref().map_or(0, |c| c.generation);
+    let shape = format!("{}\u{0}{}\u{0}{}", p.cluster.identity, p.cluster.instances, p.parallelism);
+    let text = match start {
+        Start::Restored(md) if md.parallelism == p.parallelism => return recorded(md),
+        Start::Restored(md) => format!("restored\u{0}{}\u{0}{shape}", recorded(md)),
+        Start::Fresh => format!("fresh\u{0}{shape}"),
+        Start::Set(set) => {
+            let mut old: Vec<String> = set
+                .iter()
+                .map(|md| {
+                    let index = md.cluster.as_ref().map_or(0, |c| c.index);
+                    format!("{index}\u{1}{}\u{1}{}\u{1}{}", md.checkpoint_id, md.created_ms, recorded(md))
+                })
+                .collect();
+            old.sort();
+            format!("set\u{0}{}\u{0}{shape}", old.join("\u{0}"))
+        }
+    };
+    crate::types::stable_hash(text.as_bytes()).max(1)
+}
+
+/// Give every repartition send and receive of `p` its generation.
+pub fn set_generation(p: &mut Pipeline, generation: u64) {
+    p.cluster.generation = generation;
+    for n in &mut p.nodes {
+        match &mut n.kind {
+            NodeKind::Source(SourceSpec { kind: SourceKind::Kafka(k), .. }) => {
+                if let Some(r) = &mut k.repartition {
+                    r.generation = generation;
+                }
+            }
+            NodeKind::Sink(SinkSpec::Kafka(k)) if k.repartition.is_some() => k.generation = generation,
+            _ => {}
+        }
+    }
+}
+
 fn key_of(kind: &NodeKind) -> &[String] {
     match kind {
         NodeKind::Dedup(d) => &d.key,
@@ -143,7 +207,7 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
             broker_timeout,
             properties: Vec::new(),
             instance: (c.index, c.instances),
-            repartition: Some(RepartitionIn { partitions: p.max_parallelism, owned: kg.clone() }),
+            repartition: Some(RepartitionIn { partitions: p.max_parallelism, owned: kg.clone(), generation: c.generation }),
         };
         let (on_error, event_time) = root(p.nodes[x].input.expect("a hash edge has an input"));
         // The records carry their event times and the topic its producers'
@@ -169,6 +233,7 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
                 on_error: OnError::Fail,
                 instance: Some(c.index),
                 repartition: Some(p.max_parallelism),
+                generation: c.generation,
             };
             out.push((Node { name: send_name(x), input: None, kind: NodeKind::Sink(SinkSpec::Kafka(spec)) }, Some(n.name.clone())));
         }
@@ -190,7 +255,7 @@ pub fn check_prefix(p: &Pipeline) -> Result<(), String> {
     let Some(expected) = p.cluster_record() else { return Ok(()) };
     let refuse = |place: String, md: &Metadata| {
         match &md.cluster {
-        Some(found) if *found == expected => Ok(()),
+        Some(found) if found.same_shape(&expected) => Ok(()),
         found => Err(format!(
             "{place} was written by {}, and this is {expected} of pipeline `{}`: an instance never takes over the checkpoints of another cluster shape or pipeline (give it its own `state.dir` and `checkpoint.storage`, or restart with the same instances)",
             found.as_ref().map_or_else(|| format!("a single-instance run of pipeline `{}`", md.pipeline), |f| format!("{f} of pipeline `{}`", md.pipeline)),
@@ -285,7 +350,7 @@ sinks:
         let NodeKind::Source(SourceSpec { kind: SourceKind::Kafka(k), .. }) = &p.nodes[1].kind else { panic!() };
         assert_eq!(k.topics, KafkaTopics::Names(vec!["weir.p.unique".into()]));
         // Instance 1 of 3 over 12 key groups: 4..8, one partition each.
-        assert_eq!(k.repartition, Some(RepartitionIn { partitions: 12, owned: 4..8 }));
+        assert_eq!(k.repartition, Some(RepartitionIn { partitions: 12, owned: 4..8, generation: 0 }));
         assert_eq!(k.broker_timeout, std::time::Duration::from_secs(7));
         let NodeKind::Sink(SinkSpec::Kafka(s)) = &p.nodes[3].kind else { panic!() };
         assert_eq!(
@@ -346,5 +411,94 @@ sinks:
         let p = laid_out(PIPELINE);
         let NodeKind::Source(s) = &p.nodes[1].kind else { panic!() };
         assert!(s.event_time.is_none());
+    }
+
+    fn savepoint(p: &Pipeline, index: u16, id: u64, generation: u64) -> Metadata {
+        let mut md = crate::checkpoint::manifest::tests::metadata(id, vec![0]);
+        md.parallelism = p.parallelism;
+        md.created_ms += id as i64;
+        md.cluster = Some(crate::checkpoint::manifest::ClusterRecord {
+            index,
+            instances: p.cluster.instances,
+            identity: p.cluster.identity.clone(),
+            generation,
+        });
+        md
+    }
+
+    #[test]
+    fn every_instance_of_one_start_has_one_generation_and_a_rescale_a_new_one() {
+        let three: Vec<Pipeline> = (0..3).map(|i| laid_out(&PIPELINE.replace("index: 1", &format!("index: {i}")))).collect();
+        let two: Vec<Pipeline> =
+            (0..2).map(|i| laid_out(&PIPELINE.replace("instances: 3, index: 1", &format!("instances: 2, index: {i}")))).collect();
+        // A fresh start: from the shape, the same for every instance.
+        let fresh = generation(&three[0], Start::Fresh);
+        assert_ne!(fresh, 0);
+        assert!(three.iter().all(|p| generation(p, Start::Fresh) == fresh));
+        assert_ne!(generation(&two[0], Start::Fresh), fresh, "another N");
+        // A restart keeps what its checkpoint recorded (0: before generations).
+        let own = savepoint(&three[1], 1, 40, 0xabc);
+        assert_eq!(generation(&three[1], Start::Restored(&own)), 0xabc);
+        assert_eq!(generation(&three[1], Start::Restored(&savepoint(&three[1], 1, 40, 0))), 0);
+        // ... unless the parallelism changed: new, the same for every instance.
+        let wider: Vec<Pipeline> = three
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                p.parallelism = 2;
+                p
+            })
+            .collect();
+        let g = generation(&wider[0], Start::Restored(&savepoint(&three[0], 0, 41, 0xabc)));
+        assert!(g != 0xabc && g != 0);
+        assert_eq!(generation(&wider[2], Start::Restored(&savepoint(&three[2], 2, 39, 0xabc))), g);
+        // A rescale 3 -> 2 through a set: every new instance agrees, in any order.
+        let set: Vec<Metadata> = (0..3).map(|i| savepoint(&three[0], i, 40 + u64::from(i), fresh)).collect();
+        let refs: Vec<&Metadata> = set.iter().collect();
+        let rescaled = generation(&two[0], Start::Set(&refs));
+        let reversed: Vec<&Metadata> = set.iter().rev().collect();
+        assert_eq!(generation(&two[1], Start::Set(&reversed)), rescaled);
+        assert!(rescaled != fresh && rescaled != generation(&two[0], Start::Fresh) && rescaled != 0);
+        // 3 -> 3 through the same set is a new generation too, and another set another one.
+        let again = generation(&three[0], Start::Set(&refs));
+        assert!(again != fresh && again != rescaled);
+        let later: Vec<Metadata> = (0..3).map(|i| savepoint(&three[0], i, 50 + u64::from(i), fresh)).collect();
+        assert_ne!(generation(&two[0], Start::Set(&later.iter().collect::<Vec<_>>())), rescaled);
+    }
+
+    #[test]
+    fn the_generation_reaches_every_repartition_send_and_receive_and_the_checkpoints() {
+        let mut p = laid_out(PIPELINE);
+        set_generation(&mut p, 0x77);
+        let mut seen = 0;
+        for n in &p.nodes {
+            match &n.kind {
+                NodeKind::Source(SourceSpec { kind: SourceKind::Kafka(k), .. }) if n.name.ends_with(".repartition.receive") => {
+                    assert_eq!(k.repartition.as_ref().map(|r| r.generation), Some(0x77));
+                    seen += 1;
+                }
+                NodeKind::Sink(SinkSpec::Kafka(k)) if n.name.ends_with(".repartition.send") => {
+                    assert_eq!(k.generation, 0x77);
+                    seen += 1;
+                }
+                NodeKind::Sink(SinkSpec::Kafka(k)) => assert_eq!(k.generation, 0, "a user's sink stamps nothing"),
+                _ => {}
+            }
+        }
+        assert_eq!(seen, 4, "two topics, each with a send and a receive");
+        let record = p.cluster_record().unwrap();
+        assert_eq!(record.generation, 0x77);
+        // Recorded in `_metadata`, read back; a shape check ignores it.
+        let mut md = savepoint(&p, 1, 7, 0x77);
+        md.cluster = Some(record.clone());
+        let back = Metadata::from_bytes(&md.to_bytes()).unwrap();
+        assert_eq!(back.cluster.as_ref(), Some(&record));
+        let other = crate::checkpoint::manifest::ClusterRecord { generation: 5, ..record.clone() };
+        assert!(other.same_shape(&record) && other != record);
+        // Generation 0 is left out, so a document of a release before it reads the same.
+        md.cluster.as_mut().unwrap().generation = 0;
+        let text = String::from_utf8(md.to_bytes()).unwrap();
+        assert!(!text.contains("generation"), "{text}");
+        assert_eq!(Metadata::from_bytes(text.as_bytes()).unwrap().cluster.unwrap().generation, 0);
     }
 }

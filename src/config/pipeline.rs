@@ -45,11 +45,15 @@ pub struct ClusterSpec {
     /// What every instance of the cluster must share (`cluster::identity`;
     /// empty until the pipeline is laid out for its instance).
     pub identity: String,
+    /// Tells this cluster's producers of repartition topics from those of
+    /// the cluster before a rescale (`cluster::generation`; 0 until the
+    /// start point is decided).
+    pub generation: u64,
 }
 
 impl Default for ClusterSpec {
     fn default() -> Self {
-        ClusterSpec { index: 0, instances: 1, brokers: None, identity: String::new() }
+        ClusterSpec { index: 0, instances: 1, brokers: None, identity: String::new(), generation: 0 }
     }
 }
 
@@ -66,6 +70,8 @@ impl ClusterSpec {
 pub struct RepartitionIn {
     pub partitions: u16,
     pub owned: std::ops::Range<u16>,
+    /// Whose watermarks count (`cluster::generation`).
+    pub generation: u64,
 }
 
 /// The HTTP endpoint serving `/metrics`, `/healthz` and `/ready`.
@@ -286,6 +292,9 @@ pub struct KafkaSinkSpec {
     /// A repartition topic: created with this many partitions, and each
     /// record goes to the partition of its key's key group.
     pub repartition: Option<u16>,
+    /// A repartition topic: the cluster generation its stamps carry
+    /// (`cluster::generation`).
+    pub generation: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -452,6 +461,7 @@ impl Pipeline {
             index: c.index,
             instances: c.instances,
             identity: c.identity.clone(),
+            generation: c.generation,
         })
     }
 

@@ -320,7 +320,7 @@ pub(crate) fn cluster(cx: &mut Cx, raw: &RawPipeline) -> ClusterSpec {
     if !ok {
         return ClusterSpec::default();
     }
-    ClusterSpec { index: c.index as u16, instances: c.instances as u16, brokers: c.brokers.clone(), identity: String::new() }
+    ClusterSpec { index: c.index as u16, instances: c.instances as u16, brokers: c.brokers.clone(), identity: String::new(), generation: 0 }
 }
 
 /// Instances of one cluster: at most this many (each is a process with its
@@ -970,6 +970,7 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
                 on_error,
                 instance: None,
                 repartition: None,
+                generation: 0,
             })
         }
     }

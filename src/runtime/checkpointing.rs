@@ -72,7 +72,7 @@ pub struct DriverSetup {
     pub retained_stored: Vec<StoredId>,
     /// The generation this run writes its checkpoints under in `storage`
     /// (`checkpoint::generation`; 0 without storage).
-    pub generation: Generation,
+    pub storage_generation: Generation,
     /// The ownership of `storage`: once it is lost, the run stops.
     pub ownership: Option<crate::checkpoint::owner::Ownership>,
     /// `checkpoint.storage` (None: the state directory holds the checkpoints).
@@ -418,7 +418,7 @@ impl Driver {
                 commit_checkpoint(
                     self.setup.layout.clone(),
                     self.setup.storage.clone(),
-                    StoredId::new(id, self.setup.generation),
+                    StoredId::new(id, self.setup.storage_generation),
                     md.to_bytes(),
                 )
                 .await
@@ -429,7 +429,7 @@ impl Driver {
                 match commit_checkpoint(
                     self.setup.layout.clone(),
                     self.setup.storage.clone(),
-                    StoredId::new(id, self.setup.generation),
+                    StoredId::new(id, self.setup.storage_generation),
                     as_checkpoint.to_bytes(),
                 )
                 .await
@@ -525,7 +525,7 @@ impl Driver {
         crate::blocking::call(|| {
             if let Some(storage) = &self.setup.storage {
                 for id in unremoved_stored {
-                    if let Err(e) = publish::remove(storage.as_ref(), &StoredId::new(id, self.setup.generation).name()) {
+                    if let Err(e) = publish::remove(storage.as_ref(), &StoredId::new(id, self.setup.storage_generation).name()) {
                         tracing::warn!(checkpoint = id, error = %e, "Cannot remove an aborted checkpoint from the store; the next start removes it.");
                     }
                 }
@@ -740,7 +740,7 @@ impl Driver {
     /// the start found (never a newer generation's: a deposed owner
     /// deletes nothing of its successor's).
     fn stored_names(&self, id: CheckpointId) -> Vec<StoredId> {
-        let own = StoredId::new(id, self.setup.generation);
+        let own = StoredId::new(id, self.setup.storage_generation);
         let found = self.setup.retained_stored.iter().filter(|s| s.id == id && s.generation < own.generation);
         found.copied().chain(std::iter::once(own)).collect()
     }

@@ -139,9 +139,10 @@ impl Engine {
             first_id: 1,
             retained: Vec::new(),
             retained_stored: Vec::new(),
-            generation: 0,
+            storage_generation: 0,
             storage: None,
             ownership: None,
+            cluster_generation: 0,
         });
         let layout = checkpoint::layout::Layout::new(&plan.pipeline.state.dir);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -168,7 +169,7 @@ impl Engine {
             first_id: start.first_id,
             retained: start.retained,
             retained_stored: start.retained_stored,
-            generation: start.generation,
+            storage_generation: start.storage_generation,
             storage: start.storage.clone(),
             ownership: start.ownership.clone(),
             rendezvous: built.rendezvous,

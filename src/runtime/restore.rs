@@ -90,13 +90,18 @@ pub struct StartPoint {
     pub retained: Vec<CheckpointId>,
     /// With `checkpoint.storage`: the stored names of `retained` (a
     /// deposed owner's checkpoint may share an id with another), and the
-    /// generation this start began (0: none, local checkpoints).
+    /// storage generation this start began (`checkpoint::generation`; 0:
+    /// none, local checkpoints).
     pub retained_stored: Vec<StoredId>,
-    pub generation: Generation,
+    pub storage_generation: Generation,
     /// `checkpoint.storage` opened (None: checkpoints stay in the state directory).
     pub storage: Option<std::sync::Arc<dyn crate::checkpoint::storage::Storage>>,
     /// The ownership of `storage` (the run stops when it is lost).
     pub ownership: Option<crate::checkpoint::owner::Ownership>,
+    /// In a cluster: the generation of its repartition producers
+    /// (`cluster::generation`, from what this start restores; not the
+    /// storage's generation above).
+    pub cluster_generation: u64,
 }
 
 pub struct RestoredState {
@@ -246,6 +251,8 @@ struct Decision {
     /// records as its origin (with `checkpoint.storage`).
     view: Option<StoreView>,
     origin: Origin,
+    /// The generation of the cluster's repartition producers (`cluster::generation`).
+    cluster_generation: u64,
 }
 
 /// The checkpoints and generation records of a store, as one start saw them.
@@ -307,8 +314,10 @@ fn decide(
         None => (Resolved::Nothing, true),
     };
     let mut set = Vec::new();
+    let mut cluster_generation = crate::cluster::generation(pipeline, crate::cluster::Start::Fresh);
     let (restored, lineage_origin, origin) = match resolved {
         Resolved::Chosen(c) => {
+            cluster_generation = crate::cluster::generation(pipeline, crate::cluster::Start::Restored(&c.valid.metadata));
             let (id, kind) = (c.valid.metadata.checkpoint_id, c.valid.metadata.kind);
             let origin = match c.stored {
                 Some(checkpoint) => Origin::Continues { checkpoint },
@@ -320,7 +329,8 @@ fn decide(
             (Some(r), Some(lineage_origin), origin)
         }
         Resolved::Set(paths) => {
-            let (r, first) = load_set(pipeline, &paths, policy)?;
+            let (r, first, of_set) = load_set(pipeline, &paths, policy)?;
+            cluster_generation = of_set;
             // Both lineages keep the whole set, so a start that finds no
             // checkpoint of it (here, or on a new machine) restores the set again.
             set = paths.iter().map(|p| PathBuf::from(origin_text(p))).collect();
@@ -340,7 +350,7 @@ fn decide(
         });
         Lineage { set, ..Lineage::new(&pipeline.name, first_id, from) }
     });
-    Ok(Decision { owner, lineage, restored, first_id, keep, view, origin })
+    Ok(Decision { owner, lineage, restored, first_id, keep, view, origin, cluster_generation })
 }
 
 /// A restored path as a generation record keeps it: a URL as it is, a
@@ -418,7 +428,16 @@ fn commit(
     }
     retained.sort_unstable();
     retained.dedup();
-    Ok(StartPoint { restored: d.restored, first_id: d.first_id, retained, retained_stored, generation, storage: None, ownership: None })
+    Ok(StartPoint {
+        restored: d.restored,
+        first_id: d.first_id,
+        retained,
+        retained_stored,
+        storage_generation: generation,
+        storage: None,
+        ownership: None,
+        cluster_generation: d.cluster_generation,
+    })
 }
 
 /// Record the generation this start begins (see `checkpoint::generation`):
@@ -644,7 +663,11 @@ fn check_compatible(pipeline: &Pipeline, md: &Metadata, policy: RestorePolicy, s
     // one cluster shape: never restored alone into another (a rescale goes
     // through a savepoint set, checked by `check_set`).
     let expected = pipeline.cluster_record();
-    if same_cluster && md.cluster != expected {
+    let same_shape = match (&md.cluster, &expected) {
+        (Some(found), Some(expected)) => found.same_shape(expected),
+        (found, expected) => found.is_none() && expected.is_none(),
+    };
+    if same_cluster && !same_shape {
         let show =
             |c: &Option<crate::checkpoint::manifest::ClusterRecord>| c.as_ref().map_or("a single instance".to_string(), |c| c.to_string());
         return Err(RestoreError::Mismatch { id, what: "cluster", found: show(&md.cluster), expected: show(&expected) });
@@ -854,16 +877,19 @@ fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), Res
 /// instance takes, from every savepoint, the state of the key groups it
 /// owns now and the offsets of every Kafka partition (sources and
 /// repartition topics): each Kafka source keeps those of its own
-/// partitions. Every check runs before anything is written.
+/// partitions. Every check runs before anything is written. Also the
+/// generation of the new cluster (`cluster::generation`).
 fn load_set(
     pipeline: &Pipeline,
     paths: &[PathBuf],
     policy: RestorePolicy,
-) -> Result<(RestoredState, (PathBuf, CheckpointId, Kind)), RestoreError> {
+) -> Result<(RestoredState, (PathBuf, CheckpointId, Kind), u64), RestoreError> {
     let started = std::time::Instant::now();
     let chosen: Vec<Chosen> = paths.iter().map(|p| validate_path(pipeline, p)).collect::<Result<_, _>>()?;
     let places: Vec<(String, &Metadata)> = chosen.iter().map(|c| (c.origin.display().to_string(), &c.valid.metadata)).collect();
     check_set(pipeline, &places)?;
+    let set: Vec<&Metadata> = places.iter().map(|(_, md)| *md).collect();
+    let generation = crate::cluster::generation(pipeline, crate::cluster::Start::Set(&set));
     let m = pipeline.max_parallelism;
     let keep = match pipeline.cluster_record() {
         Some(c) => crate::types::key_group_range(c.index, c.instances, m),
@@ -922,7 +948,7 @@ fn load_set(
         manifests: Vec::new(),
         _download: download,
     };
-    Ok((r, origin))
+    Ok((r, origin, generation))
 }
 
 /// Refuse a checkpoint whose state the new plan cannot take back whole.

@@ -807,6 +807,166 @@ sinks:
         );
     }
 
+    /// One hash edge: Kafka -> 10 s tumbling count and sum per user (24
+    /// users, so every key group has some) -> Kafka exactly-once, event time
+    /// from `ts`. The windows fire where the records of the repartition
+    /// topic arrive, so a watermark counted too early shows at once.
+    const WINDOWED_ONE_EDGE: &str = r#"name: @NAME@
+parallelism: 1
+max_parallelism: 12
+state: {dir: @STATE@}
+checkpoint: {interval: 200ms}
+sources:
+  - name: orders
+    type: kafka
+    brokers: @BROKERS@
+    topics: [@IN@]
+    broker_timeout: 20s
+    event_time: {field: ts, max_out_of_orderness: 1s}
+operators:
+  - name: per_user
+    type: aggregate
+    input: orders
+    key: [user]
+    window: {type: tumbling, size: 10s}
+    aggregates: [{fn: count, as: n}, {fn: sum, field: amount, as: total}]
+sinks:
+  - {name: out, type: kafka, input: per_user, brokers: @BROKERS@, topic: @OUT@, key: [user], delivery: exactly_once}
+"#;
+
+    /// Orders `ids` as (partition, line): order `id` on partition `id % 6`,
+    /// 100 ms apart in event time, in time order on each partition, once.
+    fn spread_orders(ids: std::ops::Range<i64>) -> Vec<(i32, String)> {
+        ids.map(|id| {
+            let p = (id % WINDOWED_PARTITIONS as i64) as i32;
+            (p, format!(r#"{{"order_id":{id},"user":"u{}","amount":{},"ts":{}}}"#, id % 24, id % 13, T0 + id * 100))
+        })
+        .collect()
+    }
+
+    /// Regression (adversarial review): rescale 2 -> 3 through a
+    /// stop-with-savepoint set, event time, no kill. Instance 0 stops
+    /// first; instance 1 goes on reading its partitions and writes its
+    /// watermark (T0 + 88.5 s) into every partition of the repartition
+    /// topic, also those of instance 0, which nobody reads until the
+    /// rescale. Partition 4 (instance 0's) gets its records only while the
+    /// cluster is down, and the new instance that reads it (1 of 3) is slow.
+    /// The new receivers must not take old instance 1's waiting watermark
+    /// for new producer 1's (the same number): windows would fire before
+    /// partition 4's records arrive and drop them as late. The committed
+    /// windows are exactly those the input lets fire, none early or wrong.
+    #[test]
+    fn a_rescale_does_not_count_an_old_producers_watermark_for_a_new_one() {
+        use super::super::metrics::{free_port, scrape, value};
+        let b = broker();
+        let Setup { input, output, dir, name } = setup("wmgen", WINDOWED_PARTITIONS);
+        let p = write_pipeline(dir.path(), WINDOWED_ONE_EDGE, &name, "unused", b, &input, &output);
+        let state = |stage: &str| format!("state.dir={}", dir.path().join(format!("state-{stage}")).display());
+        let target = dir.path().join("sp").display().to_string();
+        let stop = |i: u16| -> String {
+            let o =
+                weir(&["savepoint", "trigger", &p, "--instance", &format!("{i}/2"), "--stop", "--target", &target, "--set", &state("a")])
+                    .run();
+            o.expect_code(0);
+            o.stdout.trim().rsplit("Path: ").next().unwrap().to_string()
+        };
+        let mut all = spread_orders(0..300);
+        send_to_partitions(&input, &all);
+        let port = free_port();
+        let mut a: Vec<Running> = (0..2u16)
+            .map(|i| {
+                let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/2"), "--set", &state("a")]);
+                if i == 1 {
+                    w = w.arg("--metrics-addr").arg(format!("127.0.0.1:{port}"));
+                }
+                w.spawn()
+            })
+            .collect();
+        let first = windowed_reference(&all);
+        assert!(first.len() >= 24, "windows fire before the rescale: {first:?}");
+        wait_for_windows(&output, &first, Duration::from_secs(30), &mut a);
+
+        // Instance 0 stops; instance 1 reads on (all but partition 4, which
+        // is instance 0's anyway) until its watermark is past T0 + 88.4 s.
+        let sp0 = stop(0);
+        let zero = a.remove(0).wait_for(Duration::from_secs(30));
+        zero.expect_code(0);
+        let (later, slow): (Vec<_>, Vec<_>) = spread_orders(300..900).into_iter().partition(|(q, _)| *q != 4);
+        send_to_partitions(&input, &later);
+        let passed = (T0 + 88_400) as f64 / 1000.0;
+        let start = Instant::now();
+        loop {
+            let wm = scrape(port).and_then(|m| value(&m, "weir_operator_output_watermark_seconds", &[r#"operator="orders""#]));
+            if wm.is_some_and(|w| w >= passed) {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "instance 1's watermark stays at {wm:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Its stop commits that watermark into the topic, with its savepoint.
+        let sp1 = stop(1);
+        let one = a.remove(0).wait_for(Duration::from_secs(30));
+        one.expect_code(0);
+        // Both old instances computed one generation, each alone.
+        let old = generation_of(&zero.stderr);
+        assert_eq!(generation_of(&one.stderr), old);
+        all.extend(later);
+        // Partition 4's records come while the cluster is down.
+        send_to_partitions(&input, &slow);
+        all.extend(slow);
+
+        // 3 instances from the set; instance 1 (partitions 1 and 4) slowly.
+        let mut c: Vec<Running> = (0..3u16)
+            .map(|i| {
+                let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/3"), "--set", &state("c")]);
+                w = w.arg("--restore").arg(&sp0).arg("--restore").arg(&sp1);
+                if i == 1 {
+                    w = w.arg("--set").arg("sources.orders.rate_limit=10");
+                }
+                w.spawn()
+            })
+            .collect();
+        let want = windowed_reference(&all);
+        assert!(want.len() > first.len() + 100, "the windows up to T0 + 80 s fire: {}", want.len());
+        wait_for_windows(&output, &want, Duration::from_secs(40), &mut c);
+        // The rest fires on a record an hour later on every partition.
+        let last: Vec<(i32, String)> = (0..WINDOWED_PARTITIONS)
+            .map(|p| (p, format!(r#"{{"order_id":{},"user":"end","amount":0,"ts":{}}}"#, 1_000_000 + p, T0 + 3_600_000)))
+            .collect();
+        send_to_partitions(&input, &last);
+        all.extend(last);
+        wait_for_windows(&output, &windowed_reference(&all), Duration::from_secs(30), &mut c);
+        for r in &c {
+            r.terminate();
+        }
+        let mut new = Vec::new();
+        for r in c {
+            let o = r.wait_for(Duration::from_secs(30));
+            o.expect_code(0);
+            o.expect_stderr_contains("Rescaling from a savepoint set");
+            new.push(generation_of(&o.stderr));
+        }
+        assert!(new.iter().all(|g| *g == new[0]) && new[0] != old, "one new generation for all: {new:?}, old {old}");
+        // A restart from its own checkpoint is the same producer: the same generation.
+        let o = weir(&["run", &p, "--no-progress", "--instance", "2/3", "--set", &state("c"), "--restore", "latest"]).spawn();
+        let start = Instant::now();
+        while weir(&["status", &p, "--instance", "2/3", "--set", &state("c")]).run().code() != Some(0) {
+            assert!(start.elapsed() < Duration::from_secs(30), "the restarted instance never answered");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        o.terminate();
+        let o = o.wait_for(Duration::from_secs(30));
+        o.expect_code(0);
+        assert_eq!(generation_of(&o.stderr), new[0]);
+    }
+
+    /// The generation an instance logged at its start.
+    fn generation_of(stderr: &str) -> String {
+        let line = stderr.lines().find(|l| l.contains("Cluster generation of the repartition producers")).expect(stderr);
+        let at = line.find("generation=").expect(line) + "generation=".len();
+        line[at..].chars().take_while(char::is_ascii_hexdigit).collect()
+    }
+
     /// Every path below `dir` with its size.
     fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
         let mut out = Vec::new();

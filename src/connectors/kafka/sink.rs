@@ -259,6 +259,8 @@ pub struct KafkaSink {
     /// subtask) and the watermark it last wrote into every partition (not
     /// saved: a restarted producer writes its restored watermark again).
     producer_id: u32,
+    /// The cluster generation, in every stamp (`cluster::generation`).
+    generation: u64,
     written_watermark: Millis,
 }
 
@@ -465,6 +467,7 @@ impl KafkaSink {
             sent: 0,
             acked: Vec::new(),
             producer_id: u32::from(spec.instance.unwrap_or(0)) * u32::from(parallelism) + u32::from(subtask),
+            generation: spec.generation,
             written_watermark: MIN_WATERMARK,
         })
     }
@@ -479,7 +482,12 @@ impl KafkaSink {
     fn message(&mut self, r: &Record) -> Msg {
         if self.repartition.is_some() {
             crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
-            let stamp = Stamp::Record { producer: self.producer_id, event_time: r.event_time, split_watermark: r.split_watermark };
+            let stamp = Stamp::Record {
+                generation: self.generation,
+                producer: self.producer_id,
+                event_time: r.event_time,
+                split_watermark: r.split_watermark,
+            };
             return (Some(self.key_buf.clone().into_boxed_slice()), r.raw.clone(), stamp);
         }
         let values: Vec<_> = self.key.iter().map(|&i| &r.fields[i]).collect();
@@ -497,7 +505,10 @@ impl KafkaSink {
         }
         self.written_watermark = watermark;
         (0..i32::from(partitions))
-            .map(|partition| (None, "".into(), Stamp::Watermark { partition, producer: self.producer_id, watermark }))
+            .map(|partition| {
+                let stamp = Stamp::Watermark { partition, generation: self.generation, producer: self.producer_id, watermark };
+                (None, "".into(), stamp)
+            })
             .collect()
     }
 
@@ -974,8 +985,12 @@ mod tests {
         assert!(decode_txn(&encode_txn(1, &recs, false)[..12], false).is_err());
         // A repartition send's, with the records' stamps and its watermark records.
         let stamped: Vec<Msg> = vec![
-            (Some(b"k".to_vec().into_boxed_slice()), "{}".into(), Stamp::Record { producer: 4, event_time: Some(10), split_watermark: 3 }),
-            (None, "".into(), Stamp::Watermark { partition: 2, producer: 4, watermark: 9 }),
+            (
+                Some(b"k".to_vec().into_boxed_slice()),
+                "{}".into(),
+                Stamp::Record { generation: 77, producer: 4, event_time: Some(10), split_watermark: 3 },
+            ),
+            (None, "".into(), Stamp::Watermark { partition: 2, generation: 77, producer: 4, watermark: 9 }),
         ];
         assert_eq!(decode_txn(&encode_txn(5, &stamped, true), true).unwrap(), (5, stamped.clone()));
         assert!(decode_txn(&encode_txn(5, &stamped, true)[..30], true).is_err(), "a stamp cut short");
@@ -991,7 +1006,8 @@ mod tests {
         assert_eq!(s, Staged { origin: 3, instance: None, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
         // A cluster's: the instance too (a rescale repairs it under that
         // instance's id), and the stamps (WKT4).
-        let stamped: Vec<Msg> = vec![(None, "{}".into(), Stamp::Record { producer: 1, event_time: None, split_watermark: 0 })];
+        let stamped: Vec<Msg> =
+            vec![(None, "{}".into(), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
         let v = encode_staged(3, Some(2), "00ab", 7, &stamped);
         assert!(v.starts_with(STAGED_MAGIC_STAMPED));
         let s = decode_staged(&v).unwrap();

@@ -255,7 +255,8 @@ impl KafkaSource {
         let times = parts.keys().map(|tp| (tp.clone(), PartTime { max_ts: MIN_WATERMARK, last_data: now })).collect();
         // Every send subtask of every instance writes into every partition.
         let producers = u32::from(spec.instance.1.max(1)) * u32::from(parallelism);
-        let carried = spec.repartition.as_ref().map(|_| ProducerWatermarks::new(parts.keys().cloned(), producers, idle_timeout, now));
+        let carried =
+            spec.repartition.as_ref().map(|r| ProducerWatermarks::new(parts.keys().cloned(), producers, r.generation, idle_timeout, now));
         let dec = Decoder {
             who: who.clone(),
             times,
@@ -405,9 +406,9 @@ impl Decoder {
                 .map_err(|e| OpError::Data(format!("{}: {}/{}@{}: {e}", self.who, m.topic(), m.partition(), m.offset())))?,
             None => Stamp::None,
         };
-        if let (Some(c), Stamp::Watermark { producer, watermark, .. }) = (&mut self.carried, stamp) {
+        if let (Some(c), Stamp::Watermark { generation, producer, watermark, .. }) = (&mut self.carried, stamp) {
             // Not data: it moves the partition's watermark only.
-            c.on_watermark(tp, producer, watermark, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+            c.on_watermark(tp, generation, producer, watermark, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
             return Ok(false);
         }
         if let Some(t) = self.times.get_mut(tp) {
@@ -441,9 +442,10 @@ impl Decoder {
                         return Ok(false);
                     }
                 }
-                if let (Some(c), Stamp::Record { producer, event_time, split_watermark }) = (&mut self.carried, stamp) {
-                    // Event time and lateness as the producer's input had them.
-                    c.on_record(tp, producer, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+                if let (Some(c), Stamp::Record { generation, producer, event_time, split_watermark }) = (&mut self.carried, stamp) {
+                    // Event time and lateness as the producer's input had
+                    // them (of any generation: data is data).
+                    c.on_record(tp, generation, producer, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
                     r.event_time = event_time;
                     r.split_watermark = split_watermark;
                 } else if let (Some(ts), Some(t)) = (r.event_time, self.times.get_mut(tp)) {
@@ -622,7 +624,7 @@ impl Source for KafkaSource {
         let max_ts = |tp: &Tp| self.dec.times.get(tp).map_or(MIN_WATERMARK, |t| t.max_ts);
         let mut out = encode_position(self.parts.iter().map(|(tp, part)| (tp, part, max_ts(tp))));
         if let Some(c) = &self.dec.carried {
-            encode_producers(&mut out, c.producers(), self.parts.keys().map(|tp| c.of(tp)));
+            encode_producers(&mut out, c.producers(), c.generation(), self.parts.keys().map(|tp| c.of(tp)));
         }
         out
     }
@@ -667,28 +669,29 @@ impl KafkaSource {
     /// partition this subtask owns takes the recorded offsets; a partition
     /// no position names (new since) keeps its start offset.
     pub fn restore_union(&mut self, positions: &[&[u8]]) -> Result<(), String> {
-        let mut recorded: BTreeMap<Tp, (Part, Millis, Vec<Millis>)> = BTreeMap::new();
+        let mut recorded: BTreeMap<Tp, (Part, Millis, Vec<Millis>, u64)> = BTreeMap::new();
         for p in positions {
-            let (parts, producers) = decode_position(p)?;
+            let (parts, producers, generation) = decode_position(p)?;
             let mut producers = producers.into_iter();
-            recorded.extend(parts.into_iter().map(|(tp, part, max_ts)| (tp, (part, max_ts, producers.next().unwrap_or_default()))));
+            recorded
+                .extend(parts.into_iter().map(|(tp, part, max_ts)| (tp, (part, max_ts, producers.next().unwrap_or_default(), generation))));
         }
         let now = Instant::now();
         let mut started_over = 0;
         for (tp, part) in self.parts.iter_mut() {
-            if let Some((r, max_ts, producers)) = recorded.get(tp) {
+            if let Some((r, max_ts, producers, generation)) = recorded.get(tp) {
                 *part = *r;
                 if let Some(t) = self.dec.times.get_mut(tp) {
                     t.max_ts = t.max_ts.max(*max_ts);
                 }
                 if let Some(c) = &mut self.dec.carried {
-                    started_over += usize::from(!c.restore(tp, producers, now));
+                    started_over += usize::from(!c.restore(tp, producers, *generation, now));
                 }
             }
         }
         if started_over > 0 {
             tracing::info!(who = %self.who, partitions = started_over,
-                "The producers of the repartition topic changed since the checkpoint: its watermark waits until every producer has written one.");
+                "The producers of the repartition topic changed since the checkpoint (a rescale): its watermark waits until every producer has written one.");
         }
         self.check_ranges("restored offset")?;
         self.assign()
@@ -716,18 +719,21 @@ fn encode_position<'a>(parts: impl Iterator<Item = (&'a Tp, &'a Part, Millis)>) 
 
 /// A repartition topic's position ends with each partition's producer
 /// watermarks: the number of producers, then as many watermarks per
-/// partition, in the partitions' order.
-fn encode_producers(out: &mut Vec<u8>, producers: u32, parts: impl Iterator<Item = Vec<Millis>>) {
+/// partition, in the partitions' order, then (added later, 0 when absent)
+/// the generation of those producers.
+fn encode_producers(out: &mut Vec<u8>, producers: u32, generation: u64, parts: impl Iterator<Item = Vec<Millis>>) {
     out.extend_from_slice(&producers.to_be_bytes());
     for wms in parts {
         for w in wms {
             out.extend_from_slice(&w.to_be_bytes());
         }
     }
+    out.extend_from_slice(&generation.to_be_bytes());
 }
 
-/// The partitions, and (a repartition topic's) each one's producer watermarks.
-type Decoded = (Vec<(Tp, Part, Millis)>, Vec<Vec<Millis>>);
+/// The partitions, and (a repartition topic's) each one's producer
+/// watermarks and their generation.
+type Decoded = (Vec<(Tp, Part, Millis)>, Vec<Vec<Millis>>, u64);
 
 fn decode_position(b: &[u8]) -> Result<Decoded, String> {
     let bad = || format!("Kafka source position of {} bytes is malformed", b.len());
@@ -754,7 +760,7 @@ fn decode_position(b: &[u8]) -> Result<Decoded, String> {
             *max_ts = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
         }
     }
-    let mut producers = Vec::new();
+    let (mut producers, mut generation) = (Vec::new(), 0);
     if left.get() > 0 {
         let n = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
         for _ in 0..out.len() {
@@ -764,9 +770,12 @@ fn decode_position(b: &[u8]) -> Result<Decoded, String> {
             }
             producers.push(wms);
         }
+        if left.get() > 0 {
+            generation = u64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+        }
     }
     if left.get() == 0 {
-        Ok((out, producers))
+        Ok((out, producers, generation))
     } else {
         Err(bad())
     }
@@ -784,19 +793,25 @@ mod tests {
         let pb = Part { next: 3, stop: Some(9) };
         let one = encode_position([(&a, &pa, 40)].into_iter());
         let two = encode_position([(&b, &pb, MIN_WATERMARK)].into_iter());
-        assert_eq!(decode_position(&one).unwrap(), (vec![(a.clone(), pa, 40)], vec![]));
+        assert_eq!(decode_position(&one).unwrap(), (vec![(a.clone(), pa, 40)], vec![], 0));
         assert_eq!(decode_position(&two).unwrap().0, vec![(b.clone(), pb, MIN_WATERMARK)]);
         assert!(decode_position(&one[..one.len() - 1]).is_err());
         // Positions written before the highest event times were recorded.
         assert_eq!(decode_position(&one[..one.len() - 8]).unwrap().0, vec![(a.clone(), pa, MIN_WATERMARK)]);
         assert!(decode_position(b"xx").is_err());
-        // A repartition topic's: each partition's producer watermarks after.
+        // A repartition topic's: each partition's producer watermarks after,
+        // then their generation.
         let mut three = encode_position([(&a, &pa, 40), (&b, &pb, 50)].into_iter());
-        encode_producers(&mut three, 2, [vec![7, 8], vec![MIN_WATERMARK, 9]].into_iter());
-        let (parts, producers) = decode_position(&three).unwrap();
+        encode_producers(&mut three, 2, 0xfeed, [vec![7, 8], vec![MIN_WATERMARK, 9]].into_iter());
+        let (parts, producers, generation) = decode_position(&three).unwrap();
         assert_eq!(parts, vec![(a.clone(), pa, 40), (b.clone(), pb, 50)]);
         assert_eq!(producers, vec![vec![7, 8], vec![MIN_WATERMARK, 9]]);
-        assert!(decode_position(&three[..three.len() - 8]).is_err(), "a watermark missing");
+        assert_eq!(generation, 0xfeed);
+        // Written before the generation was recorded: generation 0.
+        let before = &three[..three.len() - 8];
+        assert_eq!(decode_position(before).unwrap(), (parts, producers, 0));
+        assert!(decode_position(&three[..three.len() - 16]).is_err(), "a watermark missing");
+        assert!(decode_position(&three[..three.len() - 1]).is_err(), "the generation cut short");
     }
 
     #[test]
@@ -853,7 +868,7 @@ mod tests {
         assert_eq!(seen, want, "every partition read by exactly one subtask of one instance");
         assert_eq!(instance_share(all.clone(), (0, 1), None).len(), all.len(), "one instance reads everything, as before");
         // A repartition topic: the partitions of the instance's key groups.
-        let r = RepartitionIn { partitions: 7, owned: 2..5 };
+        let r = RepartitionIn { partitions: 7, owned: 2..5, generation: 1 };
         let mine = instance_share(all[..7].to_vec(), (1, 3), Some(&r));
         assert_eq!(mine.iter().map(|(_, p)| *p).collect::<Vec<_>>(), [2, 3, 4]);
     }

@@ -1,28 +1,35 @@
 //! What a record of a repartition topic carries besides its JSON, in a
 //! Kafka header (docs/scaling.md, "Event time across instances").
 //!
-//! - A data record carries the producer that wrote it (instance ×
-//!   parallelism + send subtask), its event time and the watermark of the
-//!   input split it was read from (`Record::split_watermark`), so that the
-//!   receiving instance judges lateness exactly as one process would.
+//! - A data record carries the producer that wrote it (its cluster
+//!   generation, and instance × parallelism + send subtask), its event time
+//!   and the watermark of the input split it was read from
+//!   (`Record::split_watermark`), so that the receiving instance judges
+//!   lateness exactly as one process would.
 //! - A watermark record (empty value) carries a producer's watermark. Every
 //!   send subtask writes one into every partition of the topic when its
 //!   watermark advanced, at each checkpoint barrier (in the checkpoint's
 //!   transaction under exactly-once), so that `read_committed` readers see
 //!   it in order with the data before it. It is never a record downstream.
 //!
+//! The generation tells the producers of one cluster from those of the
+//! cluster before a rescale, which had the same numbers (`cluster::generation`).
+//! Headers written before it was added (a byte count without it) read as
+//! generation 0.
+//!
 //! Stamps are part of a staged transaction too (a repaired transaction
 //! sends its watermark records again, and its data records with their
-//! event times).
+//! event times, under the generation that staged them).
 
 use rdkafka::message::{BorrowedHeaders, Header, Headers, OwnedHeaders};
 
 use crate::types::Millis;
 
 /// Header of a data record: producer (u32), event-time flag (u8), event
-/// time and split watermark (i64), big-endian.
+/// time and split watermark (i64), generation (u64), big-endian.
 pub const RECORD_HEADER: &str = "weir-record";
-/// Header of a watermark record: producer (u32) and watermark (i64).
+/// Header of a watermark record: producer (u32), watermark (i64) and
+/// generation (u64).
 pub const WATERMARK_HEADER: &str = "weir-watermark";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +37,7 @@ pub enum Stamp {
     /// A record of a user's topic: no header.
     None,
     Record {
+        generation: u64,
         producer: u32,
         event_time: Option<Millis>,
         split_watermark: Millis,
@@ -37,6 +45,7 @@ pub enum Stamp {
     /// To partition `partition` of the topic.
     Watermark {
         partition: i32,
+        generation: u64,
         producer: u32,
         watermark: Millis,
     },
@@ -47,16 +56,18 @@ impl Stamp {
     pub fn headers(&self) -> Option<OwnedHeaders> {
         let (key, value) = match *self {
             Stamp::None => return None,
-            Stamp::Record { producer, event_time, split_watermark } => {
+            Stamp::Record { generation, producer, event_time, split_watermark } => {
                 let mut v = producer.to_be_bytes().to_vec();
                 v.push(u8::from(event_time.is_some()));
                 v.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
                 v.extend_from_slice(&split_watermark.to_be_bytes());
+                v.extend_from_slice(&generation.to_be_bytes());
                 (RECORD_HEADER, v)
             }
-            Stamp::Watermark { producer, watermark, .. } => {
+            Stamp::Watermark { generation, producer, watermark, .. } => {
                 let mut v = producer.to_be_bytes().to_vec();
                 v.extend_from_slice(&watermark.to_be_bytes());
+                v.extend_from_slice(&generation.to_be_bytes());
                 (WATERMARK_HEADER, v)
             }
         };
@@ -77,8 +88,9 @@ impl Stamp {
         Ok(Stamp::None)
     }
 
+    /// 29 bytes, or 21 without the generation (written before it: 0).
     fn record(v: &[u8]) -> Option<Stamp> {
-        let v: &[u8; 21] = v.try_into().ok()?;
+        let (v, generation) = split_generation(v, 21)?;
         let producer = u32::from_be_bytes(v[..4].try_into().ok()?);
         let event_time = i64::from_be_bytes(v[5..13].try_into().ok()?);
         let event_time = match v[4] {
@@ -86,30 +98,34 @@ impl Stamp {
             1 => Some(event_time),
             _ => return None,
         };
-        Some(Stamp::Record { producer, event_time, split_watermark: i64::from_be_bytes(v[13..].try_into().ok()?) })
+        Some(Stamp::Record { generation, producer, event_time, split_watermark: i64::from_be_bytes(v[13..].try_into().ok()?) })
     }
 
+    /// 20 bytes, or 12 without the generation (written before it: 0).
     fn watermark(v: &[u8], partition: i32) -> Option<Stamp> {
-        let v: &[u8; 12] = v.try_into().ok()?;
+        let (v, generation) = split_generation(v, 12)?;
         let producer = u32::from_be_bytes(v[..4].try_into().ok()?);
-        Some(Stamp::Watermark { partition, producer, watermark: i64::from_be_bytes(v[4..].try_into().ok()?) })
+        Some(Stamp::Watermark { partition, generation, producer, watermark: i64::from_be_bytes(v[4..].try_into().ok()?) })
     }
 
-    /// Append to a staged transaction: a tag, then the fields.
+    /// Append to a staged transaction: a tag, then the fields. Tags 1–3
+    /// (no generation) were written before the generation was added.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match *self {
             Stamp::None => out.push(0),
-            Stamp::Record { producer, event_time, split_watermark } => {
-                out.push(if event_time.is_some() { 2 } else { 1 });
+            Stamp::Record { generation, producer, event_time, split_watermark } => {
+                out.push(if event_time.is_some() { 5 } else { 4 });
                 out.extend_from_slice(&producer.to_be_bytes());
                 out.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
                 out.extend_from_slice(&split_watermark.to_be_bytes());
+                out.extend_from_slice(&generation.to_be_bytes());
             }
-            Stamp::Watermark { partition, producer, watermark } => {
-                out.push(3);
+            Stamp::Watermark { partition, generation, producer, watermark } => {
+                out.push(6);
                 out.extend_from_slice(&partition.to_be_bytes());
                 out.extend_from_slice(&producer.to_be_bytes());
                 out.extend_from_slice(&watermark.to_be_bytes());
+                out.extend_from_slice(&generation.to_be_bytes());
             }
         }
     }
@@ -121,17 +137,40 @@ impl Stamp {
             0 => 0,
             1 | 2 => 20,
             3 => 16,
+            4 | 5 => 28,
+            6 => 24,
             _ => return None,
         };
         let (f, rest) = rest.split_at_checked(len)?;
         *r = rest;
         let u32_at = |i: usize| u32::from_be_bytes(f[i..i + 4].try_into().expect("4 bytes"));
         let i64_at = |i: usize| i64::from_be_bytes(f[i..i + 8].try_into().expect("8 bytes"));
+        let u64_at = |i: usize| u64::from_be_bytes(f[i..i + 8].try_into().expect("8 bytes"));
+        let generation = match tag {
+            4 | 5 => u64_at(20),
+            6 => u64_at(16),
+            _ => 0,
+        };
         Some(match tag {
             0 => Stamp::None,
-            1 | 2 => Stamp::Record { producer: u32_at(0), event_time: (tag == 2).then(|| i64_at(4)), split_watermark: i64_at(12) },
-            _ => Stamp::Watermark { partition: u32_at(0) as i32, producer: u32_at(4), watermark: i64_at(8) },
+            1 | 2 | 4 | 5 => Stamp::Record {
+                generation,
+                producer: u32_at(0),
+                event_time: matches!(tag, 2 | 5).then(|| i64_at(4)),
+                split_watermark: i64_at(12),
+            },
+            _ => Stamp::Watermark { partition: u32_at(0) as i32, generation, producer: u32_at(4), watermark: i64_at(8) },
         })
+    }
+}
+
+/// A header value of `old` bytes, or of `old` + 8 with the generation at
+/// the end; the value without it, and the generation (0 if absent).
+fn split_generation(v: &[u8], old: usize) -> Option<(&[u8], u64)> {
+    match v.len() {
+        n if n == old => Some((v, 0)),
+        n if n == old + 8 => Some((&v[..old], u64::from_be_bytes(v[old..].try_into().ok()?))),
+        _ => None,
     }
 }
 
@@ -145,10 +184,10 @@ mod tests {
 
     const STAMPS: [Stamp; 5] = [
         Stamp::None,
-        Stamp::Record { producer: 7, event_time: Some(-3), split_watermark: i64::MIN },
-        Stamp::Record { producer: 0, event_time: None, split_watermark: 12 },
-        Stamp::Watermark { partition: 11, producer: 5, watermark: 1_700_000_000_000 },
-        Stamp::Watermark { partition: 0, producer: u32::MAX, watermark: i64::MIN },
+        Stamp::Record { generation: 0x0123_4567_89ab_cdef, producer: 7, event_time: Some(-3), split_watermark: i64::MIN },
+        Stamp::Record { generation: 0, producer: 0, event_time: None, split_watermark: 12 },
+        Stamp::Watermark { partition: 11, generation: 9, producer: 5, watermark: 1_700_000_000_000 },
+        Stamp::Watermark { partition: 0, generation: u64::MAX, producer: u32::MAX, watermark: i64::MIN },
     ];
 
     #[test]
@@ -165,25 +204,65 @@ mod tests {
         assert_eq!(r, b"rest");
         assert_eq!(Stamp::decode(&mut &[9u8][..]), None, "an unknown tag");
         assert_eq!(Stamp::decode(&mut &[3u8, 0, 0][..]), None, "cut short");
+        assert_eq!(Stamp::decode(&mut &[6u8; 24][..]), None, "cut short by the generation's last byte");
+    }
+
+    #[test]
+    fn staged_stamps_written_before_the_generation_read_as_generation_0() {
+        // Tags 2 and 3 as the release before generations wrote them.
+        let mut old = vec![2u8];
+        old.extend_from_slice(&7u32.to_be_bytes());
+        old.extend_from_slice(&(-3i64).to_be_bytes());
+        old.extend_from_slice(&5i64.to_be_bytes());
+        old.push(3);
+        old.extend_from_slice(&11i32.to_be_bytes());
+        old.extend_from_slice(&5u32.to_be_bytes());
+        old.extend_from_slice(&42i64.to_be_bytes());
+        let mut r = old.as_slice();
+        assert_eq!(Stamp::decode(&mut r), Some(Stamp::Record { generation: 0, producer: 7, event_time: Some(-3), split_watermark: 5 }));
+        assert_eq!(Stamp::decode(&mut r), Some(Stamp::Watermark { partition: 11, generation: 0, producer: 5, watermark: 42 }));
+        assert!(r.is_empty());
     }
 
     #[test]
     fn header_values_have_their_fixed_sizes() {
         // What the headers hold, read back as the source reads them.
         let rec = STAMPS[1];
-        let Stamp::Record { producer, event_time, split_watermark } = rec else { unreachable!() };
+        let Stamp::Record { generation, producer, event_time, split_watermark } = rec else { unreachable!() };
         let mut v = producer.to_be_bytes().to_vec();
         v.push(1);
         v.extend_from_slice(&event_time.unwrap().to_be_bytes());
         v.extend_from_slice(&split_watermark.to_be_bytes());
+        // Without the generation (written before it): generation 0.
+        assert_eq!(Stamp::record(&v), Some(Stamp::Record { generation: 0, producer, event_time, split_watermark }));
+        v.extend_from_slice(&generation.to_be_bytes());
         assert_eq!(Stamp::record(&v), Some(rec));
+        assert_eq!(Stamp::record(&v[..28]), None, "neither size");
+        assert_eq!(Stamp::record(&v[..20]), None);
         v[4] = 7;
         assert_eq!(Stamp::record(&v), None, "a bad flag");
-        assert_eq!(Stamp::record(&v[..20]), None);
         let mut w = 5u32.to_be_bytes().to_vec();
         w.extend_from_slice(&42i64.to_be_bytes());
-        assert_eq!(Stamp::watermark(&w, 3), Some(Stamp::Watermark { partition: 3, producer: 5, watermark: 42 }));
+        assert_eq!(Stamp::watermark(&w, 3), Some(Stamp::Watermark { partition: 3, generation: 0, producer: 5, watermark: 42 }));
+        w.extend_from_slice(&9u64.to_be_bytes());
+        assert_eq!(Stamp::watermark(&w, 3), Some(Stamp::Watermark { partition: 3, generation: 9, producer: 5, watermark: 42 }));
         assert_eq!(Stamp::watermark(&w[..11], 3), None);
+        assert_eq!(Stamp::watermark(&w[..19], 3), None);
         assert!(STAMPS[0].headers().is_none());
+    }
+
+    #[test]
+    fn headers_carry_the_generation() {
+        for s in &STAMPS[1..] {
+            let h = s.headers().expect("a header");
+            let header = h.get(0);
+            let value = header.value.expect("a value");
+            let back = match (header.key, s) {
+                (RECORD_HEADER, _) => Stamp::record(value),
+                (WATERMARK_HEADER, Stamp::Watermark { partition, .. }) => Stamp::watermark(value, *partition),
+                _ => None,
+            };
+            assert_eq!(back, Some(*s));
+        }
     }
 }
