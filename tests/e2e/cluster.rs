@@ -478,11 +478,11 @@ sinks:
         three_instances_in_event_time(false);
     }
 
-    /// KNOWN BROKEN (docs/scaling.md, "Not built yet"): after the restart
-    /// the restarted instance's watermark records reach the receivers of
-    /// only some partitions, and the windows stall.
+    /// The same through a `kill -9` of an instance. On the unpatched test
+    /// broker the restarted instance's watermark records reached the
+    /// receivers of only some partitions and the windows stalled
+    /// (docs/scaling.md, "The test broker").
     #[test]
-    #[ignore = "the test broker hides the restarted instance's records from live read_committed readers (docs/scaling.md, The test broker); expected to pass on Apache Kafka, which this machine cannot install"]
     fn cluster_of_three_fires_event_time_windows_across_instances_exactly_once_through_a_kill() {
         three_instances_in_event_time(true);
     }
@@ -749,7 +749,6 @@ sinks:
     /// every instance restarted with `--restore latest` (the stopped one at
     /// its savepoint) gives exactly the reference output.
     #[test]
-    #[ignore = "the test broker hides the restarted instance's records from live read_committed readers (docs/scaling.md, The test broker); expected to pass on Apache Kafka, which this machine cannot install"]
     fn one_failed_savepoint_of_all_instances_is_named_and_the_cluster_goes_back_exactly_once() {
         let b = broker();
         let Setup { input, output, dir, name } = setup("allfail", 4);
