@@ -1119,22 +1119,30 @@ fn broker_live_read_committed_reader_sees_commits_after_an_abort_of_the_same_pro
     assert_eq!(read_for(&reader, Duration::from_secs(3)), ["committed"], "the reader that waited on the aborted transaction");
 }
 
-/// A transactional producer commits transactions in a loop while the test
-/// broker is stopped (`scripts/kafka-broker.sh stop`) and started again on
-/// the same data directory and port: every transaction whose commit
-/// succeeded is read back by a `read_committed` consumer, none other is,
-/// and the producer never fails. noida-db 0.2.3 lost the transactions
-/// committed while its shutdown save was being written, and those open at
-/// the stop (their later commit succeeded but they stayed aborted), and the
-/// producer then failed with OUT_OF_ORDER_SEQUENCE_NUMBER;
-/// scripts/noida-patches/0003 fixes it. A broker of its own, whatever
-/// `KAFKA_BOOTSTRAP` names: it is a test of the test broker.
+/// The test broker is stopped (`scripts/kafka-broker.sh stop`) and started
+/// again on the same data directory and port while one transactional
+/// producer commits transactions in a loop and another holds a transaction
+/// open (a record produced before, one after, then the commit): every
+/// transaction whose commit succeeded is read back whole by a
+/// `read_committed` consumer, none other is, and no producer fails.
+/// noida-db 0.2.3 lost the transactions committed while its shutdown save
+/// was being written (the looping producer then failed with
+/// OUT_OF_ORDER_SEQUENCE_NUMBER) and the one open at the stop (its commit
+/// succeeded, its records stayed aborted); scripts/noida-patches/0003
+/// fixes both. A broker of its own, whatever `KAFKA_BOOTSTRAP` names: it is
+/// a test of the test broker.
 #[test]
 fn broker_restart_keeps_every_committed_transaction() {
     let (addr, dir) = start_script_broker();
     let t = topic("restart-txn");
     create_topic(&addr, &t, 2);
     let port = addr.rsplit(':').next().unwrap().to_string();
+    let held: ThreadedProducer<DefaultProducerContext> =
+        config(&addr).set("transactional.id", format!("weir-test-held-{t}")).create().expect("producer");
+    held.init_transactions(Duration::from_secs(10)).expect("init_transactions");
+    held.begin_transaction().expect("begin_transaction");
+    held.send(BaseRecord::<str, str>::to(&t).payload("held-before").partition(0)).map_err(|(e, _)| e).unwrap();
+    held.flush(Duration::from_secs(10)).expect("flush");
     let producer: ThreadedProducer<DefaultProducerContext> = config(&addr)
         .set("transactional.id", format!("weir-test-{t}"))
         .set("linger.ms", "5")
@@ -1184,10 +1192,17 @@ fn broker_restart_keeps_every_committed_transaction() {
         }
     }
     restart.join().unwrap();
-    let mut seen: HashMap<u64, usize> = HashMap::new();
+    held.send(BaseRecord::<str, str>::to(&t).payload("held-after").partition(1)).map_err(|(e, _)| e).unwrap();
+    held.commit_transaction(Duration::from_secs(30)).expect("committing the transaction held open across the restart");
+    let (mut seen, mut held_seen): (HashMap<u64, usize>, Vec<String>) = (HashMap::new(), Vec::new());
     for v in read_committed(&addr, &t, Duration::from_secs(30)) {
-        *seen.entry(v.split('-').next().unwrap().parse().unwrap()).or_default() += 1;
+        match v.split('-').next().unwrap().parse() {
+            Ok(n) => *seen.entry(n).or_default() += 1,
+            Err(_) => held_seen.push(v),
+        }
     }
+    held_seen.sort();
+    assert_eq!(held_seen, ["held-after", "held-before"], "the transaction held open across the restart");
     let lost: Vec<_> = committed.iter().filter(|n| seen.get(n) != Some(&10)).map(|n| (n, seen.get(n).copied().unwrap_or(0))).collect();
     let extra: Vec<_> = seen.keys().filter(|n| !committed.contains(n)).collect();
     assert!(lost.is_empty(), "committed transactions not read back whole (transaction, records): {lost:?}");
