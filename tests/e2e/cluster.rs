@@ -244,6 +244,8 @@ sinks:
         name: String,
     }
 
+    /// `what` names the pipeline too (its repartition topics and
+    /// transactional ids), so it must be each test's own: tests run at once.
     fn setup(what: &str, partitions: i32) -> Setup {
         let (input, output) = (topic(&format!("{what}-in")), topic(&format!("{what}-out")));
         create_topic(broker(), &input, partitions);
@@ -489,7 +491,9 @@ sinks:
 
     fn three_instances_in_event_time(kill: bool) {
         let b = broker();
-        let Setup { input, output, dir, name } = setup("wm", WINDOWED_PARTITIONS);
+        // A pipeline name of each test's own: the two variants run at once,
+        // and one name would share the repartition topics and transactional ids.
+        let Setup { input, output, dir, name } = setup(if kill { "wmkill" } else { "wm" }, WINDOWED_PARTITIONS);
         let p = write_pipeline(dir.path(), WINDOWED, &name, &dir.path().join("state").display().to_string(), b, &input, &output);
         let run = |i: u16, restore: bool| {
             let mut w = weir(&["run", &p, "--no-progress", "--instance", &format!("{i}/3")]);
