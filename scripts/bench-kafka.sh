@@ -45,4 +45,4 @@ for p in 1 2; do
   echo "| kafka -> keyed count -> blackhole | $p | $rows | $(secs_of "$out") | $(rate_of "$out") | $cpu |"
 done
 echo
-echo "Broker: $KAFKA_BOOTSTRAP ($([ -n "$BROKER_PID" ] && echo "noida-db 0.2.3, pid $BROKER_PID" || echo "external")), $(nproc) cores, $(uname -m)."
+echo "Broker: $KAFKA_BOOTSTRAP ($([ -n "$BROKER_PID" ] && echo "noida-db 0.2.3 with scripts/noida-patches, pid $BROKER_PID" || echo "external")), $(nproc) cores, $(uname -m)."

@@ -5,12 +5,14 @@ set -euo pipefail
 
 # A C and C++ toolchain for crates that build C code (librdkafka, RocksDB);
 # libclang for the bindgen step of RocksDB's bindings; procps for `kill`,
-# which the end-to-end tests use to send SIGTERM; python3 and its venv module
-# for the test broker (scripts/kafka-broker.sh installs it into a venv);
+# which the end-to-end tests use to send SIGTERM; python3 for the test
+# broker's and S3 server's scripts (free ports) and, with its venv module, for
+# the pinned PyPI tools (scripts/lib/venv.sh); patch for the test broker
+# (scripts/kafka-broker.sh applies scripts/noida-patches to its source);
 # prometheus (and its promtool) for the test that lets a real Prometheus
 # scrape weir's metrics endpoint (scripts/prometheus.sh); tmux for the tests
 # that run weir in a real terminal and read its screen (tests/e2e/terminal.rs).
-packages=(build-essential pkg-config libclang-dev procps python3 python3-venv prometheus tmux)
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -37,6 +39,12 @@ fi
 # The S3-compatible test server (s3s-fs, pinned), built once with cargo into
 # ~/.cache/weir/s3s-fs (a few minutes cold; nothing when cached).
 "$(dirname "$0")/s3-server.sh" install
+
+# The Kafka test broker (noida-db from crates.io, pinned, with
+# scripts/noida-patches), built once with cargo into
+# ~/.cache/weir/noida-<version>-<patch hash> (about 3 minutes cold on 2 cores;
+# nothing when cached).
+"$(dirname "$0")/kafka-broker.sh" install
 
 # The Kubernetes schema validator (kubernetes-validate, pinned, in a venv)
 # for the test that checks deploy/kubernetes/.

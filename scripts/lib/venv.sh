@@ -1,5 +1,5 @@
 # Sourced by the scripts that run a pinned PyPI tool from a venv of its own
-# (scripts/kafka-broker.sh, scripts/k8s-validate.sh, scripts/bench-cluster.sh).
+# (scripts/k8s-validate.sh, scripts/bench-cluster.sh).
 #
 # pip_tool_install VENV PACKAGE VERSION WHO
 #   Creates VENV and installs PACKAGE==VERSION into it, unless that version
