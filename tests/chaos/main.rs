@@ -32,6 +32,7 @@ mod reference;
 
 mod case;
 mod check;
+mod cluster;
 mod edits;
 mod faults;
 mod input;
