@@ -7,6 +7,10 @@
 #   scripts/chaos.sh --cases 200 --seed 5000 # cases with seeds 5000..5199
 #   scripts/chaos.sh --cases 1 --seed 5123   # replay one case
 #
+# Cluster cases (tests/chaos/cluster.rs, with KAFKA_BOOTSTRAP) run after the
+# single-process ones, for as long again (CHAOS_CLUSTER_SECONDS overrides),
+# with their own table (instance kill points counted apart).
+#
 # Failing cases keep their directory under $CHAOS_DIR (default
 # ${TMPDIR:-/tmp}/weir-chaos/seed-N) with REPRODUCE.md and commands.sh.
 set -euo pipefail
@@ -26,14 +30,21 @@ if [ -n "$cases" ]; then
 fi
 if [ -n "$minutes" ]; then
   export CHAOS_SECONDS=$((minutes * 60))
+  export CHAOS_CLUSTER_SECONDS="${CHAOS_CLUSTER_SECONDS:-$((minutes * 60))}"
+fi
+if [ -n "$cases" ]; then
+  export CHAOS_CLUSTER_CASES="${CHAOS_CLUSTER_CASES:-$cases}" CHAOS_CLUSTER_SECONDS="${CHAOS_CLUSTER_SECONDS:-1000000000}"
 fi
 # A fresh first seed each long run unless given (printed, and in the table).
 export CHAOS_SEED="${seed:-$(( $(date +%s) % 1000000 * 1000 ))}"
 report=$(mktemp "${TMPDIR:-/tmp}/weir-chaos-report.XXXXXX")
-trap 'rm -f "$report"' EXIT
-export CHAOS_REPORT="$report"
+cluster_report=$(mktemp "${TMPDIR:-/tmp}/weir-chaos-cluster-report.XXXXXX")
+trap 'rm -f "$report" "$cluster_report"' EXIT
+export CHAOS_REPORT="$report" CHAOS_CLUSTER_REPORT="$cluster_report"
 status=0
 cargo test --release --test chaos -- --nocapture --test-threads 1 chaos || status=$?
 echo
 cat "$report" 2>/dev/null || true
+echo
+cat "$cluster_report" 2>/dev/null || true
 exit $status
