@@ -182,10 +182,14 @@ pub fn read_all(storage: &dyn Storage) -> Result<Vec<Record>, GenerationError> {
 /// Create `record` with a conditional put: it exists afterwards, and no
 /// other process created the same generation.
 pub fn create(storage: &dyn Storage, record: &Record) -> Result<(), GenerationError> {
-    let k = key(record.generation);
-    match storage.put_if_absent(&k, &record.to_bytes()) {
+    let (k, bytes) = (key(record.generation), record.to_bytes());
+    match storage.put_if_absent(&k, &bytes) {
         Ok(()) => Ok(()),
-        Err(StorageError::AlreadyExists { url }) => Err(GenerationError::Raced { url, generation: record.generation }),
+        // A retried put whose first try went through finds its own record.
+        Err(StorageError::AlreadyExists { url }) => match storage.get(&k) {
+            Ok(there) if there == bytes => Ok(()),
+            _ => Err(GenerationError::Raced { url, generation: record.generation }),
+        },
         Err(e) => Err(e.into()),
     }
 }
@@ -302,7 +306,9 @@ mod tests {
         let s = LocalStorage::new(tmp.path());
         let set = Origin::Set { paths: vec!["/a".into(), "/b".into()] };
         create(&s, &rec(1, 1, Origin::Beginning)).unwrap();
-        create(&s, &rec(2, 7, set.clone())).unwrap();
+        let two = rec(2, 7, set.clone());
+        create(&s, &two).unwrap();
+        create(&s, &two).expect("a retried create that had landed is ours");
         assert!(matches!(create(&s, &rec(2, 9, Origin::Beginning)), Err(GenerationError::Raced { generation: 2, .. })));
         let all = read_all(&s).unwrap();
         assert_eq!(all.iter().map(|r| (r.generation, r.first_id)).collect::<Vec<_>>(), vec![(1, 1), (2, 7)]);

@@ -18,8 +18,10 @@
 //! record over (or when no renewal got through for a whole lease), the
 //! lease is lost: [`Owned`], the storage a run writes through, then
 //! refuses every write, so the old owner can no longer commit a
-//! checkpoint. Dropping the lease (a clean exit) deletes the record, so
-//! the next start anywhere needs not wait.
+//! checkpoint. Dropping the lease (a clean exit) marks the record
+//! released, `If-Match` its own version (a conditional put: S3 has no
+//! conditional delete, and a retried delete landing late could remove a
+//! successor's record), so the next start anywhere needs not wait.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -64,6 +66,9 @@ pub struct Record {
     pub token: String,
     pub lease_ms: u64,
     pub renewed_ms: i64,
+    /// Given up by a clean exit: free for anyone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 /// Who claims the storage.
@@ -118,11 +123,15 @@ impl Claim {
             token: format!("{pid}-{}", SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
             lease_ms: self.lease.as_millis() as u64,
             renewed_ms: now_ms(),
+            released: false,
         }
     }
 
     /// Whether the holder of `r` is gone or may be replaced; None: it holds.
     fn replaces(&self, ours: &Record, r: &Record, now: i64) -> Option<Acquired> {
+        if r.released {
+            return Some(Acquired::Free);
+        }
         let same_machine = r.host == ours.host && r.machine == ours.machine && !r.machine.starts_with('/');
         if same_machine && (!pid_runs(r.pid) || (self.state_dir_locked && r.state_dir == self.state_dir) || r.pid == ours.pid) {
             return Some(Acquired::Gone { pid: r.pid });
@@ -137,6 +146,9 @@ pub fn acquire(storage: Arc<dyn Storage>, claim: &Claim) -> Result<(Lease, Acqui
     let root = storage.root();
     let url = storage.url(OWNER_KEY);
     for _ in 0..5 {
+        // The lease counts from before the record (and its time) was made:
+        // a put that took long must not lengthen it.
+        let made = Instant::now();
         let ours = claim.record();
         let bytes = serde_json::to_vec_pretty(&ours).expect("an owner record serializes");
         let (version, how) = match storage.put_conditional(OWNER_KEY, &bytes, None) {
@@ -174,7 +186,7 @@ pub fn acquire(storage: Arc<dyn Storage>, claim: &Claim) -> Result<(Lease, Acqui
             }
             Err(e) => return Err(e.into()),
         };
-        return Ok((Lease::start(storage, ours, version), how));
+        return Ok((Lease::start(storage, ours, version, made), how));
     }
     Err(OwnerError::Lost { root, why: format!("{url} kept changing while this process tried to take it") })
 }
@@ -237,7 +249,8 @@ impl Shared {
             Ok(v) => Ok(v),
             // A retried put whose first try went through: the record is ours as written.
             Err(StorageError::Conflict { .. }) => match self.storage.get_versioned(OWNER_KEY) {
-                Ok((b, v)) if b == bytes => Ok(v),
+                // Ours (by the token of this start), whichever renewal of ours landed.
+                Ok((b, v)) if serde_json::from_slice::<Record>(&b).is_ok_and(|r| r.token == record.token) => Ok(v),
                 Ok((b, _)) => Err(Some(match serde_json::from_slice::<Record>(&b) {
                     Ok(r) => format!("weir process {} on host {} took it over", r.pid, r.host),
                     Err(_) => format!("{} was replaced", self.storage.url(OWNER_KEY)),
@@ -273,7 +286,7 @@ impl Shared {
 }
 
 /// The held ownership: renewed on a thread of its own; released (the
-/// record deleted) when dropped.
+/// record marked so) when dropped.
 #[derive(Debug)]
 pub struct Lease {
     shared: Arc<Shared>,
@@ -282,17 +295,17 @@ pub struct Lease {
 }
 
 impl Lease {
-    fn start(storage: Arc<dyn Storage>, record: Record, version: String) -> Lease {
+    fn start(storage: Arc<dyn Storage>, record: Record, version: String, made: Instant) -> Lease {
         let every = Duration::from_millis(record.lease_ms / 3).max(Duration::from_millis(50));
         // The record was put just before: it counts from now (a little late, never early).
-        let renewed = Instant::now();
+        let renewed = made;
         let shared = Arc::new(Shared { storage, state: Mutex::new(State { record, version, lost: None, renewed }) });
         let (stop, stopped) = mpsc::channel::<()>();
         let s = shared.clone();
         let renewer = std::thread::Builder::new()
             .name("weir-lease".into())
             .spawn(move || {
-                let mut last_ok = Instant::now();
+                let mut last_ok = made;
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                     if !s.renew(&mut last_ok) {
                         break;
@@ -349,14 +362,12 @@ impl Drop for Lease {
         if s.lost.is_some() {
             return;
         }
-        // Only our own record goes (compare, then delete: S3 has no conditional delete).
-        match self.shared.storage.get_versioned(OWNER_KEY) {
-            Ok((_, v)) if v == s.version => {
-                if let Err(e) = self.shared.storage.delete(OWNER_KEY) {
-                    tracing::warn!(error = %e, "Cannot release the checkpoint storage; the next start takes it over.");
-                }
-            }
-            _ => {}
+        // Only our own record is released: If-Match its version.
+        let released = Record { released: true, ..s.record.clone() };
+        let bytes = serde_json::to_vec_pretty(&released).expect("an owner record serializes");
+        match self.shared.storage.put_conditional(OWNER_KEY, &bytes, Some(&s.version)) {
+            Ok(_) | Err(StorageError::Conflict { .. }) => {}
+            Err(e) => tracing::warn!(error = %e, "Cannot release the checkpoint storage; the next start takes it over."),
         }
     }
 }
@@ -450,6 +461,7 @@ mod tests {
             token: "t".into(),
             lease_ms,
             renewed_ms,
+            released: false,
         };
         storage.put(OWNER_KEY, &serde_json::to_vec(&r).unwrap()).unwrap();
     }
@@ -468,7 +480,10 @@ mod tests {
         let r: Record = serde_json::from_slice(&storage.get(OWNER_KEY).unwrap()).unwrap();
         assert_eq!(r.pid, std::process::id());
         drop(lease);
-        assert!(storage.get(OWNER_KEY).unwrap_err().is_not_found(), "a released lease deletes its record");
+        let r: Record = serde_json::from_slice(&storage.get(OWNER_KEY).unwrap()).unwrap();
+        assert!(r.released, "a dropped lease marks its record released");
+        let (_again, how) = acquire(storage.clone(), &claim("/elsewhere", false, 1000)).unwrap();
+        assert_eq!(how, Acquired::Free, "a released record is free for anyone at once");
     }
 
     #[test]

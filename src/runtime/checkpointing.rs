@@ -838,6 +838,14 @@ fn upload_savepoint(
         if !storage.list(&format!("{child}/")).map_err(|e| failed(e.to_string()))?.is_empty() {
             continue;
         }
+        // Claimed with a conditional put before anything is uploaded: two
+        // writers of the same name (instances of a cluster whose ids meet,
+        // one target) would otherwise mix their files under it.
+        match storage.put_if_absent(&format!("{child}.claim"), md) {
+            Ok(()) => {}
+            Err(crate::checkpoint::storage::StorageError::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(failed(e.to_string())),
+        }
         return match publish::commit(&storage, staging.dir(), &child, md) {
             Ok(()) => Ok(PathBuf::from(storage.url(&child))),
             Err(e) => Err(failed(e.to_string())),

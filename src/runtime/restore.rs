@@ -369,6 +369,13 @@ fn commit(
     storage: Option<&dyn crate::checkpoint::storage::Storage>,
     d: Decision,
 ) -> Result<StartPoint, RestoreError> {
+    // Before anything else is written, here or in the store: from here on
+    // what this start writes carries its generation, and its lineage is in
+    // the store (a refusal here has written nothing).
+    let generation = match storage {
+        Some(s) => begin_generation(s, pipeline, &d)?,
+        None => 0,
+    };
     match &d.owner {
         Owner::Ours => {}
         Owner::Unclaimed => store::write_owner(layout, &pipeline.name)?,
@@ -396,11 +403,7 @@ fn commit(
     }
     let mut retained = store::list_checkpoint_ids(layout)?;
     let mut retained_stored = Vec::new();
-    let mut generation = 0;
     if let Some(s) = storage {
-        // Before anything else in the store: from here on, what this start
-        // writes carries its generation, and its lineage is in the store.
-        generation = begin_generation(s, pipeline, &d)?;
         let storage_err = |e: crate::checkpoint::storage::StorageError| RestoreError::Storage(e.to_string());
         for stored in crate::checkpoint::publish::remove_unfinished(s).map_err(storage_err)? {
             tracing::info!(checkpoint = %stored, url = %s.url(&stored.name()), "Removed an unfinished checkpoint from the store.");
