@@ -1143,11 +1143,8 @@ fn broker_restart_keeps_every_committed_transaction() {
     held.begin_transaction().expect("begin_transaction");
     held.send(BaseRecord::<str, str>::to(&t).payload("held-before").partition(0)).map_err(|(e, _)| e).unwrap();
     held.flush(Duration::from_secs(10)).expect("flush");
-    let producer: ThreadedProducer<DefaultProducerContext> = config(&addr)
-        .set("transactional.id", format!("weir-test-{t}"))
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        config(&addr).set("transactional.id", format!("weir-test-{t}")).set("linger.ms", "5").create().expect("producer");
     producer.init_transactions(Duration::from_secs(10)).expect("init_transactions");
     let restarted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let restart = {

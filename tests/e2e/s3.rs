@@ -106,6 +106,23 @@ impl Bucket {
     }
 }
 
+/// The storage's own records: the generations, and the owner record a
+/// clean exit leaves released (checked by `assert_released`).
+fn is_record(key: &str) -> bool {
+    key.starts_with("_generations/") || key == "_owner"
+}
+
+impl Bucket {
+    /// The owner record says released (a clean exit), or is absent.
+    #[track_caller]
+    fn assert_released(&self) {
+        if let Ok(bytes) = self.storage.get("_owner") {
+            let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(r["released"], true, "the owner record after a clean exit: {r}");
+        }
+    }
+}
+
 /// `weir run pipelines/checkpointed.yaml -p 2` with its checkpoints in `bucket`.
 fn on_bucket(bucket: &Bucket, backend: Backend, state: &std::path::Path, out: &std::path::Path) -> Weir {
     on_bucket_at(bucket, backend, 2, state, out)
@@ -141,11 +158,10 @@ fn clean_run_is_golden(backend: Backend, incremental: bool) {
     let stray: Vec<_> = bucket
         .objects()
         .into_iter()
-        .filter(|(k, _)| {
-            !k.starts_with("shared/") && !k.starts_with("_generations/") && !names.iter().any(|n| k.starts_with(&format!("{n}/")))
-        })
+        .filter(|(k, _)| !k.starts_with("shared/") && !is_record(k) && !names.iter().any(|n| k.starts_with(&format!("{n}/"))))
         .collect();
     assert!(stray.is_empty(), "objects of no retained checkpoint: {stray:?}");
+    bucket.assert_released();
     // Shared SSTs: exactly those the retained MANIFESTs reference.
     let mut referenced = std::collections::BTreeSet::new();
     for (k, _) in bucket.objects().iter().filter(|(k, _)| k.ends_with("/MANIFEST")) {
@@ -783,12 +799,10 @@ fn server_killed_during_checkpoints_aborts_them_then_they_succeed_again() {
     assert_exactly_once("S3 server outage", job.lines());
     // What the failed uploads left was removed once the store answered again.
     let names = bucket.complete_names();
-    let stray: Vec<_> = bucket
-        .objects()
-        .into_iter()
-        .filter(|(k, _)| !k.starts_with("_generations/") && !names.iter().any(|n| k.starts_with(&format!("{n}/"))))
-        .collect();
+    let stray: Vec<_> =
+        bucket.objects().into_iter().filter(|(k, _)| !is_record(k) && !names.iter().any(|n| k.starts_with(&format!("{n}/")))).collect();
     assert!(stray.is_empty(), "objects of aborted checkpoints left in the store: {stray:?}");
+    bucket.assert_released();
 }
 
 /// The endpoint the test's S3 server is on (`host:port`).
