@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing weir needs on a fresh Debian machine.
 # Idempotent: packages already present are not touched. Needs root (or sudo).
+#
+#   scripts/install-deps.sh             everything the tests need
+#   scripts/install-deps.sh --minimal   only what a build without the
+#                                       optional features needs (the quickstart)
 set -euo pipefail
+minimal=false
+[ "${1:-}" = "--minimal" ] && minimal=true
 
 # A C and C++ toolchain for crates that build C code (librdkafka, RocksDB);
 # libclang for the bindgen step of RocksDB's bindings; procps for `kill`,
@@ -13,6 +19,8 @@ set -euo pipefail
 # scrape weir's metrics endpoint (scripts/prometheus.sh); tmux for the tests
 # that run weir in a real terminal and read its screen (tests/e2e/terminal.rs).
 packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux)
+# The quickstart's build (no RocksDB, Kafka or S3) needs a C toolchain only.
+$minimal && packages=(build-essential pkg-config)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -35,6 +43,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo not found. Install a Rust toolchain >= 1.88 (https://rustup.rs) and rerun." >&2
   exit 1
 fi
+$minimal && exit 0
 
 # The S3-compatible test server (s3s-fs, pinned), built once with cargo into
 # ~/.cache/weir/s3s-fs (a few minutes cold; nothing when cached).

@@ -5,7 +5,7 @@
 # needs none of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --minimal
 cargo build --release --no-default-features
 "${CARGO_TARGET_DIR:-target}"/release/weir run pipelines/quickstart.yaml "$@"
 echo "Output: $(ls out/quickstart/ | wc -l) part file(s) in out/quickstart/"
