@@ -168,9 +168,9 @@ impl Case {
         if let Some(taken) = self.taken_over.take() {
             // A stale owner must stop, never finish: the new owner decides.
             return match (exit.code, exit.signal) {
-                (Some(1), _)
-                    if exit.stderr.contains("lost its ownership") || exit.stderr.contains("does not own the checkpoint storage") =>
-                {
+                // Its lease lost (said by the run, or by the lease thread
+                // first), or its Kafka producers fenced by the new owner's.
+                (Some(1), _) if STALE_ENDINGS.iter().any(|e| exit.stderr.contains(e)) => {
                     self.takeovers += 1;
                     taken
                 }
@@ -446,6 +446,15 @@ impl Case {
         }
     }
 }
+
+/// What a stale owner's failure says: its ownership of the checkpoint
+/// storage lost, or its transactional producers fenced by the new owner's.
+const STALE_ENDINGS: [&str; 4] = [
+    "lost its ownership",
+    "Lost the ownership of the checkpoint storage",
+    "does not own the checkpoint storage",
+    "fenced by a newer instance",
+];
 
 /// A run's path to S3 through a proxy, and the thread cutting its
 /// connections (stopped when dropped).
