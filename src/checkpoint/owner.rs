@@ -249,8 +249,15 @@ impl Shared {
             Ok(v) => Ok(v),
             // A retried put whose first try went through: the record is ours as written.
             Err(StorageError::Conflict { .. }) => match self.storage.get_versioned(OWNER_KEY) {
-                // Ours (by the token of this start), whichever renewal of ours landed.
-                Ok((b, v)) if serde_json::from_slice::<Record>(&b).is_ok_and(|r| r.token == record.token) => Ok(v),
+                Ok((b, v)) if b == bytes => Ok(v),
+                // An earlier renewal of ours that landed after all (by the
+                // token of this start): still ours, but its time is older
+                // than this one's, so it does not count as renewed now; the
+                // next renewal goes on from its version.
+                Ok((b, v)) if serde_json::from_slice::<Record>(&b).is_ok_and(|r| r.token == record.token) => {
+                    self.state.lock().unwrap_or_else(|e| e.into_inner()).version = v;
+                    Err(None)
+                }
                 Ok((b, _)) => Err(Some(match serde_json::from_slice::<Record>(&b) {
                     Ok(r) => format!("weir process {} on host {} took it over", r.pid, r.host),
                     Err(_) => format!("{} was replaced", self.storage.url(OWNER_KEY)),
