@@ -532,21 +532,29 @@ fn a_file_over_the_multipart_threshold_goes_up_in_parts_and_back_unchanged() {
     assert!(std::fs::read(&back).unwrap() == bytes, "the object came back changed");
 }
 
-#[test]
-fn savepoint_to_s3_restores_at_another_parallelism_and_is_disposed() {
-    let Some(bucket) = Bucket::new("savepoint") else { return };
-    let (job, cmd, _) = job_on(&bucket, Backend::Memory);
-    let run = cmd().set("sources.events.rate_limit", "700").spawn();
+/// Once `run` (the job's pipeline on `bucket`) published output, stop it
+/// with a savepoint into `<bucket>/savepoints`; its URL, after the run
+/// exited 0.
+fn stop_with_savepoint(bucket: &Bucket, job: &Job, run: super::util::Running) -> String {
     let sock = job.state.join("control.sock");
     assert!(wait_until(Duration::from_secs(20), || sock.exists()), "no control socket");
     assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
     let target = format!("{}/savepoints", bucket.url);
     let trigger =
         bucket.apply(weir(&["savepoint", "trigger", super::ckpt::PIPELINE, "--stop", "--target", &target])).set("state.dir", &job.state);
-    let sp = savepoint_path(&trigger.run());
-    let sp = sp.to_string_lossy().into_owned();
-    assert!(sp.starts_with(&format!("{target}/savepoint-checkpointed-")), "{sp}");
+    let sp = savepoint_path(&trigger.run()).to_string_lossy().into_owned();
     run.wait_for(RUN_TIMEOUT).expect_code(0);
+    sp
+}
+
+#[test]
+fn savepoint_to_s3_restores_at_another_parallelism_and_is_disposed() {
+    let Some(bucket) = Bucket::new("savepoint") else { return };
+    let (job, cmd, _) = job_on(&bucket, Backend::Memory);
+    let run = cmd().set("sources.events.rate_limit", "700").spawn();
+    let sp = stop_with_savepoint(&bucket, &job, run);
+    let target = format!("{}/savepoints", bucket.url);
+    assert!(sp.starts_with(&format!("{target}/savepoint-checkpointed-")), "{sp}");
     // `savepoint list` and `inspect` read the store.
     let listed = bucket.apply(weir(&["savepoint", "list", super::ckpt::PIPELINE, "--target", &target])).set("state.dir", &job.state).ok();
     let row = listed.stdout.lines().find(|l| l.contains(&sp)).unwrap_or_else(|| panic!("{sp} not listed:\n{}", listed.stdout));
@@ -874,14 +882,7 @@ fn a_savepoint_restore_that_crashed_before_its_first_checkpoint_resumes_on_a_new
     let Some(fresh) = Bucket::new("lineage-sp-fresh") else { return };
     let job = Job::new();
     let run = on_bucket(&bucket, Backend::Memory, &job.state, &job.out).set("sources.events.rate_limit", "700").spawn();
-    let sock = job.state.join("control.sock");
-    assert!(wait_until(Duration::from_secs(20), || sock.exists()), "no control socket");
-    assert!(wait_until(Duration::from_secs(20), || !part_files(&job.out).is_empty()), "no output published");
-    let target = format!("{}/savepoints", bucket.url);
-    let trigger =
-        bucket.apply(weir(&["savepoint", "trigger", super::ckpt::PIPELINE, "--stop", "--target", &target])).set("state.dir", &job.state);
-    let sp = savepoint_path(&trigger.run()).to_string_lossy().into_owned();
-    run.wait_for(RUN_TIMEOUT).expect_code(0);
+    let sp = stop_with_savepoint(&bucket, &job, run);
     // Onto a fresh prefix, on a new machine: it crashes before its first checkpoint.
     let new_machine = || {
         let _ = std::fs::remove_dir_all(&job.state);
