@@ -647,10 +647,7 @@ sinks:
 #[test]
 fn kafka_broker_down_at_start_names_the_brokers() {
     let dir = tmp();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = crate::metrics::free_port();
     let yaml = format!(
         "name: down\nsources:\n  - {{name: in, type: kafka, brokers: 127.0.0.1:{port}, topics: [t], broker_timeout: 2s}}\nsinks:\n  - {{name: out, type: blackhole, input: in}}\n"
     );
@@ -670,10 +667,7 @@ fn kafka_broker_down_at_start_names_the_brokers() {
 fn kafka_a_second_sigint_while_connecting_at_start_exits_at_once() {
     let dir = tmp();
     let state = dir.path().join("state");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = crate::metrics::free_port();
     let yaml = format!(
         "name: connecting\nstate: {{dir: {state}}}\ncheckpoint: {{interval: 1s}}\n\
          sources:\n  - {{name: in, type: kafka, brokers: 127.0.0.1:{port}, topics: [t], broker_timeout: 30s}}\n\

@@ -11,8 +11,19 @@ use std::time::{Duration, Instant};
 use super::util::{part_files, sink_lines, tmp, wait_until, weir, weir_run, Running};
 
 /// A port that was free a moment ago (the kernel picks it).
+/// A port nothing listens on now and no other test of this process was
+/// given: tests run in parallel, and two given one port would talk to each
+/// other's weir.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("binding a probe port").local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").expect("binding a probe port").local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// `GET path` with a hand-written HTTP/1.1 request: (status, body), or None
@@ -485,7 +496,7 @@ fn slow_and_oversized_requests_do_not_stop_the_endpoint() {
     // Idle clients hold no more than their slots (16): with 20 silent
     // connections a further client is turned away at once (a 503, or a
     // reset when its request was still unread), never left hanging.
-    let idle: Vec<TcpStream> = (0..20).filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok()).collect();
+    let idle: Vec<TcpStream> = (0..20).map(|i| TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("idle client {i}: {e}"))).collect();
     let t = Instant::now();
     let busy = get(port, "/healthz");
     assert!(busy.as_ref().is_none_or(|b| b.0 == 503), "{busy:?}");

@@ -932,7 +932,7 @@ fn a_savepoint_target_inside_the_checkpoint_storage_is_refused() {
 /// 27.5), not even at debug level, when the server cannot be reached.
 #[test]
 fn credentials_in_the_endpoint_are_never_printed() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::metrics::free_port();
     let job = Job::new();
     let o = fast(on_bucket(&Bucket::offline(), Backend::Memory, &job.state, &job.out))
         .env("AWS_ENDPOINT_URL", format!("http://weiruser:Sup3rS3cret@127.0.0.1:{port}"))
