@@ -99,6 +99,11 @@ pub struct Metadata {
     /// (left out for one instance, so those documents read as before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterRecord>,
+    /// A savepoint weir took on SIGTERM (`savepoint.on_sigterm`): the only
+    /// kind weir ever disposes of on its own (`on_sigterm_keep`). Left out
+    /// when false, so every other document reads as before.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub on_sigterm: bool,
     pub crc32c: u32,
 }
 
@@ -223,6 +228,7 @@ pub(crate) mod tests {
             operators: vec!["orders".into(), "unique".into()],
             keys: [("unique".to_string(), "dedup by [order_id]".to_string())].into(),
             cluster: None,
+            on_sigterm: false,
             crc32c: 0,
         }
     }

@@ -4,10 +4,11 @@ mod inspect;
 mod live;
 mod progress;
 mod savepoint;
+mod savepoint_retention;
 mod savepoint_set;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -468,8 +469,13 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => (None, None),
     };
+    let (keep, storage_options) = (
+        pipeline.savepoint_on_sigterm_keep,
+        pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default(),
+    );
     let plan = Plan::new(pipeline);
     let name = plan.pipeline.name.clone();
+    let plan_name = name.clone();
     let asked = stop.clone();
     let outcome = rt.block_on(async move {
         let mut engine = Engine::build(&plan, start).context("building the pipeline")?;
@@ -498,11 +504,27 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(outcome)
     })?;
     let _ = outcome == Outcome::Finished;
+    if let Some(taken) = asked.savepoint_taken() {
+        retire_sigterm_savepoints(&taken, &plan_name, keep, &storage_options);
+    }
     if let Some(why) = asked.savepoint_failure() {
         // The run stopped (with a final checkpoint), but not as asked.
         return Err(anyhow::anyhow!("savepoint.on_sigterm: the savepoint on SIGTERM failed: {why}"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `savepoint.on_sigterm_keep`: dispose the older savepoints taken on
+/// SIGTERM next to `taken`. The run has succeeded whatever happens here:
+/// a savepoint that cannot be disposed is only reported.
+fn retire_sigterm_savepoints(taken: &Path, pipeline: &str, keep: usize, options: &[(String, String)]) {
+    let retired = savepoint_retention::retire(taken, pipeline, keep, options);
+    for p in &retired.disposed {
+        tracing::info!(path = %p.display(), keep, "Disposed an older savepoint taken on SIGTERM (savepoint.on_sigterm_keep).");
+    }
+    for why in &retired.failed {
+        tracing::warn!(reason = %why, "An older savepoint taken on SIGTERM was not disposed.");
+    }
 }
 
 /// SIGINT and SIGTERM, from the start of a run to its end. The first asks
@@ -596,6 +618,8 @@ struct StopState {
     handle: Option<crate::runtime::StopHandle>,
     /// Why the stop-with-savepoint failed, once it did.
     failure: Option<String>,
+    /// The savepoint it took, once it completed.
+    taken: Option<PathBuf>,
     /// The task waiting for the savepoint's answer.
     waiting: Option<tokio::task::JoinHandle<()>>,
 }
@@ -628,6 +652,11 @@ impl StopRequest {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).failure.clone()
     }
 
+    /// The savepoint taken on SIGTERM, if one completed.
+    fn savepoint_taken(&self) -> Option<PathBuf> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).taken.clone()
+    }
+
     /// Stop the engine as asked. A stop-with-savepoint reports its path
     /// when done; refused (a savepoint or stop already under way) it falls
     /// back to a plain stop, and a failed one has stopped the run with a
@@ -648,6 +677,7 @@ impl StopRequest {
                 Ok(Ok(path)) => {
                     // stdout may be a sink's: the path goes to stderr.
                     eprintln!("Stopped with a savepoint on SIGTERM. Path: {}", path.display());
+                    state.lock().unwrap_or_else(|e| e.into_inner()).taken = Some(path);
                     return;
                 }
                 Ok(Err(why)) => why,

@@ -44,7 +44,7 @@ pub fn trigger(layout: &Layout, pipeline: &str, parent: Option<&Path>, end: Endi
         Ending::Stop => (true, false),
         Ending::StopAndDrain => (true, true),
     };
-    let request = Request::Savepoint(SavepointRequest { dir, stop, drain });
+    let request = Request::Savepoint(SavepointRequest { dir, stop, drain, on_sigterm: false });
     let response = call(&socket, pipeline, &request, timeout)?;
     match response.get("path").and_then(|p| p.as_str()) {
         Some(path) if response["ok"] == true => Ok(PathBuf::from(path)),
@@ -110,7 +110,7 @@ fn error_of(response: &serde_json::Value) -> String {
 /// savepoint root. Everything is checked before anything is deleted.
 pub fn dispose(path: &Path) -> Result<PathBuf, SavepointError> {
     if let Some(url) = path.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
-        return dispose_url(url);
+        return dispose_url(url, &[]);
     }
     let refused = |why: String| SavepointError::Refused(format!("not disposing {}: {why}", path.display()));
     let (parent, name) = split_savepoint_path(path).map_err(refused)?;
@@ -137,8 +137,9 @@ pub fn dispose(path: &Path) -> Result<PathBuf, SavepointError> {
 /// Remove the savepoint at `url` in object storage (`s3://.../NAME` or its
 /// `_metadata`): only when its `_metadata` says savepoint; `_metadata`
 /// goes first, so an interrupted dispose leaves no savepoint that looks
-/// complete. Credentials come from the AWS environment.
-fn dispose_url(url: &str) -> Result<PathBuf, SavepointError> {
+/// complete, and the name's claim last. Credentials come from the AWS
+/// environment and `options` (the pipeline's `storage_options`).
+pub(super) fn dispose_url(url: &str, options: &[(String, String)]) -> Result<PathBuf, SavepointError> {
     use crate::checkpoint::storage::Storage;
     let refused = |why: String| SavepointError::Refused(format!("not disposing {url}: {why}"));
     let trimmed = url.trim_end_matches('/');
@@ -146,14 +147,17 @@ fn dispose_url(url: &str) -> Result<PathBuf, SavepointError> {
     let Some((root, name)) = trimmed.rsplit_once('/').filter(|(r, _)| r.len() > "s3://".len()) else {
         return Err(refused("names a bucket, not a savepoint in it".into()));
     };
-    let storage = crate::checkpoint::remote::ObjectStorage::open(root, &[]).map_err(refused)?;
+    let storage = crate::checkpoint::remote::ObjectStorage::open(root, options).map_err(refused)?;
     let bytes = storage.get(&crate::checkpoint::publish::metadata_key(name)).map_err(|e| refused(e.to_string()))?;
     let md: crate::checkpoint::manifest::Metadata =
         crate::checkpoint::manifest::Document::from_bytes(&bytes).map_err(|e| refused(format!("its _metadata: {e}")))?;
     if md.kind != crate::checkpoint::manifest::Kind::Savepoint {
         return Err(refused("its _metadata says checkpoint, not savepoint".into()));
     }
-    crate::checkpoint::publish::remove(&storage, name).map_err(|e| SavepointError::Failed(e.to_string()))?;
+    let failed = |e: crate::checkpoint::storage::StorageError| SavepointError::Failed(e.to_string());
+    crate::checkpoint::publish::remove(&storage, name).map_err(failed)?;
+    // The claim that reserved the name for its writer (`upload_savepoint`).
+    storage.delete(&format!("{name}.claim")).map_err(failed)?;
     Ok(PathBuf::from(trimmed))
 }
 

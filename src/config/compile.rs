@@ -48,6 +48,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let state = specs::state(&mut cx, raw);
     let checkpoint = raw.checkpoint.as_ref().and_then(|c| specs::checkpoint(&mut cx, c));
     let savepoint_dir = specs::savepoint_dir(&mut cx, raw);
+    let savepoint_on_sigterm_keep = specs::on_sigterm_keep(&mut cx, raw);
     let bundle_size = specs::bundle_size(&mut cx, raw, parallelism);
     let metrics = raw.metrics.as_ref().and_then(|m| specs::metrics(&mut cx, m));
     let items = items(parsed);
@@ -91,6 +92,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
         checkpoint,
         savepoint_dir,
         savepoint_on_sigterm: raw.savepoint.as_ref().is_some_and(|s| s.on_sigterm),
+        savepoint_on_sigterm_keep,
         bundle_size,
         metrics,
         cluster,

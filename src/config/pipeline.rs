@@ -27,6 +27,9 @@ pub struct Pipeline {
     /// `savepoint.on_sigterm`: SIGTERM stops with a savepoint (into
     /// `savepoint_dir`) instead of a final checkpoint.
     pub savepoint_on_sigterm: bool,
+    /// `savepoint.on_sigterm_keep`: savepoints taken on SIGTERM kept in
+    /// their directory (at least 1); older ones are disposed.
+    pub savepoint_on_sigterm_keep: usize,
     /// Subtasks per bundle: subtask i belongs to bundle i / bundle_size.
     pub bundle_size: u16,
     /// None: no metrics endpoint.

@@ -494,6 +494,10 @@ pub struct RawSavepoint {
     /// SIGTERM stops with a savepoint (into `dir`) instead of a final checkpoint.
     #[serde(default)]
     pub on_sigterm: bool,
+    /// How many savepoints taken on SIGTERM are kept in their directory; the
+    /// older ones are disposed after a new one completes (default 3).
+    #[serde(default)]
+    pub on_sigterm_keep: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -264,6 +264,22 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
 }
 
 /// `savepoint.dir`, which only a checkpointed pipeline may have.
+/// `savepoint.on_sigterm_keep`, at least 1 (the newest is never disposed).
+pub(crate) fn on_sigterm_keep(cx: &mut Cx, raw: &RawPipeline) -> usize {
+    match raw.savepoint.as_ref().and_then(|s| s.on_sigterm_keep) {
+        None => DEFAULT_ON_SIGTERM_KEEP,
+        Some(0) => {
+            let at = [Seg::Key("savepoint".into()), Seg::Key("on_sigterm_keep".into())];
+            cx.err(&at, "`savepoint.on_sigterm_keep` must be at least 1: the savepoint just taken is always kept");
+            DEFAULT_ON_SIGTERM_KEEP
+        }
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    }
+}
+
+/// Savepoints taken on SIGTERM kept by default: the last rollouts' worth.
+pub const DEFAULT_ON_SIGTERM_KEEP: usize = 3;
+
 pub(crate) fn savepoint_dir(cx: &mut Cx, raw: &RawPipeline) -> Option<PathBuf> {
     let s = raw.savepoint.as_ref()?;
     let at = [Seg::Key("savepoint".into())];

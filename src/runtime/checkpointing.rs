@@ -135,6 +135,8 @@ struct PendingSavepoint {
     dir: Option<PathBuf>,
     stop: bool,
     drain: bool,
+    /// Marked in its `_metadata` as taken on SIGTERM.
+    on_sigterm: bool,
     reply: oneshot::Sender<Result<PathBuf, String>>,
 }
 
@@ -404,6 +406,7 @@ impl Driver {
             operators: self.setup.operators.clone(),
             keys: self.setup.keys.clone(),
             cluster: self.setup.cluster.clone(),
+            on_sigterm: false,
             crc32c: 0,
         };
         let created_ms = md.created_ms;
@@ -558,7 +561,9 @@ impl Driver {
     /// entry has last (`checkpoint::target`): a failure removes only that
     /// temp directory (and the parents it created).
     async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata, keep: bool) -> Result<PathBuf, store::StoreError> {
-        let asked = self.savepoint.as_ref().filter(|sp| sp.id == Some(id)).and_then(|sp| sp.dir.clone());
+        let pending = self.savepoint.as_ref().filter(|sp| sp.id == Some(id));
+        let asked = pending.and_then(|sp| sp.dir.clone());
+        let md = Metadata { on_sigterm: pending.is_some_and(|sp| sp.on_sigterm), ..md };
         let (parent, name) = match asked {
             Some(parent) => (parent, target::child_name(&self.setup.pipeline, id)),
             None => (self.setup.layout.savepoints_dir(), savepoint_dir_name(id)),
@@ -664,7 +669,7 @@ impl Driver {
         }
         self.coordinator.trigger_now(Kind::Savepoint);
         let (stop, drain) = (request.stop, request.stop && request.drain);
-        self.savepoint = Some(PendingSavepoint { id: None, dir: request.dir, stop, drain, reply });
+        self.savepoint = Some(PendingSavepoint { id: None, dir: request.dir, stop, drain, on_sigterm: request.on_sigterm, reply });
     }
 
     /// Why an object storage target is refused: in an area of the

@@ -46,6 +46,10 @@ pub struct SavepointRequest {
     /// fires and is committed with the savepoint.
     #[serde(default)]
     pub drain: bool,
+    /// Taken because of SIGTERM (`savepoint.on_sigterm`), so marked for
+    /// retention. Never read from the socket: only the process itself asks.
+    #[serde(skip)]
+    pub on_sigterm: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -431,11 +435,11 @@ mod tests {
     #[test]
     fn requests_parse_as_documented() {
         let r: Request = serde_json::from_str(r#"{"savepoint": {"dir": null, "stop": true}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: None, stop: true, drain: false }));
+        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: None, stop: true, drain: false, on_sigterm: false }));
         let r: Request = serde_json::from_str(r#"{"savepoint": {"dir": "/tmp/sps"}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: Some("/tmp/sps".into()), stop: false, drain: false }));
+        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: Some("/tmp/sps".into()), stop: false, drain: false, on_sigterm: false }));
         let r: Request = serde_json::from_str(r#"{"savepoint": {"stop": true, "drain": true}}"#).unwrap();
-        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: None, stop: true, drain: true }));
+        assert_eq!(r, Request::Savepoint(SavepointRequest { dir: None, stop: true, drain: true, on_sigterm: false }));
         // `target` (it named the savepoint itself) is gone: refused, not misread.
         assert!(serde_json::from_str::<Request>(r#"{"savepoint": {"target": "/tmp/sp"}}"#).is_err());
         assert_eq!(serde_json::from_str::<Request>(r#"{"status": {}}"#).unwrap(), Request::Status(StatusRequest {}));

@@ -99,7 +99,7 @@ impl StopHandle {
     ) -> Option<tokio::sync::oneshot::Receiver<Result<std::path::PathBuf, String>>> {
         let commands = self.1.as_ref()?;
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let request = control::SavepointRequest { dir, stop: true, drain: false };
+        let request = control::SavepointRequest { dir, stop: true, drain: false, on_sigterm: true };
         commands.send(control::Command::Savepoint { request, reply }).ok()?;
         Some(answer)
     }

@@ -1152,6 +1152,7 @@ sinks:
             operators: plan.pipeline.nodes.iter().map(|n| n.name.clone()).collect(),
             keys: plan.pipeline.state_keys(),
             cluster: plan.pipeline.cluster_record(),
+            on_sigterm: false,
             crc32c: 0,
         }
     }

@@ -29,6 +29,8 @@ mod reference;
 #[path = "../common/rng.rs"]
 #[allow(dead_code)]
 mod rng;
+#[cfg(feature = "kafka")]
+mod rollout;
 mod s3;
 mod savepoint;
 mod signals;

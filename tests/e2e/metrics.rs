@@ -496,7 +496,8 @@ fn slow_and_oversized_requests_do_not_stop_the_endpoint() {
     // Idle clients hold no more than their slots (16): with 20 silent
     // connections a further client is turned away at once (a 503, or a
     // reset when its request was still unread), never left hanging.
-    let idle: Vec<TcpStream> = (0..20).map(|i| TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("idle client {i}: {e}"))).collect();
+    let idle: Vec<TcpStream> =
+        (0..20).map(|i| TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("idle client {i}: {e}"))).collect();
     let t = Instant::now();
     let busy = get(port, "/healthz");
     assert!(busy.as_ref().is_none_or(|b| b.0 == 503), "{busy:?}");

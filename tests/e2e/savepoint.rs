@@ -787,6 +787,54 @@ both_backends! {
     }
 }
 
+/// `savepoint.on_sigterm_keep: 2`: every SIGTERM (a rollout) stops with a
+/// savepoint; after the third only the two newest taken on SIGTERM are
+/// left, the one a command triggered into the same directory stays, and
+/// `--restore latest` still gives exactly the reference output.
+#[test]
+fn only_the_newest_savepoints_taken_on_sigterm_are_kept_and_never_a_triggered_one() {
+    let job = Job::new();
+    let target = job.dir.path().join("sps");
+    let mut taken = Vec::new();
+    let mut triggered = None;
+    for round in 0..3 {
+        let mut cmd = on_sigterm(&job, &target).set("savepoint.on_sigterm_keep", "2").set("sources.events.rate_limit", "300");
+        if round > 0 {
+            cmd = cmd.arg("--restore").arg("latest");
+        }
+        let published = part_files(&job.out).len();
+        let run = cmd.spawn();
+        assert!(wait_until(Duration::from_secs(20), || part_files(&job.out).len() > published), "round {round}: no new output");
+        if round == 1 {
+            job.wait_for_socket();
+            let yaml = job.dir.path().join("on-sigterm.yaml").display().to_string();
+            let o = weir(&["savepoint", "trigger", &yaml, "--target", &target.display().to_string()]).set("state.dir", &job.state).run();
+            triggered = Some(savepoint_path(&o));
+        }
+        run.terminate();
+        let o = run.wait_for(Duration::from_secs(30));
+        o.expect_code(0);
+        assert!(!o.stderr.contains("Input exhausted"), "round {round} ended by its input, not by SIGTERM");
+        let line = o
+            .stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("Stopped with a savepoint on SIGTERM. Path: "))
+            .unwrap_or_else(|| panic!("{}", o.stderr));
+        taken.push(PathBuf::from(line));
+        if round == 2 {
+            o.expect_stderr_contains("Disposed an older savepoint taken on SIGTERM");
+        }
+    }
+    let mut left: Vec<PathBuf> = std::fs::read_dir(&target).unwrap().map(|e| e.unwrap().path()).collect();
+    left.sort();
+    let mut want = vec![taken[1].clone(), taken[2].clone(), triggered.unwrap()];
+    want.sort();
+    assert_eq!(left, want, "the oldest SIGTERM savepoint {} goes, nothing else", taken[0].display());
+    let o = fast(job.restore()).run();
+    o.expect_code(0);
+    assert_exactly_once("--restore latest after three SIGTERM stops", job.lines());
+}
+
 /// Without `savepoint.on_sigterm`, SIGTERM stops with a final checkpoint as
 /// before (no savepoint), and SIGINT does so even with it.
 #[test]
