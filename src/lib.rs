@@ -16,6 +16,7 @@ pub mod config;
 pub mod connectors;
 pub mod expr;
 pub mod faults;
+pub mod features;
 pub mod format;
 pub mod number;
 pub mod operators;

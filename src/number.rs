@@ -11,7 +11,15 @@
 //! that exact value (`Value::encode_key`), are equal exactly when the
 //! values are.
 
-use crate::types::Value;
+/// An exact number as a literal reads: the integer, the f64 whose shortest
+/// decimal it is, or else its canonical decimal text. (`types::Value` has
+/// one variant for each.)
+#[derive(Debug, Clone, PartialEq)]
+pub enum Number {
+    Int(i64),
+    Float(f64),
+    Decimal(Box<str>),
+}
 
 /// Nonzero literals with a decimal exponent beyond this are refused (out of
 /// range): they would be infinite or zero as f64 anyway.
@@ -116,7 +124,7 @@ pub fn canonical_f64(x: f64) -> String {
 
 /// The value of a JSON number literal; None if it is not one, or out of range
 /// (an f64 would be infinite, or the exponent is absurd).
-pub fn parse(text: &str) -> Option<Value> {
+pub fn parse(text: &str) -> Option<Number> {
     let p = parts(text)?;
     let x: f64 = text.parse().ok()?;
     if !x.is_finite() {
@@ -124,26 +132,26 @@ pub fn parse(text: &str) -> Option<Value> {
     }
     if p.frac.is_empty() && text.len() == p.int.len() + p.neg as usize {
         return Some(match text.parse::<i64>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::Decimal(canonical(&p)?.into()),
+            Ok(i) => Number::Int(i),
+            Err(_) => Number::Decimal(canonical(&p)?.into()),
         });
     }
     // Up to 15 significant digits always read back from the nearest normal
     // f64 (DBL_DIG): the common case needs no comparison.
     let sig = p.int.iter().chain(p.frac).skip_while(|&&c| c == b'0').count();
     if sig <= 15 && (x.is_normal() || sig == 0) {
-        return Some(Value::Float(x));
+        return Some(Number::Float(x));
     }
     let text = canonical(&p)?;
-    Some(if text == canonical_f64(x) { Value::Float(x) } else { Value::Decimal(text.into()) })
+    Some(if text == canonical_f64(x) { Number::Float(x) } else { Number::Decimal(text.into()) })
 }
 
-/// The `Value` of an exact integer (e.g. an integer sum): `Int` when it
+/// The `Number` of an exact integer (e.g. an integer sum): `Int` when it
 /// fits an i64, else the `Decimal` of its digits (as the literal reads).
-pub fn from_i128(i: i128) -> Value {
+pub fn from_i128(i: i128) -> Number {
     match i64::try_from(i) {
-        Ok(i) => Value::Int(i),
-        Err(_) => Value::Decimal(i.to_string().into()),
+        Ok(i) => Number::Int(i),
+        Err(_) => Number::Decimal(i.to_string().into()),
     }
 }
 
@@ -180,9 +188,9 @@ pub fn f64_as_i64(x: f64) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Value::{Decimal as D, Float as F, Int as I};
+    use Number::{Decimal as D, Float as F, Int as I};
 
-    fn v(text: &str) -> Value {
+    fn v(text: &str) -> Number {
         parse(text).unwrap_or_else(|| panic!("{text} should parse"))
     }
 

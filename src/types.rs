@@ -105,6 +105,17 @@ impl Value {
     }
 }
 
+impl From<crate::number::Number> for Value {
+    fn from(n: crate::number::Number) -> Value {
+        use crate::number::Number;
+        match n {
+            Number::Int(i) => Value::Int(i),
+            Number::Float(f) => Value::Float(f),
+            Number::Decimal(d) => Value::Decimal(d),
+        }
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut buf = Vec::new();
@@ -435,7 +446,7 @@ mod tests {
 
     fn number_key(text: &str) -> Vec<u8> {
         let mut k = Vec::new();
-        crate::number::parse(text).unwrap_or_else(|| panic!("{text}")).encode_key(&mut k);
+        Value::from(crate::number::parse(text).unwrap_or_else(|| panic!("{text}"))).encode_key(&mut k);
         k
     }
 

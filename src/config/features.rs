@@ -1,59 +1,14 @@
-//! Cargo features a pipeline needs: `rocksdb` (`state.backend: rocksdb`),
-//! `kafka` (Kafka sources and sinks) and `s3` (checkpoints or savepoints on
-//! `s3://`). A weir built without one refuses
-//! a pipeline that needs it at validation, located, with the command that
-//! builds a weir that has it, instead of failing when the job starts.
+//! The Cargo features a pipeline needs (`crate::features`). A weir built
+//! without one refuses a pipeline that needs it at validation, located,
+//! with the command that builds a weir that has it, instead of failing
+//! when the job starts.
 //!
 //! The check is a pure function of what the pipeline needs and the set of
 //! features compiled in, so every combination is tested in any build.
 
+pub use crate::features::{missing_reason, Feature, Features};
+
 use super::locate::YPath;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feature {
-    RocksDb,
-    Kafka,
-    S3,
-}
-
-impl Feature {
-    pub fn name(self) -> &'static str {
-        match self {
-            Feature::RocksDb => "rocksdb",
-            Feature::Kafka => "kafka",
-            Feature::S3 => "s3",
-        }
-    }
-}
-
-/// Which optional features a weir binary has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Features {
-    pub rocksdb: bool,
-    pub kafka: bool,
-    pub s3: bool,
-}
-
-impl Features {
-    /// The features of this build.
-    pub const COMPILED: Features =
-        Features { rocksdb: cfg!(feature = "rocksdb"), kafka: cfg!(feature = "kafka"), s3: cfg!(feature = "s3") };
-
-    pub fn has(self, f: Feature) -> bool {
-        match f {
-            Feature::RocksDb => self.rocksdb,
-            Feature::Kafka => self.kafka,
-            Feature::S3 => self.s3,
-        }
-    }
-}
-
-/// Why something that needs `f` cannot run in this build, and how to get a
-/// build that can.
-pub fn missing_reason(f: Feature) -> String {
-    let name = f.name();
-    format!("needs a weir built with the `{name}` feature (cargo build --release --features {name})")
-}
 
 /// One thing a pipeline uses that needs a feature: where it is written and
 /// how to name it (`state.backend: rocksdb`).

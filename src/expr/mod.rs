@@ -94,7 +94,7 @@ impl Outcome<'_> {
                 Value::Null => Some(T::Null),
                 Value::Bool(b) => Some(T::Bool(*b)),
                 Value::Int(i) => Some(T::Int(*i)),
-                Value::UInt(u) => crate::number::parse(&u.to_string()),
+                Value::UInt(u) => crate::number::parse(&u.to_string()).map(T::from),
                 Value::Float(f) if f.is_finite() => Some(T::Float(*f)),
                 Value::String(s) => Some(T::Str(s.as_str().into())),
                 // Timestamps and durations are written as strings.
@@ -432,7 +432,7 @@ impl<'n> Vars<'n> {
     pub fn bind_raw(&mut self, name: &'n str, raw: &str) -> Result<(), String> {
         use crate::types::Value as T;
         if let Some(b'-' | b'0'..=b'9') = raw.as_bytes().first() {
-            if let Some(v @ (T::Int(_) | T::Float(_))) = crate::number::parse(raw) {
+            if let Some(v @ (T::Int(_) | T::Float(_))) = crate::number::parse(raw).map(T::from) {
                 if self.bind_scalar(name, v).is_some() {
                     return Ok(());
                 }

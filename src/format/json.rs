@@ -356,7 +356,7 @@ fn number(line: &str, i: usize) -> Option<(Value, usize)> {
     }
     let rest = &line.as_bytes()[i..];
     let len = rest.iter().position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')).unwrap_or(rest.len());
-    Some((crate::number::parse(&line[i..i + len])?, i + len))
+    Some((crate::number::parse(&line[i..i + len])?.into(), i + len))
 }
 
 /// A JSON integer at `i` that fits an i64 for sure (at most 18 digits), and
@@ -457,7 +457,7 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
 fn scalar<E: de::Error>(raw: &str, name: &str) -> Result<Value, E> {
     match raw.as_bytes().first() {
         Some(b'-' | b'0'..=b'9') => {
-            crate::number::parse(raw).ok_or_else(|| E::custom(format!("field `{name}`: number {raw} is out of range")))
+            crate::number::parse(raw).map(Value::from).ok_or_else(|| E::custom(format!("field `{name}`: number {raw} is out of range")))
         }
         _ => serde_json::from_str::<Scalar>(raw)
             .map_err(E::custom)?

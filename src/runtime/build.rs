@@ -358,7 +358,7 @@ fn source(
             )))
         }
         #[cfg(not(feature = "kafka"))]
-        SourceKind::Kafka(_) => Err(err(crate::config::features::missing_reason(crate::config::features::Feature::Kafka))),
+        SourceKind::Kafka(_) => Err(err(crate::features::missing_reason(crate::features::Feature::Kafka))),
         #[cfg(feature = "kafka")]
         SourceKind::Kafka(k) => {
             let dead_letter = match &spec.on_error {
@@ -553,7 +553,7 @@ fn chain_op(
         #[cfg(not(feature = "kafka"))]
         NodeKind::Sink(SinkSpec::Kafka(_)) => {
             let _ = restored_parallelism; // only the Kafka sink needs it
-            return Err(err(crate::config::features::missing_reason(crate::config::features::Feature::Kafka)));
+            return Err(err(crate::features::missing_reason(crate::features::Feature::Kafka)));
         }
         #[cfg(feature = "kafka")]
         NodeKind::Sink(SinkSpec::Kafka(k)) => {

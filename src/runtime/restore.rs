@@ -27,7 +27,7 @@ use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, Tas
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
-use crate::config::features::{missing_reason, Feature, Features};
+use crate::features::{missing_reason, Feature, Features};
 use crate::config::Backend;
 use crate::config::Pipeline;
 use crate::connectors::source::RestoredPositions;

@@ -13,7 +13,7 @@ use crate::config::Compression;
 use crate::types::KeyGroup;
 
 fn unavailable() -> StateError {
-    StateError::Backend(crate::config::features::missing_reason(crate::config::features::Feature::RocksDb))
+    StateError::Backend(crate::features::missing_reason(crate::features::Feature::RocksDb))
 }
 
 /// How the DB of a bundle would be tuned (`state.rocksdb`).

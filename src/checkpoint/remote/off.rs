@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::storage::{Object, Storage, StorageError};
-use crate::config::features::{missing_reason, Feature};
+use crate::features::{missing_reason, Feature};
 
 /// Object storage in a build that has none: never constructed.
 #[derive(Debug, Clone)]

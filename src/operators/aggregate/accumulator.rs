@@ -540,7 +540,7 @@ impl Accumulators {
                 AggFunc::Count => Value::Int(rd_u64(acc, at).min(i64::MAX as u64) as i64),
                 AggFunc::Min | AggFunc::Max => rd_num(acc, at).map_or(Value::Null, Num::value),
                 AggFunc::Sum => match acc[at] {
-                    TAG_INT => crate::number::from_i128(Sum::read(acc, at + 1).int),
+                    TAG_INT => crate::number::from_i128(Sum::read(acc, at + 1).int).into(),
                     TAG_FLOAT => Value::Float(Sum::read(acc, at + 1).total()),
                     _ => Value::Null,
                 },
