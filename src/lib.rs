@@ -22,6 +22,7 @@ pub mod number;
 pub mod operators;
 pub mod pacing;
 pub mod plan;
+pub mod protocol;
 pub mod run_id;
 pub mod runtime;
 pub mod state;

@@ -3,7 +3,7 @@
 //! it may trust.
 //!
 //! The decisions (when to trigger, when a bundle commits) live in
-//! `runtime::{coordinator, arbiter}` as pure state machines; this module is
+//! `protocol::{coordinator, arbiter}` as pure state machines; this module is
 //! the I/O edge they call. A checkpoint exists iff its `_metadata` exists and
 //! validates together with every bundle MANIFEST and every file they list, so
 //! all subtasks restore from the same checkpoint or none does.

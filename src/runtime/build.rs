@@ -8,7 +8,7 @@ use std::num::NonZeroUsize;
 
 use tokio::sync::{mpsc, watch};
 
-use super::barrier::{AlignmentMode, BarrierTracker};
+use crate::protocol::barrier::{AlignmentMode, BarrierTracker};
 use super::chain::{Chain, ChainOp};
 use super::channel::{self, Receiver};
 use super::gauges::SubtaskGauges;

@@ -25,9 +25,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use std::sync::Arc;
 
-use super::arbiter::{ArbiterDecision, BundleArbiter};
+use crate::protocol::arbiter::{ArbiterDecision, BundleArbiter};
 use super::control::{Command, SavepointRequest, Status};
-use super::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
+use crate::protocol::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
 use super::metrics::{CheckpointMetrics, Completed, FailureReason};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
@@ -705,7 +705,7 @@ impl Driver {
         // A final checkpoint that failed is asked for again.
         self.final_queued = false;
         for a in &mut self.arbiters {
-            a.on_abort(id, super::arbiter::AbortReason::Coordinator(reason.clone()));
+            a.on_abort(id, crate::protocol::arbiter::AbortReason::Coordinator(reason.clone()));
         }
         if let Some(sp) = self.savepoint.take_if(|sp| sp.id == Some(id)) {
             // After a failed stop-with-savepoint the sources have stopped:
@@ -752,8 +752,8 @@ impl Driver {
 }
 
 /// The `reason` label of a bundle's abort.
-fn failure_reason(reason: &super::arbiter::AbortReason) -> FailureReason {
-    use super::arbiter::AbortReason;
+fn failure_reason(reason: &crate::protocol::arbiter::AbortReason) -> FailureReason {
+    use crate::protocol::arbiter::AbortReason;
     match reason {
         AbortReason::Voter { .. } => FailureReason::Declined,
         AbortReason::Timeout => FailureReason::Timeout,

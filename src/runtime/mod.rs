@@ -4,14 +4,11 @@
 //! A failing task stops the whole pipeline: its channels close, neighbours
 //! stop, and `run` returns the first error with its operator and subtask.
 
-pub mod arbiter;
-pub mod barrier;
 pub mod build;
 pub mod chain;
 pub mod channel;
 pub mod checkpointing;
 pub mod control;
-pub mod coordinator;
 pub mod gauges;
 pub mod input;
 pub mod message;
@@ -26,7 +23,6 @@ pub mod snapshot;
 pub mod status;
 pub mod task;
 pub mod task_checkpoint;
-pub mod watermark;
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::barrier::{Action, BarrierTracker, DataDisposition};
+use crate::protocol::barrier::{Action, BarrierTracker, DataDisposition};
 use super::chain::{Chain, TaskError};
 use super::gauges::{Phase, SubtaskGauges, TaskTimes};
 use super::input::{InputEvent, Inputs};
@@ -17,7 +17,7 @@ use super::output::{Output, BATCH_SIZE};
 use super::rendezvous::Rendezvous;
 use super::snapshot::{record_channel, TaskSnapshot};
 use super::task_checkpoint::{completed_changed, Control, Event, NativePart, PendingSnapshot, SnapshotStats, TaskCheckpointing};
-use super::watermark::{WatermarkChange, WatermarkTracker};
+use crate::protocol::watermark::{WatermarkChange, WatermarkTracker};
 use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::CheckpointId;
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};

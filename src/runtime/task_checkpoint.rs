@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::arbiter::Vote;
+use crate::protocol::arbiter::Vote;
 use super::rendezvous::{Arrival, Rendezvous};
 use super::snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::Layout;
