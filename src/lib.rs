@@ -23,6 +23,7 @@ pub mod operators;
 pub mod pacing;
 pub mod plan;
 pub mod protocol;
+pub mod restore;
 pub mod run_id;
 pub mod runtime;
 pub mod state;

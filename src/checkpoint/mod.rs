@@ -20,6 +20,7 @@ pub mod shared;
 pub mod storage;
 pub mod store;
 pub mod target;
+pub mod task_snapshot;
 pub mod validate;
 
 /// A checkpoint (or savepoint) id. Strictly increasing across restarts.

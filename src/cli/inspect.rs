@@ -74,8 +74,8 @@ fn inspect_url(url: &str) -> Result<(String, bool), String> {
         return Err(format!("{url}: no such checkpoint, savepoint or checkpoint storage (no objects under it)"));
     }
     if objects.iter().any(|o| o.key == METADATA_FILE || o.key.starts_with("bundle-")) {
-        let (parent, name, _) = crate::runtime::restore_remote::open_parent(trimmed, &[]).map_err(failed)?;
-        let (verdict, download) = crate::runtime::restore_remote::download(&parent, &name).map_err(|e| failed(e.to_string()))?;
+        let (parent, name, _) = crate::restore::remote::open_parent(trimmed, &[]).map_err(failed)?;
+        let (verdict, download) = crate::restore::remote::download(&parent, &name).map_err(|e| failed(e.to_string()))?;
         let dir = download.path().join(&name);
         if !dir.is_dir() {
             let why = verdict.err().map(|w| w.to_string()).unwrap_or_default();
@@ -100,7 +100,7 @@ fn inspect_url(url: &str) -> Result<(String, bool), String> {
             Some(id) => id.to_string(),
             None => child.to_string(),
         };
-        let verdict = crate::runtime::restore_remote::download(&root, child).map_err(|e| failed(e.to_string()))?.0;
+        let verdict = crate::restore::remote::download(&root, child).map_err(|e| failed(e.to_string()))?.0;
         let row = match verdict {
             Ok(v) => {
                 let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();

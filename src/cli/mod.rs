@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{self, ConfigErrors};
 use crate::plan::Plan;
 use crate::runtime::metrics_http;
-use crate::runtime::restore::{self, RestoreFrom};
+use crate::restore::{self, RestoreFrom};
 use crate::runtime::{Engine, Outcome};
 
 /// weir: run stateful stream pipelines from a YAML file.

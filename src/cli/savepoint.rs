@@ -286,7 +286,7 @@ fn stored_rows(url: &str, pipeline: &str, options: &[(String, String)]) -> Resul
     let mut rows = Vec::new();
     let names = objects.iter().filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}")));
     for name in names.filter(|n| !n.contains('/') && crate::checkpoint::target::is_child_name(pipeline, n)) {
-        let verdict = crate::runtime::restore_remote::download(&storage, name).map_err(|e| failed(e.to_string()))?.0;
+        let verdict = crate::restore::remote::download(&storage, name).map_err(|e| failed(e.to_string()))?.0;
         let (id, created, bytes, valid) = match verdict {
             Ok(v) => {
                 let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();

@@ -274,7 +274,7 @@ pub fn check_prefix(p: &Pipeline) -> Result<(), String> {
         }
     }
     if let Some(spec) = p.checkpoint.as_ref().and_then(|c| c.storage.as_ref()) {
-        let storage = crate::runtime::restore_remote::open(spec).map_err(|e| e.to_string())?;
+        let storage = crate::restore::remote::open(spec).map_err(|e| e.to_string())?;
         let stored = crate::checkpoint::publish::checkpoints(&*storage).map_err(|e| e.to_string())?;
         for (id, _) in stored.into_iter().filter(|(_, done)| *done) {
             let key = crate::checkpoint::publish::metadata_key(&id.name());

@@ -16,8 +16,8 @@ use super::input::Inputs;
 use super::metrics::NodeMetrics;
 use super::output::{Output, Route};
 use super::rendezvous::Rendezvous;
-use super::restore::RestoredState;
-use super::snapshot::ChannelId;
+use crate::restore::RestoredState;
+use crate::checkpoint::task_snapshot::ChannelId;
 use super::task::{OperatorCheckpointing, OperatorTask, Restored, SourceCheckpointing, SourceTask, SourceTiming, TaskMeters};
 use super::task_checkpoint::{Control, Event, TaskCheckpointing};
 use crate::checkpoint::layout::Layout;
@@ -75,7 +75,7 @@ pub struct Built {
     /// Native (incremental) RocksDB checkpoints: each bundle's rendezvous.
     pub rendezvous: Vec<Arc<Rendezvous>>,
     /// Times the restore (None: a fresh start).
-    pub restore_clock: Option<Arc<super::restore::RestoreClock>>,
+    pub restore_clock: Option<Arc<super::restore_clock::RestoreClock>>,
     /// For the metrics endpoint.
     pub details: super::metrics::Details,
 }
@@ -154,7 +154,7 @@ pub fn build(
 
     let clock = restored.as_deref().map(|r| {
         let tasks = plan.chains.len() * p as usize;
-        Arc::new(super::restore::RestoreClock::new(r.id, r.started, tasks))
+        Arc::new(super::restore_clock::RestoreClock::new(r.id, r.started, tasks))
     });
     let mut backends = Backends::open(plan, restored.as_deref())?;
     let restored_parallelism = restored.as_deref().map(|r| r.parallelism);

@@ -7,7 +7,7 @@ use std::task::Poll;
 
 use super::channel::Receiver;
 use super::message::Message;
-use super::snapshot::ChannelId;
+use crate::checkpoint::task_snapshot::ChannelId;
 
 pub struct Inputs {
     rxs: Vec<Receiver>,

@@ -76,7 +76,7 @@ pub struct CheckpointMetrics {
     /// (unaligned channel state) it persisted.
     pub last_in_flight_bytes: AtomicU64,
     /// Set once a restore has brought back every task's state.
-    pub restore: std::sync::OnceLock<Arc<crate::runtime::restore::RestoreClock>>,
+    pub restore: std::sync::OnceLock<Arc<super::restore_clock::RestoreClock>>,
     pub savepoints_completed: AtomicU64,
     /// Of the newest completed checkpoint (0 before the first).
     pub last_id: AtomicU64,

@@ -17,9 +17,7 @@ pub mod metrics_http;
 pub mod output;
 pub mod process;
 pub mod rendezvous;
-pub mod restore;
-pub mod restore_remote;
-pub mod snapshot;
+pub mod restore_clock;
 pub mod status;
 pub mod task;
 pub mod task_checkpoint;
@@ -104,7 +102,7 @@ impl StopHandle {
 impl Engine {
     /// Build the tasks of `plan`; with checkpointing on, `start` says where
     /// state comes from and where checkpoint ids continue.
-    pub fn build(plan: &Plan, start: Option<restore::StartPoint>) -> Result<Engine, BuildError> {
+    pub fn build(plan: &Plan, start: Option<crate::restore::StartPoint>) -> Result<Engine, BuildError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let exported = |built: (&[NodeMetrics], &metrics::Details), checkpoints: Option<std::sync::Arc<metrics::CheckpointMetrics>>| {
             metrics::Exported {
@@ -130,7 +128,7 @@ impl Engine {
                 exported,
             });
         };
-        let mut start = start.unwrap_or(restore::StartPoint {
+        let mut start = start.unwrap_or(crate::restore::StartPoint {
             restored: None,
             first_id: 1,
             retained: Vec::new(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::channel::{Disconnected, Sender};
 use super::gauges::{ChannelProbe, TaskTimes};
 use super::message::Message;
-use super::snapshot::{ChannelId, ChannelState};
+use crate::checkpoint::task_snapshot::{ChannelId, ChannelState};
 use crate::types::{encode_key, key_group_of, KeyGroupShare, Record};
 
 /// Records per batch on a channel.

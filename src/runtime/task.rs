@@ -15,7 +15,7 @@ use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
 use super::rendezvous::Rendezvous;
-use super::snapshot::{record_channel, TaskSnapshot};
+use crate::checkpoint::task_snapshot::{record_channel, TaskSnapshot};
 use super::task_checkpoint::{completed_changed, Control, Event, NativePart, PendingSnapshot, SnapshotStats, TaskCheckpointing};
 use crate::protocol::watermark::{WatermarkChange, WatermarkTracker};
 use crate::checkpoint::manifest::Kind;
@@ -56,7 +56,7 @@ pub struct Restored {
     /// Source tasks: every old subtask's position of this source.
     pub positions: Option<RestoredPositions>,
     /// Shared by all tasks: the last one to finish logs the restore time.
-    pub clock: Arc<super::restore::RestoreClock>,
+    pub clock: Arc<super::restore_clock::RestoreClock>,
 }
 
 pub struct SourceCheckpointing {

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::protocol::arbiter::Vote;
 use super::rendezvous::{Arrival, Rendezvous};
-use super::snapshot::{self, TaskSnapshot};
+use crate::checkpoint::task_snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{Kind, TaskId};
 use crate::checkpoint::{store, BundleId, CheckpointId};
@@ -140,7 +140,7 @@ impl TaskCheckpointing {
             let (parts, in_flight) = snap.encode_parts();
             stats.bytes += parts.iter().map(|p| p.len() as u64).sum::<u64>();
             stats.in_flight_bytes += in_flight as u64;
-            let name = snapshot::file_name(task);
+            let name = task_snapshot::file_name(task);
             let vote = if faults::get().fail_state_write() {
                 Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
             } else {

@@ -412,7 +412,7 @@ fn every_damaged_object_of_the_newest_checkpoint_falls_back_and_an_explicit_url_
             let named = format!("{}/{key}", bucket.url);
             let before = bucket.objects();
             // The validator names every damaged object (in process: the code `--restore URL` runs).
-            match weir::runtime::restore_remote::by_url(&url, &[]) {
+            match weir::restore::remote::by_url(&url, &[]) {
                 Ok(_) => panic!("{how:?} {key}: a damaged checkpoint validated"),
                 Err(e) => assert!(e.to_string().contains(&named), "{how:?} {key}: the error names {named}: {e}"),
             }

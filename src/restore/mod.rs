@@ -15,10 +15,12 @@
 //! So a refused start changes nothing on disk; with a fresh `state.dir`
 //! the directory is not even created.
 
+pub mod remote;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::snapshot::{self, ChannelId, TaskSnapshot};
+use crate::checkpoint::task_snapshot::{self, ChannelId, TaskSnapshot};
 use crate::checkpoint::generation::{self, Generation, Origin, StoredId};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::lineage::{self, Lineage};
@@ -162,7 +164,7 @@ pub struct Prepared {
 pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestorePolicy) -> Result<Prepared, RestoreError> {
     let layout = Layout::new(&pipeline.state.dir);
     let opened = match pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()) {
-        Some(spec) => Some(super::restore_remote::open(spec)?),
+        Some(spec) => Some(remote::open(spec)?),
         None => None,
     };
     let storage = opened.as_deref();
@@ -492,7 +494,7 @@ fn resolve_latest(
         // The store's lineage, when it has one, is the truth: the state
         // directory may be new (another machine) or stale.
         if let Some(c) = generation::candidates(&view.records, &view.complete(), &pipeline.name) {
-            if let Some(f) = super::restore_remote::first_valid(s, layout, &pipeline.name, &c.checkpoints)? {
+            if let Some(f) = remote::first_valid(s, layout, &pipeline.name, &c.checkpoints)? {
                 return Ok(Resolved::Chosen(Chosen {
                     origin: PathBuf::from(f.url),
                     valid: f.valid,
@@ -517,8 +519,8 @@ fn resolve_latest(
                 }
             };
         }
-        let candidates = super::restore_remote::without_generations(s, first_id)?;
-        if let Some(f) = super::restore_remote::first_valid(s, layout, &pipeline.name, &candidates)? {
+        let candidates = remote::without_generations(s, first_id)?;
+        if let Some(f) = remote::first_valid(s, layout, &pipeline.name, &candidates)? {
             return Ok(Resolved::Chosen(Chosen { origin: PathBuf::from(f.url), valid: f.valid, download: f.download, stored: f.stored }));
         }
     } else {
@@ -554,7 +556,7 @@ fn resolve_latest(
 fn restore_again(pipeline: &Pipeline, of: &str, path: &Path, checkpoint_id: CheckpointId, kind: Kind) -> Result<Chosen, RestoreError> {
     if is_url(path) {
         let options = pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
-        let f = super::restore_remote::by_url(&path.to_string_lossy(), &options)?;
+        let f = remote::by_url(&path.to_string_lossy(), &options)?;
         tracing::info!(checkpoint = checkpoint_id, url = %f.url, "No checkpoint completed since the lineage began with it; restoring it again.");
         return Ok(Chosen { origin: path.to_path_buf(), valid: f.valid, download: f.download, stored: None });
     }
@@ -630,7 +632,7 @@ fn holds_only_the_lock(layout: &Layout) -> Result<bool, RestoreError> {
 fn validate_path(pipeline: &Pipeline, path: &Path) -> Result<Chosen, RestoreError> {
     if let Some(url) = path.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
         let options = pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default();
-        let f = super::restore_remote::by_url(url, &options)?;
+        let f = remote::by_url(url, &options)?;
         return Ok(Chosen { origin: PathBuf::from(&f.url), valid: f.valid, download: f.download, stored: None });
     }
     validate_local_path(path).map(Chosen::local)
@@ -796,9 +798,9 @@ fn read_tasks(valid: &ValidCheckpoint) -> Result<HashMap<TaskId, TaskSnapshot>, 
     for m in &valid.manifests {
         let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
         for voter in &m.voters {
-            let path = bundle_dir.join(snapshot::file_name(*voter));
+            let path = bundle_dir.join(task_snapshot::file_name(*voter));
             let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
-            if let Some(reason) = snapshot::older_format(&bytes) {
+            if let Some(reason) = task_snapshot::older_format(&bytes) {
                 return Err(RestoreError::Invalid { path, reason });
             }
             let snap = TaskSnapshot::decode(&bytes).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
@@ -1027,37 +1029,6 @@ fn take_where<T>(v: &mut Vec<T>, f: impl Fn(&T) -> bool) -> Vec<T> {
     taken
 }
 
-/// Times the restore of all tasks: from loading the checkpoint until the
-/// last task has its state back.
-#[derive(Debug)]
-pub struct RestoreClock {
-    id: CheckpointId,
-    started: std::time::Instant,
-    remaining: std::sync::atomic::AtomicUsize,
-    /// Set when the last task has its state back.
-    took: std::sync::OnceLock<std::time::Duration>,
-}
-
-impl RestoreClock {
-    /// How long the restore took, once every task has its state back.
-    pub fn took(&self) -> Option<std::time::Duration> {
-        self.took.get().copied()
-    }
-
-    pub fn new(id: CheckpointId, started: std::time::Instant, tasks: usize) -> Self {
-        RestoreClock { id, started, remaining: tasks.into(), took: std::sync::OnceLock::new() }
-    }
-
-    pub fn task_done(&self) {
-        if self.remaining.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
-            let took = self.started.elapsed();
-            let _ = self.took.set(took);
-            let ms = took.as_millis() as u64;
-            tracing::info!(checkpoint = self.id, restore_ms = ms, "State restored.");
-        }
-    }
-}
-
 impl RestoredState {
     /// What the new task `task` restores: `chain` are the names of the
     /// nodes chained in it, head (the source, if it has one) to tail;
@@ -1118,7 +1089,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::manifest::Kind;
     use crate::operators::dead_letter::commit_operator_name;
-    use crate::runtime::snapshot::ChannelState;
+    use crate::checkpoint::task_snapshot::ChannelState;
     use crate::types::{Record, Value};
 
     /// gen → unique (hash) → s1, s2; all at parallelism 2.

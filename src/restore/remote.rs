@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::restore::RestoreError;
+use super::RestoreError;
 use crate::checkpoint::generation::StoredId;
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::publish::{self, TempDir};
