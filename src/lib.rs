@@ -26,5 +26,6 @@ pub mod protocol;
 pub mod restore;
 pub mod run_id;
 pub mod runtime;
+pub mod serve;
 pub mod state;
 pub mod types;

@@ -17,9 +17,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, ConfigErrors};
 use crate::plan::Plan;
-use crate::runtime::metrics_http;
 use crate::restore::{self, RestoreFrom};
 use crate::runtime::{Engine, Outcome};
+use crate::serve::http;
 
 /// weir: run stateful stream pipelines from a YAML file.
 #[derive(Debug, Parser)]
@@ -420,7 +420,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Bound before the state directory is locked or written: a taken port
     // refuses the run with nothing changed on disk.
     let metrics_listener = match pipeline.metrics {
-        Some(m) => Some(metrics_http::bind(m.address).map_err(|e| {
+        Some(m) => Some(http::bind(m.address).map_err(|e| {
             UsageError(format!("{e} (another process listens there? choose another with --metrics-addr or `metrics.address`)"))
         })?),
         None => None,
@@ -480,7 +480,16 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let outcome = rt.block_on(async move {
         let mut engine = Engine::build(&plan, start).context("building the pipeline")?;
         let server = match metrics_listener {
-            Some(l) => Some(metrics_http::MetricsServer::start(l, engine.exported()).context("starting the metrics endpoint")?),
+            Some(l) => Some(http::MetricsServer::start(l, engine.exported()).context("starting the metrics endpoint")?),
+            None => None,
+        };
+        // Without it no savepoint could be taken: a failure to start.
+        let control = match engine.control() {
+            Some((path, commands, status)) => Some(
+                crate::serve::control::ControlServer::start(&path, commands, status)
+                    .await
+                    .with_context(|| format!("pipeline `{name}` failed"))?,
+            ),
             None => None,
         };
         let metrics = engine.metrics();
@@ -494,6 +503,9 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");
         let started = Instant::now();
         let result = engine.run().await;
+        if let Some(control) = control {
+            control.shutdown().await;
+        }
         stop.settle().await;
         progress.finish();
         if let Some(server) = server {

@@ -83,7 +83,7 @@ fn call(socket: &Path, pipeline: &str, request: &Request, timeout: Duration) -> 
     let no_process = |e: std::io::Error| {
         failed(format!("no running weir process for pipeline `{pipeline}`: cannot connect to {} ({e})", socket.display()))
     };
-    let addr = crate::runtime::control::SocketPath::new(socket).map_err(no_process)?;
+    let addr = crate::serve::control::SocketPath::new(socket).map_err(no_process)?;
     let mut stream = UnixStream::connect(addr.path()).map_err(no_process)?;
     stream.set_read_timeout(Some(timeout)).map_err(|e| failed(e.to_string()))?;
     let mut line = serde_json::to_string(request).map_err(|e| failed(e.to_string()))?;

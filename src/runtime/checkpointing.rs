@@ -25,9 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use std::sync::Arc;
 
-use crate::protocol::arbiter::{ArbiterDecision, BundleArbiter};
 use super::control::{Command, SavepointRequest, Status};
-use crate::protocol::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
 use super::metrics::{CheckpointMetrics, Completed, FailureReason};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
@@ -38,6 +36,8 @@ use crate::checkpoint::storage::{LocalStorage, Storage};
 use crate::checkpoint::{publish, store, target, BundleId, CheckpointId};
 use crate::config::CheckpointSpec;
 use crate::faults;
+use crate::protocol::arbiter::{ArbiterDecision, BundleArbiter};
+use crate::protocol::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {

@@ -13,9 +13,7 @@ pub mod gauges;
 pub mod input;
 pub mod message;
 pub mod metrics;
-pub mod metrics_http;
 pub mod output;
-pub mod process;
 pub mod rendezvous;
 pub mod restore_clock;
 pub mod status;
@@ -43,8 +41,6 @@ pub enum RuntimeError {
     Task(#[from] TaskError),
     #[error(transparent)]
     Checkpoint(#[from] checkpointing::DriverError),
-    #[error(transparent)]
-    Control(#[from] control::ControlError),
     #[error("task {task} panicked: {message}")]
     Panicked { task: String, message: String },
 }
@@ -215,6 +211,13 @@ impl Engine {
         self.extent
     }
 
+    /// What the control socket (`serve::control`) needs, with
+    /// checkpointing: its path, the channel its requests go on to the
+    /// checkpoint driver, and the newest status.
+    pub fn control(&self) -> Option<(std::path::PathBuf, mpsc::UnboundedSender<control::Command>, watch::Receiver<status::Snapshot>)> {
+        self.control.as_ref().map(|(path, commands)| (path.clone(), commands.clone(), self.status.1.clone()))
+    }
+
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(self.stop_tx.clone(), self.control.as_ref().map(|(_, commands)| commands.clone()))
     }
@@ -222,11 +225,6 @@ impl Engine {
     /// Run to the end of input or until stopped. Must be called within a
     /// tokio runtime.
     pub async fn run(self) -> Result<Outcome, RuntimeError> {
-        let server = match &self.control {
-            // Without it no savepoint could be taken: a failure to start.
-            Some((path, commands)) => Some(control::ControlServer::start(path, commands.clone(), self.status.1.clone()).await?),
-            None => None,
-        };
         let sampler = status::Sampler::new(self.exported.clone(), self.extent, self.stop_tx.subscribe());
         let sampling = tokio::spawn(sampler.run(self.status.0.clone()));
         let running = self.exported.running.clone();
@@ -234,9 +232,6 @@ impl Engine {
         let result = self.run_tasks().await;
         running.store(false, std::sync::atomic::Ordering::Relaxed);
         sampling.abort();
-        if let Some(server) = server {
-            server.shutdown().await;
-        }
         result
     }
 

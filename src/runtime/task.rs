@@ -8,22 +8,22 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::protocol::barrier::{Action, BarrierTracker, DataDisposition};
 use super::chain::{Chain, TaskError};
 use super::gauges::{Phase, SubtaskGauges, TaskTimes};
 use super::input::{InputEvent, Inputs};
 use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
 use super::rendezvous::Rendezvous;
-use crate::checkpoint::task_snapshot::{record_channel, TaskSnapshot};
 use super::task_checkpoint::{completed_changed, Control, Event, NativePart, PendingSnapshot, SnapshotStats, TaskCheckpointing};
-use crate::protocol::watermark::{WatermarkChange, WatermarkTracker};
 use crate::checkpoint::manifest::Kind;
+use crate::checkpoint::task_snapshot::{record_channel, TaskSnapshot};
 use crate::checkpoint::CheckpointId;
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
 use crate::faults;
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::pacing::Pacer;
+use crate::protocol::barrier::{Action, BarrierTracker, DataDisposition};
+use crate::protocol::watermark::{WatermarkChange, WatermarkTracker};
 use crate::types::{Millis, Record, MAX_WATERMARK, MIN_WATERMARK};
 
 /// How a task ended.

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::protocol::arbiter::Vote;
 use super::rendezvous::{Arrival, Rendezvous};
-use crate::checkpoint::task_snapshot::{self, TaskSnapshot};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{Kind, TaskId};
+use crate::checkpoint::task_snapshot::{self, TaskSnapshot};
 use crate::checkpoint::{store, BundleId, CheckpointId};
 use crate::faults;
+use crate::protocol::arbiter::Vote;
 use crate::state::StateSnapshot;
 
 /// How long a snapshot took, for the checkpoint log line and metrics.

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::control::Limits;
-use super::metrics::{CheckpointMetrics, Exported, FailureReason};
 use crate::operators::OperatorMetrics;
+use crate::runtime::metrics::{CheckpointMetrics, Exported, FailureReason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -258,7 +258,7 @@ impl Collector for WeirCollector {
         )?;
 
         // Per operator subtask, as the end-of-run summary counts them.
-        type Pick = fn(&super::Totals) -> u64;
+        type Pick = fn(&crate::runtime::Totals) -> u64;
         let per_subtask: [(&str, &str, Pick, fn(&str) -> bool); 3] = [
             ("weir_records_in", "Records an operator or sink subtask received.", |t| t.records_in, |k| k != "source"),
             ("weir_records_out", "Records a source or operator subtask emitted.", |t| t.records_out, |k| k != "sink"),
@@ -268,7 +268,7 @@ impl Collector for WeirCollector {
             let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
             for node in e.nodes.iter().filter(|n| applies(n.kind)) {
                 for (i, sub) in node.subtasks.iter().enumerate() {
-                    let t = super::Totals {
+                    let t = crate::runtime::Totals {
                         records_in: sub.records_in.load(Ordering::Relaxed),
                         records_out: sub.records_out.load(Ordering::Relaxed),
                         records_dropped: sub.records_dropped.load(Ordering::Relaxed),
@@ -346,9 +346,9 @@ impl Collector for WeirCollector {
 /// of the fullest input and output channel (read from the channels now).
 /// Operators chained into one task share its times.
 fn subtask_load(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
-    use super::gauges::{watermark_seconds, PhaseNanos, SubtaskGauges};
+    use crate::runtime::gauges::{watermark_seconds, PhaseNanos, SubtaskGauges};
     use prometheus_client::metrics::MetricType;
-    let labelled = |node: &super::NodeMetrics, i: usize| (node.name.clone(), i.to_string());
+    let labelled = |node: &crate::runtime::NodeMetrics, i: usize| (node.name.clone(), i.to_string());
     type Time = fn(&PhaseNanos) -> u64;
     let times: [(&str, &str, Time); 3] = [
         ("weir_operator_busy_seconds", "Time the subtask's task spent processing (polling, operators, sink writes).", PhaseNanos::busy),
@@ -812,8 +812,8 @@ fn checkpoint_progress(enc: &mut DescriptorEncoder, pipeline: &[(&str, &str); 1]
 /// How far event time lags the wall clock at a subtask, now: the scrape
 /// time minus its input watermark, or for a source (which has none) the
 /// watermark it emits. None while that watermark is unknown or at the end.
-fn event_time_lag(g: &super::gauges::SubtaskGauges) -> Option<f64> {
-    use super::gauges::watermark_seconds;
+fn event_time_lag(g: &crate::runtime::gauges::SubtaskGauges) -> Option<f64> {
+    use crate::runtime::gauges::watermark_seconds;
     let input = watermark_seconds(g.input_watermark.load(Ordering::Relaxed));
     let wm = input.or_else(|| watermark_seconds(g.output_watermark.load(Ordering::Relaxed))).filter(|w| w.is_finite())?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();

@@ -1,0 +1,9 @@
+//! The network edges of a running pipeline, started and stopped by the
+//! CLI around the engine: the control socket (savepoints, status), the HTTP
+//! endpoint (`/metrics` in the Prometheus text format, `/healthz`,
+//! `/ready`) and the process figures it reports. They read what the
+//! runtime exports and send it commands; the runtime never calls them.
+
+pub mod control;
+pub mod http;
+pub mod process;
