@@ -20,19 +20,19 @@ pub mod remote;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::task_snapshot::{self, ChannelId, TaskSnapshot};
 use crate::checkpoint::generation::{self, Generation, Origin, StoredId};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::lineage::{self, Lineage};
 use crate::checkpoint::lock::{self, StateDirLock};
 use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, TaskId};
+use crate::checkpoint::task_snapshot::{self, ChannelId, TaskSnapshot};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::BundleId;
 use crate::checkpoint::{store, CheckpointId};
-use crate::features::{missing_reason, Feature, Features};
 use crate::config::Backend;
 use crate::config::Pipeline;
 use crate::connectors::source::RestoredPositions;
+use crate::features::{missing_reason, Feature, Features};
 use crate::plan::Plan;
 use crate::state::rocks::native::DB_SUBDIR;
 use crate::types::Millis;
@@ -1088,8 +1088,8 @@ impl RestoredState {
 mod tests {
     use super::*;
     use crate::checkpoint::manifest::Kind;
-    use crate::operators::dead_letter::commit_operator_name;
     use crate::checkpoint::task_snapshot::ChannelState;
+    use crate::operators::dead_letter::commit_operator_name;
     use crate::types::{Record, Value};
 
     /// gen → unique (hash) → s1, s2; all at parallelism 2.
