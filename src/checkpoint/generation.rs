@@ -4,7 +4,7 @@
 //!
 //! Every start that owns a checkpoint storage (`checkpoint.storage:
 //! s3://...`) begins a new **generation**: after it took the lease
-//! (`owner`) and decided what it restores, it creates
+//! (`lease`) and decided what it restores, it creates
 //! `_generations/0000005` with a conditional put (`If-None-Match: *`), so
 //! two starts can never both be generation 5. Every checkpoint it writes
 //! carries the generation in its name (`chk-0000012-g000005/`), so a

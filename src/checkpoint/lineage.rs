@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::disk::{self, StoreError};
 use super::layout::Layout;
 use super::manifest::{DocError, Document, Kind, FORMAT_VERSION};
-use super::store::{self, StoreError};
 use super::CheckpointId;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,7 +88,7 @@ pub fn read(layout: &Layout) -> Result<Option<Lineage>, LineageError> {
 }
 
 pub fn write(layout: &Layout, lineage: &Lineage) -> Result<(), StoreError> {
-    store::write_atomic(&layout.lineage_file(), &lineage.to_bytes())
+    disk::write_atomic(&layout.lineage_file(), &lineage.to_bytes())
 }
 
 /// How a restored directory is recorded: relative when inside the state

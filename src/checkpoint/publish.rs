@@ -74,8 +74,8 @@ fn put_all(storage: &dyn Storage, files: Vec<(String, PathBuf)>) -> Result<(), S
 fn shared_names(paths: impl IntoIterator<Item = PathBuf>) -> Result<BTreeSet<String>, StorageError> {
     let mut names = BTreeSet::new();
     for path in paths {
-        let bytes = super::store::read_regular(&path)
-            .map_err(|source| StorageError::Local(super::store::StoreError::Io { op: "read", path: path.clone(), source }))?;
+        let bytes = super::disk::read_regular(&path)
+            .map_err(|source| StorageError::Local(super::disk::StoreError::Io { op: "read", path: path.clone(), source }))?;
         // An unreadable MANIFEST is the validator's to report.
         if let Ok(m) = BundleManifest::from_bytes(&bytes) {
             names.extend(m.files.into_iter().filter(|f| f.shared).map(|f| f.name));
@@ -229,7 +229,7 @@ pub fn local_copy_matches(storage: &dyn Storage, prefix: &str, dir: &Path) -> Re
     }
     for key in docs {
         let local = dir.join(&key[prefix.len() + 1..]);
-        match super::store::read_regular(&local) {
+        match super::disk::read_regular(&local) {
             Ok(bytes) if bytes == storage.get(&key)? => {}
             _ => return Ok(false),
         }
@@ -257,7 +257,7 @@ impl TempDir {
             match std::fs::create_dir(&path) {
                 Ok(()) => return Ok(TempDir(path)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(source) => return Err(super::store::StoreError::Io { op: "create directory", path, source }.into()),
+                Err(source) => return Err(super::disk::StoreError::Io { op: "create directory", path, source }.into()),
             }
         }
     }
@@ -301,8 +301,8 @@ mod tests {
     use std::fs;
 
     fn written(dir: &Path) {
-        crate::checkpoint::store::write_state_file(&dir.join("bundle-000"), "task.snapshot", b"state").unwrap();
-        crate::checkpoint::store::write_atomic(&dir.join("bundle-000/MANIFEST"), b"manifest").unwrap();
+        crate::checkpoint::disk::write_state_file(&dir.join("bundle-000"), "task.snapshot", b"state").unwrap();
+        crate::checkpoint::disk::write_atomic(&dir.join("bundle-000/MANIFEST"), b"manifest").unwrap();
     }
 
     #[test]

@@ -19,9 +19,9 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
+use super::disk::{self, StoreError};
 use super::layout::{self, Layout};
 use super::manifest::{BundleManifest, Document};
-use super::store::{self, StoreError};
 
 /// The shared files `manifests` reference.
 pub fn referenced<'a>(manifests: impl IntoIterator<Item = &'a BundleManifest>) -> BTreeSet<String> {
@@ -38,7 +38,7 @@ pub fn unreferenced(present: &BTreeSet<String>, referenced: &BTreeSet<String>) -
 /// conservative keeps what a checkpoint being finished may need).
 pub fn manifests_on_disk(layout: &Layout) -> Result<Vec<BundleManifest>, StoreError> {
     let mut out = Vec::new();
-    for id in store::list_checkpoint_ids(layout)? {
+    for id in disk::list_checkpoint_ids(layout)? {
         let dir = layout.checkpoint_dir(id);
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -51,7 +51,7 @@ pub fn manifests_on_disk(layout: &Layout) -> Result<Vec<BundleManifest>, StoreEr
                 continue;
             }
             let path = entry.path().join(layout::MANIFEST_FILE);
-            match store::read_regular(&path) {
+            match disk::read_regular(&path) {
                 Ok(bytes) => match BundleManifest::from_bytes(&bytes) {
                     Ok(m) => out.push(m),
                     // A damaged MANIFEST: its checkpoint is invalid, but the
@@ -106,7 +106,7 @@ pub fn collect_garbage(layout: &Layout, at_start: bool) -> Result<Vec<String>, S
         }
     }
     if !doomed.is_empty() {
-        store::fsync_dir(&shared)?;
+        disk::fsync_dir(&shared)?;
     }
     Ok(doomed)
 }
@@ -114,8 +114,8 @@ pub fn collect_garbage(layout: &Layout, at_start: bool) -> Result<Vec<String>, S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::disk::write_atomic;
     use crate::checkpoint::manifest::{FileEntry, TaskId};
-    use crate::checkpoint::store::write_atomic;
     use crate::checkpoint::CheckpointId;
     use std::collections::{BTreeMap, VecDeque};
 
@@ -176,7 +176,7 @@ mod tests {
                 fs::create_dir_all(layout.bundle_dir(id, 0)).unwrap();
                 if rng.below(4) == 0 {
                     // Abort: the directory goes, then the garbage.
-                    store::remove_checkpoint(&layout, id).unwrap();
+                    disk::remove_checkpoint(&layout, id).unwrap();
                 } else {
                     write_manifest(&layout, id, &live);
                     write_atomic(&layout.metadata(id), b"{}").unwrap();
@@ -184,7 +184,7 @@ mod tests {
                     retained.push_back(id);
                     while retained.len() > retain {
                         let old = retained.pop_front().unwrap();
-                        store::remove_checkpoint(&layout, old).unwrap();
+                        disk::remove_checkpoint(&layout, old).unwrap();
                         refs.remove(&old);
                     }
                 }

@@ -7,7 +7,7 @@
 //! `chk-0000007/_metadata` is the commit point: it is put last, with
 //! [`Storage::put_if_absent`] (a hard link on a file system,
 //! `If-None-Match: *` on S3), so a checkpoint exists iff its `_metadata`
-//! does. Local writes keep the durability rules of `store` (temp file,
+//! does. Local writes keep the durability rules of `disk` (temp file,
 //! fsync, rename or link, fsync of the directory); reads open regular files
 //! only, never through a symbolic link.
 
@@ -15,8 +15,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::disk::{self, StoreError};
 use super::layout;
-use super::store::{self, StoreError};
 
 /// One object (or file) under a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Put the small `bytes` at `key` only if the object is as expected:
     /// absent (`expected` None, else [`StorageError::AlreadyExists`]) or
     /// still at version `expected` (else [`StorageError::Conflict`]);
-    /// returns the new version. The ownership lease (`owner`) is built on it.
+    /// returns the new version. The ownership lease (`lease`) is built on it.
     fn put_conditional(&self, key: &str, bytes: &[u8], expected: Option<&str>) -> Result<String, StorageError>;
 }
 
@@ -140,7 +140,7 @@ impl Storage for LocalStorage {
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
-        Ok(store::write_atomic(&self.path(key)?, bytes)?)
+        Ok(disk::write_atomic(&self.path(key)?, bytes)?)
     }
 
     fn put_file(&self, key: &str, from: &Path) -> Result<(), StorageError> {
@@ -150,7 +150,7 @@ impl Storage for LocalStorage {
         if to == from {
             return Ok(());
         }
-        let bytes = store::read_regular(from).map_err(io_err("read", from))?;
+        let bytes = disk::read_regular(from).map_err(io_err("read", from))?;
         self.put(key, &bytes)
     }
 
@@ -174,12 +174,12 @@ impl Storage for LocalStorage {
         })();
         let _ = fs::remove_file(&tmp);
         written?;
-        Ok(store::fsync_dir(dir)?)
+        Ok(disk::fsync_dir(dir)?)
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
         let path = self.path(key)?;
-        store::read_regular(&path).map_err(io_err("read", &path))
+        disk::read_regular(&path).map_err(io_err("read", &path))
     }
 
     fn get_to_file(&self, key: &str, to: &Path) -> Result<(), StorageError> {
@@ -203,7 +203,7 @@ impl Storage for LocalStorage {
     fn delete(&self, key: &str) -> Result<(), StorageError> {
         let path = self.path(key)?;
         match fs::remove_file(&path) {
-            Ok(()) => Ok(store::fsync_dir(path.parent().unwrap_or(Path::new(".")))?),
+            Ok(()) => Ok(disk::fsync_dir(path.parent().unwrap_or(Path::new(".")))?),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("remove", &path)(e)),
         }

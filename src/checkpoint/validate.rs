@@ -13,9 +13,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::disk::{self, StoreError};
 use super::layout::{self, Layout};
 use super::manifest::{BundleManifest, DocError, Document, Metadata};
-use super::store::{self, StoreError};
 use super::CheckpointId;
 
 /// A checkpoint that passed validation.
@@ -153,12 +153,12 @@ pub fn shared_dir_of(dir: &Path) -> PathBuf {
 fn check_file(bundle_dir: &Path, entry: &super::manifest::FileEntry) -> Result<(), Invalid> {
     let path = bundle_dir.join(&entry.name);
     // Opened once, as a regular file only (a FIFO would block the read forever).
-    let (mut file, size) = store::open_regular(&path).map_err(|e| io_reason(&path, e))?;
+    let (mut file, size) = disk::open_regular(&path).map_err(|e| io_reason(&path, e))?;
     // Size first: cheap, and catches truncation without reading the file.
     if size != entry.size {
         return Err(invalid(path, Reason::SizeMismatch { expected: entry.size, found: size }));
     }
-    let (size, crc32c) = store::checksum(&mut file).map_err(|e| io_reason(&path, e))?;
+    let (size, crc32c) = disk::checksum(&mut file).map_err(|e| io_reason(&path, e))?;
     if size != entry.size {
         return Err(invalid(path, Reason::SizeMismatch { expected: entry.size, found: size }));
     }
@@ -169,12 +169,12 @@ fn check_file(bundle_dir: &Path, entry: &super::manifest::FileEntry) -> Result<(
 }
 
 fn read_document<T: Document>(path: &Path) -> Result<T, Invalid> {
-    let bytes = store::read_regular(path).map_err(|e| io_reason(path, e))?;
+    let bytes = disk::read_regular(path).map_err(|e| io_reason(path, e))?;
     T::from_bytes(&bytes).map_err(|e| invalid(path, Reason::BadDocument(e)))
 }
 
 fn io_reason(path: &Path, e: io::Error) -> Invalid {
-    if let Some(not) = store::NotRegular::of(&e) {
+    if let Some(not) = disk::NotRegular::of(&e) {
         return invalid(path, Reason::NotRegular(not.kind));
     }
     match e.kind() {
@@ -247,7 +247,7 @@ impl BundleStateValidator {
     /// current lineage's); older ones are not even looked at.
     pub fn find_latest_from(&self, first_id: CheckpointId) -> Result<Latest, FindError> {
         let mut skipped = Vec::new();
-        for id in store::list_checkpoint_ids(&self.layout)?.into_iter().rev().filter(|&id| id >= first_id) {
+        for id in disk::list_checkpoint_ids(&self.layout)?.into_iter().rev().filter(|&id| id >= first_id) {
             match self.validate(id) {
                 Ok(checkpoint) => return Ok(Latest { checkpoint, skipped }),
                 Err(why) => skipped.push((id, why)),
@@ -263,13 +263,13 @@ impl BundleStateValidator {
     /// in-progress checkpoint has no `_metadata` yet and would be removed.
     pub fn cleanup(&self, keep: &[CheckpointId]) -> Result<CleanupReport, StoreError> {
         let mut report = CleanupReport::default();
-        for id in store::list_checkpoint_ids(&self.layout)? {
+        for id in disk::list_checkpoint_ids(&self.layout)? {
             let dir = self.layout.checkpoint_dir(id);
             match read_document::<Metadata>(&dir.join(layout::METADATA_FILE)) {
                 Ok(md) => report.removed_bundle_dirs.extend(remove_orphan_bundles(&dir, &md)?),
                 Err(_) if keep.contains(&id) => report.kept_unfinished.push(id),
                 Err(_) => {
-                    store::remove_checkpoint_dir(&dir)?;
+                    disk::remove_checkpoint_dir(&dir)?;
                     report.removed_checkpoints.push(id);
                 }
             }
@@ -286,7 +286,7 @@ fn remove_orphan_bundles(dir: &Path, md: &Metadata) -> Result<Vec<PathBuf>, Stor
         let entry = entry.map_err(|source| StoreError::Io { op: "list", path: dir.into(), source })?;
         let bundle = entry.file_name().to_str().and_then(layout::parse_bundle_dir_name);
         if bundle.is_some_and(|b| !md.bundles.contains(&b)) {
-            store::remove_dir_all(&entry.path())?;
+            disk::remove_dir_all(&entry.path())?;
             removed.push(entry.path());
         }
     }
@@ -297,9 +297,9 @@ fn remove_orphan_bundles(dir: &Path, md: &Metadata) -> Result<Vec<PathBuf>, Stor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::disk::{write_atomic, write_state_file};
     use crate::checkpoint::manifest::tests::metadata;
     use crate::checkpoint::manifest::{BundleManifest, TaskId};
-    use crate::checkpoint::store::{write_atomic, write_state_file};
 
     /// Write a complete checkpoint `id` with two bundles of two files each,
     /// the way arbiters and the coordinator do; returns every file written.
@@ -559,7 +559,7 @@ mod tests {
         assert_eq!(report.removed_checkpoints, vec![3, 4]);
         assert_eq!(report.removed_bundle_dirs, vec![l.bundle_dir(1, 5)]);
         assert!(report.kept_unfinished.is_empty());
-        assert_eq!(store::list_checkpoint_ids(&l).unwrap(), vec![1, 2]);
+        assert_eq!(disk::list_checkpoint_ids(&l).unwrap(), vec![1, 2]);
         assert!(kept.iter().all(|p| p.exists()));
         assert!(l.checkpoint_dir(1).join("notes").exists());
         assert!(l.checkpoints_dir().join("shared").exists());

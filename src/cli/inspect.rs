@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::layout::{Layout, MANIFEST_FILE, METADATA_FILE};
 use crate::checkpoint::manifest::{BundleManifest, Document, Metadata};
-use crate::checkpoint::{store, validate};
+use crate::checkpoint::{disk, validate};
 use crate::types::KeyGroupShare;
 
 /// The report, and whether everything shown validates.
@@ -39,7 +39,7 @@ fn state_dir(layout: &Layout) -> (String, bool) {
         "CHECKPOINT", "KIND", "CREATED (UTC)", "OPERATORS", "BUNDLES", "KEY GROUPS", "BYTES"
     );
     let mut all_valid = true;
-    let ids = store::list_checkpoint_ids(layout).unwrap_or_default();
+    let ids = disk::list_checkpoint_ids(layout).unwrap_or_default();
     let mut dirs: Vec<(String, PathBuf)> = ids.into_iter().map(|id| (id.to_string(), layout.checkpoint_dir(id))).collect();
     dirs.extend(savepoint_dirs(layout).into_iter().map(|d| (d.file_name().unwrap_or_default().to_string_lossy().into_owned(), d)));
     for (label, dir) in dirs {
@@ -191,7 +191,7 @@ fn checkpoint(dir: &Path) -> (String, bool) {
 }
 
 fn read<T: Document>(path: &PathBuf) -> Result<T, String> {
-    let bytes = store::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = disk::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
     T::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::checkpoint::layout::{self, Layout, METADATA_FILE};
 use crate::checkpoint::manifest::{Document, Kind, Metadata};
-use crate::checkpoint::{store, validate};
+use crate::checkpoint::{disk, validate};
 use crate::runtime::control::{Request, SavepointRequest, Status, StatusRequest};
 
 /// Why a savepoint command failed; `Refused` is exit 2, `Failed` exit 1.
@@ -60,7 +60,7 @@ pub fn check_target(layout: &Layout, parent: Option<&Path>) -> Result<Option<Pat
         Some(t) if t.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(t.to_path_buf()),
         Some(t) => {
             let abs = std::path::absolute(t).map_err(|e| SavepointError::Failed(format!("target {}: {e}", t.display())))?;
-            crate::checkpoint::target::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
+            crate::checkpoint::savepoint::check(layout, &abs).map_err(|e| SavepointError::Refused(e.to_string()))?;
             Some(abs)
         }
         None => None,
@@ -208,7 +208,7 @@ fn savepoint_root(dir: &Path) -> Result<(u64, u64), String> {
         return Err("it is not a directory".into());
     }
     let md_path = dir.join(METADATA_FILE);
-    let bytes = store::read_regular(&md_path).map_err(|e| format!("no readable {METADATA_FILE} ({e}), so it is not a weir savepoint"))?;
+    let bytes = disk::read_regular(&md_path).map_err(|e| format!("no readable {METADATA_FILE} ({e}), so it is not a weir savepoint"))?;
     let md = Metadata::from_bytes(&bytes).map_err(|e| format!("{}: {e}", md_path.display()))?;
     if md.kind != Kind::Savepoint {
         return Err(format!("its {METADATA_FILE} says it is a {:?}, not a savepoint", md.kind).to_lowercase());
@@ -225,11 +225,11 @@ fn savepoint_root(dir: &Path) -> Result<(u64, u64), String> {
     for (name, t) in list(dir)? {
         let is_bundle = layout::parse_bundle_dir_name(&name).is_some() && t.is_dir();
         if !(name == METADATA_FILE && t.is_file()) && !is_bundle {
-            return Err(format!("it holds `{name}` ({}), which is not part of a savepoint", store::kind_of(&t)));
+            return Err(format!("it holds `{name}` ({}), which is not part of a savepoint", disk::kind_of(&t)));
         }
         if is_bundle {
             if let Some((inner, t)) = list(&dir.join(&name))?.into_iter().find(|(_, t)| !t.is_file()) {
-                return Err(format!("it holds `{name}/{inner}`, which is {}, not a state file", store::kind_of(&t)));
+                return Err(format!("it holds `{name}/{inner}`, which is {}, not a state file", disk::kind_of(&t)));
             }
         }
     }
@@ -243,17 +243,17 @@ fn savepoint_root(dir: &Path) -> Result<(u64, u64), String> {
 /// a parent that does not exist yet holds none.
 pub fn list(layout: &Layout, pipeline: &str, parents: &[PathBuf], options: &[(String, String)]) -> Result<String, SavepointError> {
     let mut dirs = children(&layout.savepoints_dir(), |_| true)?;
-    let mut seen = vec![crate::checkpoint::target::resolve(&layout.savepoints_dir()).unwrap_or_else(|_| layout.savepoints_dir())];
+    let mut seen = vec![crate::checkpoint::savepoint::resolve(&layout.savepoints_dir()).unwrap_or_else(|_| layout.savepoints_dir())];
     let mut stored = Vec::new();
     for parent in parents {
         if let Some(url) = parent.to_str().filter(|p| crate::checkpoint::remote::is_url(p)) {
             stored.extend(stored_rows(url.trim_end_matches('/'), pipeline, options)?);
             continue;
         }
-        let resolved = crate::checkpoint::target::resolve(parent).unwrap_or_else(|_| parent.clone());
+        let resolved = crate::checkpoint::savepoint::resolve(parent).unwrap_or_else(|_| parent.clone());
         if !seen.contains(&resolved) {
             seen.push(resolved);
-            dirs.extend(children(parent, |name| crate::checkpoint::target::is_child_name(pipeline, name))?);
+            dirs.extend(children(parent, |name| crate::checkpoint::savepoint::is_child_name(pipeline, name))?);
         }
     }
     let mut out = String::new();
@@ -285,7 +285,7 @@ fn stored_rows(url: &str, pipeline: &str, options: &[(String, String)]) -> Resul
     let objects = storage.list("").map_err(|e| failed(e.to_string()))?;
     let mut rows = Vec::new();
     let names = objects.iter().filter_map(|o| o.key.strip_suffix(&format!("/{METADATA_FILE}")));
-    for name in names.filter(|n| !n.contains('/') && crate::checkpoint::target::is_child_name(pipeline, n)) {
+    for name in names.filter(|n| !n.contains('/') && crate::checkpoint::savepoint::is_child_name(pipeline, n)) {
         let verdict = crate::restore::remote::download(&storage, name).map_err(|e| failed(e.to_string()))?.0;
         let (id, created, bytes, valid) = match verdict {
             Ok(v) => {

@@ -7,9 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint::disk;
 use crate::checkpoint::layout::METADATA_FILE;
 use crate::checkpoint::manifest::{Document, Kind, Metadata};
-use crate::checkpoint::store;
 
 use super::savepoint::{dispose, dispose_url};
 
@@ -84,7 +84,7 @@ fn on_disk(taken: &Path) -> Result<(PathBuf, Vec<(PathBuf, Metadata)>), String> 
         if entry.file_name().to_str().is_none_or(|n| n.starts_with('.')) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        let Ok(bytes) = store::read_regular(&entry.path().join(METADATA_FILE)) else { continue };
+        let Ok(bytes) = disk::read_regular(&entry.path().join(METADATA_FILE)) else { continue };
         if let Ok(md) = Metadata::from_bytes(&bytes) {
             found.push((entry.path(), md));
         }

@@ -264,7 +264,7 @@ pub fn check_prefix(p: &Pipeline) -> Result<(), String> {
     }
     };
     let layout = Layout::new(&p.state.dir);
-    let ids = crate::checkpoint::store::list_checkpoint_ids(&layout).map_err(|e| e.to_string())?;
+    let ids = crate::checkpoint::disk::list_checkpoint_ids(&layout).map_err(|e| e.to_string())?;
     for id in ids {
         let path = layout.metadata(id);
         // Only complete, readable commit points say who wrote them; the

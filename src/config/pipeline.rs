@@ -137,7 +137,7 @@ pub struct RemoteStorage {
     /// `storage_options`; may hold credentials, so never printed.
     pub options: Vec<(String, String)>,
     /// `storage_lease`: how long an owner that stopped renewing keeps the
-    /// storage (`checkpoint::owner`).
+    /// storage (`checkpoint::lease`).
     pub lease: Duration,
 }
 

@@ -199,7 +199,7 @@ pub(crate) fn checkpoint(cx: &mut Cx, raw: &RawCheckpoint) -> Option<CheckpointS
     let interval = d("interval", &raw.interval, DEFAULT_CHECKPOINT_INTERVAL, PROCESSING);
     let timeout = d("timeout", &raw.timeout, DEFAULT_CHECKPOINT_TIMEOUT, PROCESSING);
     let min_pause = d("min_pause", &raw.min_pause, Duration::ZERO, PAUSE);
-    let lease = d("storage_lease", &raw.storage_lease, crate::checkpoint::owner::DEFAULT_LEASE, LEASE);
+    let lease = d("storage_lease", &raw.storage_lease, crate::checkpoint::lease::DEFAULT_LEASE, LEASE);
     let aligned_timeout = raw.aligned_timeout.as_ref().and_then(|t| cx.duration_in(&at, "aligned_timeout", t, PROCESSING));
     let retain = raw.retain.unwrap_or(DEFAULT_RETAIN);
     let retain = match std::num::NonZeroUsize::new(retain as usize) {

@@ -28,7 +28,7 @@ use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, Tas
 use crate::checkpoint::task_snapshot::{self, ChannelId, TaskSnapshot};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
 use crate::checkpoint::BundleId;
-use crate::checkpoint::{store, CheckpointId};
+use crate::checkpoint::{disk, CheckpointId};
 use crate::config::Backend;
 use crate::config::Pipeline;
 use crate::connectors::source::RestoredPositions;
@@ -73,11 +73,11 @@ pub enum RestoreError {
     #[error(transparent)]
     Lock(#[from] lock::LockError),
     #[error("checkpoint storage: {0}")]
-    Store(#[from] store::StoreError),
+    Store(#[from] disk::StoreError),
     #[error("checkpoint storage: {0}")]
     Storage(String),
     #[error(transparent)]
-    Owner(#[from] crate::checkpoint::owner::OwnerError),
+    Owner(#[from] crate::checkpoint::lease::OwnerError),
     #[error("checkpoint storage: {0}")]
     Generation(#[from] generation::GenerationError),
     #[error("cannot restore the savepoint set: {0}; nothing was changed")]
@@ -99,7 +99,7 @@ pub struct StartPoint {
     /// `checkpoint.storage` opened (None: checkpoints stay in the state directory).
     pub storage: Option<std::sync::Arc<dyn crate::checkpoint::storage::Storage>>,
     /// The ownership of `storage` (the run stops when it is lost).
-    pub ownership: Option<crate::checkpoint::owner::Ownership>,
+    pub ownership: Option<crate::checkpoint::lease::Ownership>,
     /// In a cluster: the generation of its repartition producers
     /// (`cluster::generation`, from what this start restores; not the
     /// storage's generation above).
@@ -156,7 +156,7 @@ pub struct RestorePolicy {
 pub struct Prepared {
     pub start: StartPoint,
     pub lock: StateDirLock,
-    pub lease: Option<crate::checkpoint::owner::Lease>,
+    pub lease: Option<crate::checkpoint::lease::Lease>,
 }
 
 /// Lock the state directory, resolve `restore` and run every check that
@@ -213,20 +213,20 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
     Ok(Prepared { start, lock, lease })
 }
 
-/// Become the owner of the checkpoint storage (`checkpoint::owner`).
+/// Become the owner of the checkpoint storage (`checkpoint::lease`).
 fn own(
     storage: std::sync::Arc<dyn crate::checkpoint::storage::Storage>,
     pipeline: &Pipeline,
     layout: &Layout,
     state_dir_locked: bool,
     lease: std::time::Duration,
-) -> Result<crate::checkpoint::owner::Lease, RestoreError> {
-    use crate::checkpoint::owner::{self, Acquired, Claim};
+) -> Result<crate::checkpoint::lease::Lease, RestoreError> {
+    use crate::checkpoint::lease::{self, Acquired, Claim};
     let dir = layout.state_dir();
     let state_dir = std::fs::canonicalize(dir).or_else(|_| std::path::absolute(dir)).unwrap_or_else(|_| dir.to_path_buf());
     let claim = Claim { pipeline: pipeline.name.clone(), state_dir: state_dir.display().to_string(), state_dir_locked, lease };
     let root = storage.root();
-    let (held, how) = owner::acquire(storage, &claim)?;
+    let (held, how) = lease::acquire(storage, &claim)?;
     match how {
         Acquired::Free => tracing::info!(storage = %root, "Owning the checkpoint storage."),
         Acquired::Gone { pid } => {
@@ -310,7 +310,7 @@ fn decide(
     policy: RestorePolicy,
 ) -> Result<Decision, RestoreError> {
     let owner = check_owner(layout, &pipeline.name, policy.force)?;
-    let mut ids = store::list_checkpoint_ids(layout)?;
+    let mut ids = disk::list_checkpoint_ids(layout)?;
     let view = storage.map(StoreView::read).transpose()?;
     if let Some(v) = &view {
         // Ids continue past everything in the store too (finished or not).
@@ -389,11 +389,11 @@ fn commit(
     };
     match &d.owner {
         Owner::Ours => {}
-        Owner::Unclaimed => store::write_owner(layout, &pipeline.name)?,
+        Owner::Unclaimed => disk::write_owner(layout, &pipeline.name)?,
         Owner::TakeOver(previous) => {
             let dir = layout.state_dir().display();
             tracing::warn!(dir = %dir, previous = %previous, "Taking over a state directory of another pipeline (--force).");
-            store::write_owner(layout, &pipeline.name)?;
+            disk::write_owner(layout, &pipeline.name)?;
         }
     }
     if let Some(l) = &d.lineage {
@@ -412,7 +412,7 @@ fn commit(
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "Cannot clean up shared checkpoint files; keeping them all."),
     }
-    let mut retained = store::list_checkpoint_ids(layout)?;
+    let mut retained = disk::list_checkpoint_ids(layout)?;
     let mut retained_stored = Vec::new();
     if let Some(s) = storage {
         let storage_err = |e: crate::checkpoint::storage::StorageError| RestoreError::Storage(e.to_string());
@@ -466,12 +466,12 @@ fn begin_generation(s: &dyn crate::checkpoint::storage::Storage, pipeline: &Pipe
 
 /// Refuse a directory of another pipeline unless `force`. Reads only.
 fn check_owner(layout: &Layout, pipeline: &str, force: bool) -> Result<Owner, RestoreError> {
-    match store::state_dir_owner(layout)? {
+    match disk::state_dir_owner(layout)? {
         None => Ok(Owner::Unclaimed),
         Some(found) if found == pipeline => Ok(Owner::Ours),
         Some(found) if force => Ok(Owner::TakeOver(found)),
         Some(found) => {
-            let e = store::StoreError::PipelineMismatch { path: layout.pipeline_file(), expected: pipeline.into(), found };
+            let e = disk::StoreError::PipelineMismatch { path: layout.pipeline_file(), expected: pipeline.into(), found };
             Err(RestoreError::OtherPipeline(e.to_string()))
         }
     }
@@ -613,13 +613,13 @@ fn is_empty_or_absent(dir: &Path) -> Result<bool, RestoreError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => Ok(entries.next().is_none()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
-        Err(source) => Err(store::StoreError::Io { op: "list", path: dir.to_path_buf(), source }.into()),
+        Err(source) => Err(disk::StoreError::Io { op: "list", path: dir.to_path_buf(), source }.into()),
     }
 }
 
 fn holds_only_the_lock(layout: &Layout) -> Result<bool, RestoreError> {
     let dir = layout.state_dir();
-    let io = |source| store::StoreError::Io { op: "list", path: dir.to_path_buf(), source };
+    let io = |source| disk::StoreError::Io { op: "list", path: dir.to_path_buf(), source };
     for entry in std::fs::read_dir(dir).map_err(io)? {
         if entry.map_err(io)?.file_name() != crate::checkpoint::layout::LOCK_FILE {
             return Ok(false);
@@ -799,7 +799,7 @@ fn read_tasks(valid: &ValidCheckpoint) -> Result<HashMap<TaskId, TaskSnapshot>, 
         let bundle_dir = valid.dir.join(crate::checkpoint::layout::bundle_dir_name(m.bundle));
         for voter in &m.voters {
             let path = bundle_dir.join(task_snapshot::file_name(*voter));
-            let bytes = store::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
+            let bytes = disk::read_regular(&path).map_err(|e| RestoreError::Invalid { path: path.clone(), reason: e.to_string() })?;
             if let Some(reason) = task_snapshot::older_format(&bytes) {
                 return Err(RestoreError::Invalid { path, reason });
             }

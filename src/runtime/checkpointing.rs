@@ -14,7 +14,7 @@
 //! temp directory in the savepoint's parent (the request's `dir`, or
 //! `savepoints/`), its `_metadata` (kind `savepoint`) written there, and
 //! the whole renamed to a new child of the parent last
-//! (`checkpoint::target`). An intermediate savepoint does not tell the
+//! (`checkpoint::savepoint`). An intermediate savepoint does not tell the
 //! sinks it completed (the next checkpoint publishes what it staged);
 //! stop-with-savepoint does.
 
@@ -33,7 +33,7 @@ use crate::checkpoint::generation::{Generation, StoredId};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
 use crate::checkpoint::storage::{LocalStorage, Storage};
-use crate::checkpoint::{publish, store, target, BundleId, CheckpointId};
+use crate::checkpoint::{disk, publish, savepoint, BundleId, CheckpointId};
 use crate::config::CheckpointSpec;
 use crate::faults;
 use crate::protocol::arbiter::{ArbiterDecision, BundleArbiter};
@@ -44,10 +44,10 @@ pub enum DriverError {
     #[error("checkpoint {id} failed ({reason}), {failures} consecutive failures: more than `tolerable_failures` allows")]
     TooManyFailures { id: CheckpointId, reason: String, failures: u32 },
     #[error("checkpoint storage: {0}")]
-    Store(#[from] store::StoreError),
+    Store(#[from] disk::StoreError),
     /// No checkpoint can ever commit again: the run stops.
     #[error("{0}; the run stops (restart it where the storage's new owner is not running, or stop that one first)")]
-    OwnershipLost(crate::checkpoint::owner::OwnerError),
+    OwnershipLost(crate::checkpoint::lease::OwnerError),
 }
 
 /// What the driver needs to know about the pipeline.
@@ -74,7 +74,7 @@ pub struct DriverSetup {
     /// (`checkpoint::generation`; 0 without storage).
     pub storage_generation: Generation,
     /// The ownership of `storage`: once it is lost, the run stops.
-    pub ownership: Option<crate::checkpoint::owner::Ownership>,
+    pub ownership: Option<crate::checkpoint::lease::Ownership>,
     /// `checkpoint.storage` (None: the state directory holds the checkpoints).
     pub storage: Option<Arc<dyn Storage>>,
     /// Native RocksDB checkpoints: each bundle's rendezvous (empty: none).
@@ -383,7 +383,7 @@ impl Driver {
     fn remove_unremoved(&mut self) {
         let layout = &self.setup.layout;
         crate::blocking::call(|| {
-            self.unremoved.retain(|&id| match store::remove_checkpoint(layout, id) {
+            self.unremoved.retain(|&id| match disk::remove_checkpoint(layout, id) {
                 Ok(()) => false,
                 Err(e) => {
                     tracing::debug!(checkpoint = id, error = %e, "Aborted checkpoint not removable yet.");
@@ -543,7 +543,7 @@ impl Driver {
                         continue;
                     }
                 }
-                if let Err(e) = store::remove_checkpoint(&self.setup.layout, old) {
+                if let Err(e) = disk::remove_checkpoint(&self.setup.layout, old) {
                     tracing::warn!(checkpoint = old, error = %e, "Cannot delete a subsumed checkpoint.");
                 }
             }
@@ -558,14 +558,14 @@ impl Driver {
     /// place) the committed bundles of savepoint `id` to a new child of its
     /// parent and write its `_metadata` there last; returns the child.
     /// Built in a temp directory in the parent and renamed to a name no
-    /// entry has last (`checkpoint::target`): a failure removes only that
+    /// entry has last (`checkpoint::savepoint`): a failure removes only that
     /// temp directory (and the parents it created).
-    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata, keep: bool) -> Result<PathBuf, store::StoreError> {
+    async fn write_savepoint(&mut self, id: CheckpointId, md: Metadata, keep: bool) -> Result<PathBuf, disk::StoreError> {
         let pending = self.savepoint.as_ref().filter(|sp| sp.id == Some(id));
         let asked = pending.and_then(|sp| sp.dir.clone());
         let md = Metadata { on_sigterm: pending.is_some_and(|sp| sp.on_sigterm), ..md };
         let (parent, name) = match asked {
-            Some(parent) => (parent, target::child_name(&self.setup.pipeline, id)),
+            Some(parent) => (parent, savepoint::child_name(&self.setup.pipeline, id)),
             None => (self.setup.layout.savepoints_dir(), savepoint_dir_name(id)),
         };
         let from = self.setup.layout.checkpoint_dir(id);
@@ -578,7 +578,7 @@ impl Driver {
                 .expect("savepoint upload does not panic");
         }
         tokio::task::spawn_blocking(move || {
-            let staging = target::Staging::begin(&parent, &name)?;
+            let staging = savepoint::Staging::begin(&parent, &name)?;
             if keep {
                 staging.copy_from(&from)?;
             } else {
@@ -649,7 +649,7 @@ impl Driver {
     fn request_savepoint(&mut self, mut request: SavepointRequest, reply: oneshot::Sender<Result<PathBuf, String>>) {
         // Resolved once: the savepoint goes where the check looked.
         if let Some(t) = request.dir.as_ref().filter(|t| !t.to_str().is_some_and(crate::checkpoint::remote::is_url)) {
-            match target::check(&self.setup.layout, t) {
+            match savepoint::check(&self.setup.layout, t) {
                 Ok(resolved) => request.dir = Some(resolved),
                 Err(e) => {
                     let _ = reply.send(Err(e.to_string()));
@@ -805,7 +805,7 @@ async fn commit_checkpoint(layout: Layout, storage: Option<Arc<dyn Storage>>, st
                 let started = Instant::now();
                 publish::commit(storage.as_ref(), &dir, &prefix, &bytes).map_err(|e| e.to_string())?;
                 tracing::debug!(checkpoint = id, upload_ms = started.elapsed().as_millis() as u64, "Checkpoint uploaded.");
-                if let Err(e) = store::write_atomic(&layout.metadata(id), &bytes) {
+                if let Err(e) = disk::write_atomic(&layout.metadata(id), &bytes) {
                     tracing::warn!(checkpoint = id, error = %e, "Cannot mark the local copy complete; a restore downloads it.");
                 }
                 Ok(())
@@ -828,11 +828,11 @@ fn upload_savepoint(
     from: &std::path::Path,
     md: &[u8],
     keep: bool,
-) -> Result<PathBuf, store::StoreError> {
+) -> Result<PathBuf, disk::StoreError> {
     let failed =
-        |e: String| store::StoreError::Io { op: "upload a savepoint to", path: PathBuf::from(url), source: std::io::Error::other(e) };
+        |e: String| disk::StoreError::Io { op: "upload a savepoint to", path: PathBuf::from(url), source: std::io::Error::other(e) };
     let storage = crate::checkpoint::remote::ObjectStorage::open(url, options).map_err(failed)?;
-    let staging = target::Staging::begin(staging_parent, name)?;
+    let staging = savepoint::Staging::begin(staging_parent, name)?;
     if keep {
         staging.copy_from(from)?;
     } else {
@@ -859,6 +859,6 @@ fn upload_savepoint(
     Err(failed(format!("{name} and its successors up to -100 are all taken")))
 }
 
-async fn write_atomic(path: std::path::PathBuf, bytes: Vec<u8>) -> Result<(), store::StoreError> {
-    tokio::task::spawn_blocking(move || store::write_atomic(&path, &bytes)).await.expect("write task does not panic")
+async fn write_atomic(path: std::path::PathBuf, bytes: Vec<u8>) -> Result<(), disk::StoreError> {
+    tokio::task::spawn_blocking(move || disk::write_atomic(&path, &bytes)).await.expect("write task does not panic")
 }

@@ -10,7 +10,7 @@ use super::rendezvous::{Arrival, Rendezvous};
 use crate::checkpoint::layout::Layout;
 use crate::checkpoint::manifest::{Kind, TaskId};
 use crate::checkpoint::task_snapshot::{self, TaskSnapshot};
-use crate::checkpoint::{store, BundleId, CheckpointId};
+use crate::checkpoint::{disk, BundleId, CheckpointId};
 use crate::faults;
 use crate::protocol::arbiter::Vote;
 use crate::state::StateSnapshot;
@@ -144,7 +144,7 @@ impl TaskCheckpointing {
             let vote = if faults::get().fail_state_write() {
                 Vote::Abort { id, voter: task, reason: format!("injected failure writing {}", dir.join(&name).display()) }
             } else {
-                match store::write_state_file_parts_in_existing_dir(&dir, &name, &parts) {
+                match disk::write_state_file_parts_in_existing_dir(&dir, &name, &parts) {
                     Ok(entry) => {
                         native_files.push(entry);
                         Vote::Prepared { id, voter: task, files: native_files }

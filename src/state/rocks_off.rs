@@ -92,8 +92,8 @@ pub mod native {
     use std::sync::Arc;
 
     use super::{unavailable, BundleDb, RocksOptions};
+    use crate::checkpoint::disk::StoreError;
     use crate::checkpoint::manifest::FileEntry;
-    use crate::checkpoint::store::StoreError;
     use crate::checkpoint::{BundleId, CheckpointId};
     use crate::state::StateError;
 

@@ -130,7 +130,7 @@ impl ObjectStorage {
     }
 
     async fn put_file_async(&self, key: &str, from: &Path) -> Result<(), StorageError> {
-        let (mut file, size) = crate::checkpoint::store::open_regular(from).map_err(|e| local_read(from, e))?;
+        let (mut file, size) = crate::checkpoint::disk::open_regular(from).map_err(|e| local_read(from, e))?;
         let path = self.path(key);
         if size <= MULTIPART_THRESHOLD {
             let mut bytes = Vec::with_capacity(size as usize);
@@ -241,7 +241,7 @@ fn redact(message: &str) -> String {
 }
 
 fn local_read(path: &Path, source: std::io::Error) -> StorageError {
-    StorageError::Local(crate::checkpoint::store::StoreError::Io { op: "read", path: path.to_path_buf(), source })
+    StorageError::Local(crate::checkpoint::disk::StoreError::Io { op: "read", path: path.to_path_buf(), source })
 }
 
 impl Storage for ObjectStorage {

@@ -23,9 +23,9 @@ use std::sync::Arc;
 use rocksdb::checkpoint::Checkpoint;
 
 use super::{BundleDb, RocksOptions};
+use crate::checkpoint::disk::{self, StoreError};
 use crate::checkpoint::layout::checkpoint_dir_name;
 use crate::checkpoint::manifest::FileEntry;
-use crate::checkpoint::store::{self, StoreError};
 use crate::checkpoint::{BundleId, CheckpointId};
 use crate::faults;
 use crate::state::StateError;
@@ -175,8 +175,8 @@ impl Uploader {
                 entries.push(FileEntry::private(format!("{DB_SUBDIR}/{name}"), size, crc32c));
             }
         }
-        store::fsync_dir(&private_dir)?;
-        store::fsync_dir(shared_dir)?;
+        disk::fsync_dir(&private_dir)?;
+        disk::fsync_dir(shared_dir)?;
         // SSTs no longer live are not needed by later checkpoints of this run.
         let live: std::collections::HashSet<&str> =
             entries.iter().filter(|e| e.shared).filter_map(|e| local_name(&e.name)).collect::<std::collections::HashSet<_>>();
@@ -196,7 +196,7 @@ fn same_file(path: &Path, size: u64, crc: u32) -> bool {
     if file_size(path) != Some(size) {
         return false;
     }
-    let Ok((mut f, _)) = store::open_regular(path) else { return false };
+    let Ok((mut f, _)) = disk::open_regular(path) else { return false };
     let mut buf = vec![0u8; 1 << 20];
     let (mut read, mut sum) = (0u64, 0u32);
     loop {
@@ -214,7 +214,7 @@ fn same_file(path: &Path, size: u64, crc: u32) -> bool {
 
 /// Copy a regular file (only: a FIFO named in a MANIFEST must not block the restore).
 fn copy_regular(from: &Path, to: &Path) -> io::Result<u64> {
-    let (mut src, _) = store::open_regular(from)?;
+    let (mut src, _) = disk::open_regular(from)?;
     let mut dst = File::create(to)?;
     io::copy(&mut src, &mut dst)
 }
@@ -232,7 +232,7 @@ fn copy_synced(from: &Path, to: &Path, atomic: bool) -> Result<(u64, u32), Store
     } else {
         to.to_path_buf()
     };
-    let (mut src, _) = store::open_regular(from).map_err(io("open", from))?;
+    let (mut src, _) = disk::open_regular(from).map_err(io("open", from))?;
     let mut dst = File::create(&target).map_err(io("create", &target))?;
     let mut buf = vec![0u8; 1 << 20];
     let (mut size, mut crc) = (0u64, 0u32);

@@ -26,8 +26,8 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::disk::{self, StoreError};
 use super::layout::{Layout, METADATA_FILE};
-use super::store::{self, StoreError};
 use super::CheckpointId;
 
 /// Why a savepoint target is refused.
@@ -230,7 +230,7 @@ impl Staging {
             return Ok(());
         }
         copy_tree(from, &self.tmp).map_err(io_err("copy into", &self.tmp))?;
-        store::remove_dir_all(from)
+        disk::remove_dir_all(from)
     }
 
     /// Copy the committed checkpoint directory `from` in, leaving it as it
@@ -245,17 +245,17 @@ impl Staging {
     /// name in the parent, or to the first free `NAME-N` when the name is
     /// taken; returns the savepoint's path.
     pub fn commit(mut self, metadata: &[u8]) -> Result<PathBuf, StoreError> {
-        store::write_atomic(&self.tmp.join(METADATA_FILE), metadata)?;
-        store::fsync_dir(&self.tmp)?;
+        disk::write_atomic(&self.tmp.join(METADATA_FILE), metadata)?;
+        disk::fsync_dir(&self.tmp)?;
         for n in 0..=MAX_SUFFIX {
             let name = if n == 0 { self.name.clone() } else { format!("{}-{n}", self.name) };
             let to = self.parent.join(&name);
             match rename_noreplace(&self.tmp, &to) {
                 Ok(()) => {
                     self.committed = true;
-                    store::fsync_dir(&self.parent)?;
+                    disk::fsync_dir(&self.parent)?;
                     for dir in &self.created {
-                        store::fsync_dir(dir.parent().unwrap_or(Path::new("/")))?;
+                        disk::fsync_dir(dir.parent().unwrap_or(Path::new("/")))?;
                     }
                     return Ok(to);
                 }
@@ -328,7 +328,7 @@ fn link_or_copy_tree(from: &Path, to: &Path, top: bool) -> io::Result<()> {
             link_or_copy_tree(&src, &dest, false)?;
         } else if t.is_file() {
             if fs::hard_link(&src, &dest).is_err() {
-                let (mut file, _) = store::open_regular(&src).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?;
+                let (mut file, _) = disk::open_regular(&src).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?;
                 let mut out = fs::OpenOptions::new().write(true).create_new(true).open(&dest)?;
                 io::copy(&mut file, &mut out)?;
                 out.sync_all()?;
@@ -349,7 +349,7 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
             fs::create_dir(&dest)?;
             copy_tree(&src, &dest)?;
         } else {
-            let (mut file, _) = store::open_regular(&src).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?;
+            let (mut file, _) = disk::open_regular(&src).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?;
             let mut out = fs::OpenOptions::new().write(true).create_new(true).open(&dest)?;
             io::copy(&mut file, &mut out)?;
             out.sync_all()?;
@@ -365,7 +365,7 @@ mod tests {
     /// A committed checkpoint directory, as the arbiters leave it.
     fn checkpoint_dir(root: &Path, tag: &str) -> PathBuf {
         let dir = root.join(format!("chk-{tag}"));
-        store::write_state_file(&dir.join("bundle-000"), "task-000-0000.snapshot", tag.as_bytes()).unwrap();
+        disk::write_state_file(&dir.join("bundle-000"), "task-000-0000.snapshot", tag.as_bytes()).unwrap();
         dir
     }
 
@@ -403,7 +403,7 @@ mod tests {
     fn copy_from_leaves_the_checkpoint_in_place_and_takes_no_metadata() {
         let tmp = tempfile::tempdir().unwrap();
         let chk = checkpoint_dir(tmp.path(), "k");
-        store::write_atomic(&chk.join(METADATA_FILE), b"checkpoint md").unwrap();
+        disk::write_atomic(&chk.join(METADATA_FILE), b"checkpoint md").unwrap();
         let s = Staging::begin(&tmp.path().join("sps"), "savepoint-p-0000009").unwrap();
         s.copy_from(&chk).unwrap();
         let sp = s.commit(b"savepoint md").unwrap();
