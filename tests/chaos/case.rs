@@ -59,6 +59,10 @@ pub struct Case {
     pub takeovers: usize,
     /// How the run that took over from the current (stale) one ended.
     pub taken_over: Option<Ended>,
+    /// The parallelism of the current run, and of the run that took over
+    /// from it: the latest checkpoint is the taker's.
+    pub run_parallelism: u32,
+    pub taker_parallelism: Option<u32>,
 }
 
 impl Case {
@@ -115,6 +119,8 @@ impl Case {
             machine: 0,
             takeovers: 0,
             taken_over: None,
+            run_parallelism: 0,
+            taker_parallelism: None,
         };
         // Its own dice too: checkpoints on the test S3 server, if there is one.
         if super::s3::endpoint().is_some() && Rng::new(seed ^ 0x5333_5333).chance(0.5) {
@@ -261,7 +267,7 @@ impl Case {
             }
         }
         if accepted {
-            self.shape.parallelism = parallelism;
+            self.shape.parallelism = self.taker_parallelism.take().unwrap_or(parallelism);
         }
         match ended {
             Ended::Finished => Ok(None),

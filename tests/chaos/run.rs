@@ -81,6 +81,8 @@ impl Case {
 
     /// One run with its action and faults.
     pub fn run_once(&mut self, n: usize, a: &Attempt, start: &Start, parallelism: u32, allow: bool, may_refuse: bool) -> Ended {
+        self.run_parallelism = parallelism;
+        self.taker_parallelism = None;
         let mut cmd = self.command(start, parallelism, allow);
         if !a.faults.is_empty() {
             cmd = cmd.env("WEIR_FAULTS", a.faults.join(","));
@@ -397,7 +399,11 @@ impl Case {
         }
         std::thread::sleep(Duration::from_millis(super::s3::LEASE_MS + 700));
         self.new_machine();
-        let cmd = self.command(&Start::Latest, self.shape.parallelism, self.dropped_state);
+        // The stale run may be a rescale whose first checkpoint has or has
+        // not completed: the taker restores at the parallelism of what it
+        // finds, as an operator would after the refusal says which.
+        let mut parallelism = self.shape.parallelism;
+        let mut cmd = self.command(&Start::Latest, parallelism, self.dropped_state);
         let mut taker = None;
         let deadline = Instant::now() + SHORT_LIMIT;
         while taker.is_none() {
@@ -408,6 +414,13 @@ impl Case {
             }
             let exit = p.wait(SHORT_LIMIT);
             let held = exit.code == Some(2) && exit.stderr.contains("is in use by weir process");
+            let other_p = exit.code == Some(2) && exit.stderr.contains("restores only with the same parallelism");
+            if other_p && parallelism != self.run_parallelism {
+                parallelism = self.run_parallelism;
+                self.log.note(format!("the latest checkpoint is the stale run's: take over at -p {parallelism}"));
+                cmd = self.command(&Start::Latest, parallelism, self.dropped_state);
+                continue;
+            }
             if !held || Instant::now() > deadline {
                 self.release(proc, net, hold);
                 return Err(format!("the take-over from a stale owner failed: `{}` exit {:?}\n{}", exit.line, exit.code, exit.tail(10)));
@@ -415,6 +428,7 @@ impl Case {
             std::thread::sleep(Duration::from_millis(200));
         }
         let mut taker = taker.unwrap();
+        self.taker_parallelism = Some(parallelism);
         let committed = taker.wait_log_count("Checkpoint complete.", 1, RUN_LIMIT);
         self.release(proc, net, hold);
         if committed && taker.sleep_while_running(Duration::from_millis(kill_ms)) && taker.signal("KILL") {
