@@ -69,7 +69,13 @@ fn parent_of(path: &Path) -> &Path {
 
 /// Make a directory's entries (created, renamed, removed files) durable.
 pub fn fsync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(StoreError::io("fsync directory", dir))
+    sync_dir(dir).map_err(StoreError::io("fsync directory", dir))
+}
+
+/// [`fsync_dir`] for callers with errors of their own: the one place a
+/// directory is synced.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 /// Streams one state file into a bundle dir, computing size and CRC32C as it goes.

@@ -337,7 +337,7 @@ fn link_or_copy_tree(from: &Path, to: &Path, top: bool) -> io::Result<()> {
             return Err(io::Error::other(format!("{}: not a regular file or directory", src.display())));
         }
     }
-    fs::File::open(to)?.sync_all()
+    disk::sync_dir(to)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
@@ -355,7 +355,7 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
             out.sync_all()?;
         }
     }
-    fs::File::open(to)?.sync_all()
+    disk::sync_dir(to)
 }
 
 #[cfg(test)]

@@ -321,7 +321,7 @@ impl Segments {
         tracing::info!(segment = %segment.display(), offset, "Finishing an interrupted dead-letter append.");
         if target_len >= offset + len {
             fs::remove_file(&segment)?;
-            return sync_dir(&self.dir);
+            return crate::checkpoint::disk::sync_dir(&self.dir);
         }
         // A file shorter than the offset was moved or cut by someone else:
         // append at its end.
@@ -337,7 +337,7 @@ impl Segments {
         io::copy(&mut File::open(segment)?, &mut out)?;
         out.sync_all()?;
         fs::remove_file(segment)?;
-        sync_dir(&self.dir)?;
+        crate::checkpoint::disk::sync_dir(&self.dir)?;
         // Done: the intent must not outlive it (weir 0.1 reused segment
         // names across runs, and a stale intent would take the next one for
         // a finished append and delete it unappended).
@@ -384,11 +384,7 @@ fn write_intent(path: &Path, dir: &Path, name: &str, offset: u64, len: u64) -> i
     writeln!(f, "{name} {offset} {len}")?;
     f.sync_all()?;
     fs::rename(&tmp, path)?;
-    sync_dir(dir)
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    crate::checkpoint::disk::sync_dir(dir)
 }
 
 /// Segments staged: segment name → checkpoint id.

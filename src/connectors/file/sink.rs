@@ -192,7 +192,7 @@ impl FileSink {
             }
             ctx.state.delete(PARTS, *kg, hidden.as_bytes())?;
         }
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| OpError::io(format!("syncing directory {}", self.dir.display()), e))
+        crate::checkpoint::disk::sync_dir(&self.dir).map_err(|e| OpError::io(format!("syncing directory {}", self.dir.display()), e))
     }
 }
 
