@@ -58,7 +58,7 @@ pub trait Source: Send {
     fn on_checkpoint(&mut self, _id: u64) {}
 
     /// A Kafka consumer's statistics (per-partition lag), for the metrics endpoint.
-    fn client_stats(&self) -> Option<std::sync::Arc<crate::runtime::metrics::ClientStats>> {
+    fn client_stats(&self) -> Option<std::sync::Arc<ClientStats>> {
         None
     }
 
@@ -92,4 +92,24 @@ impl RestoredPositions {
 /// subtasks; returns those of `subtask`.
 pub fn deal<T>(items: impl IntoIterator<Item = T>, parallelism: u16, subtask: u16) -> Vec<T> {
     items.into_iter().enumerate().filter(|(i, _)| *i % parallelism as usize == subtask as usize).map(|(_, t)| t).collect()
+}
+
+/// The newest statistics JSON a client library emitted (librdkafka's
+/// `statistics.interval.ms`), kept as it came: copying it costs the task
+/// thread that delivers it a memcpy; the metrics endpoint parses it at
+/// scrape time.
+#[derive(Debug, Default)]
+pub struct ClientStats(std::sync::Mutex<Vec<u8>>);
+
+impl ClientStats {
+    pub fn store(&self, json: &[u8]) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.clear();
+        v.extend_from_slice(json);
+    }
+
+    /// A copy of the newest statistics (empty: none yet).
+    pub fn latest(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }

@@ -181,26 +181,6 @@ impl CheckpointMetrics {
     }
 }
 
-/// The newest statistics JSON a client library emitted (librdkafka's
-/// `statistics.interval.ms`), kept as it came: copying it costs the task
-/// thread that delivers it a memcpy; the metrics endpoint parses it at
-/// scrape time.
-#[derive(Debug, Default)]
-pub struct ClientStats(std::sync::Mutex<Vec<u8>>);
-
-impl ClientStats {
-    pub fn store(&self, json: &[u8]) {
-        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        v.clear();
-        v.extend_from_slice(json);
-    }
-
-    /// A copy of the newest statistics (empty: none yet).
-    pub fn latest(&self) -> Vec<u8> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
 /// What the metrics endpoint reads besides the counters, fixed when the
 /// pipeline is built.
 #[derive(Debug, Clone, Default)]
@@ -219,7 +199,7 @@ pub struct Details {
     /// The Kafka sinks with `delivery: exactly_once` (transactions).
     pub transactional_kafka_sinks: Vec<String>,
     /// Each Kafka source subtask's consumer statistics: (source, subtask, stats).
-    pub kafka_sources: Vec<(String, u16, Arc<ClientStats>)>,
+    pub kafka_sources: Vec<(String, u16, Arc<crate::connectors::source::ClientStats>)>,
 }
 
 /// Everything the metrics endpoint reads, live while the engine runs.

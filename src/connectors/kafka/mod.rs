@@ -59,7 +59,7 @@ pub struct WeirContext {
     /// Mirrors `outage.since.is_some()` for a lock-free check per message.
     down: AtomicBool,
     /// The newest statistics (with `statistics.interval.ms`), for the metrics endpoint.
-    pub stats: std::sync::Arc<crate::runtime::metrics::ClientStats>,
+    pub stats: std::sync::Arc<crate::connectors::source::ClientStats>,
 }
 
 impl WeirContext {

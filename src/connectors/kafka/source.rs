@@ -635,7 +635,7 @@ impl Source for KafkaSource {
         self.restore_union(&all)
     }
 
-    fn client_stats(&self) -> Option<std::sync::Arc<crate::runtime::metrics::ClientStats>> {
+    fn client_stats(&self) -> Option<std::sync::Arc<crate::connectors::source::ClientStats>> {
         Some(self.consumer.context().stats.clone())
     }
 
