@@ -8,13 +8,30 @@
 /// before it, never one after it; a new module must be placed here.
 const LAYERS: &[&str] = &[
     // The base: values, numbers, byte codes and small services.
-    "number", "types", "codec", "features", "faults", "blocking", "pacing", "run_id",
+    "number",
+    "types",
+    "codec",
+    "features",
+    "faults",
+    "blocking",
+    "pacing",
+    "run_id",
     // Bytes at rest, the pipeline as written and as planned.
-    "checkpoint", "format", "expr", "config", "plan",
+    "checkpoint",
+    "format",
+    "expr",
+    "config",
+    "plan",
     // Pure protocol, then state and the things that process records.
-    "protocol", "state", "operators", "connectors",
+    "protocol",
+    "state",
+    "operators",
+    "connectors",
     // Before the engine, the engine, the network edges around it, the CLI.
-    "restore", "runtime", "serve", "cli",
+    "restore",
+    "runtime",
+    "serve",
+    "cli",
 ];
 
 /// `text` without comments and without the items under `#[cfg(test)]`.

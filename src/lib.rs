@@ -10,7 +10,6 @@
 pub mod blocking;
 pub mod checkpoint;
 pub mod cli;
-pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod connectors;
@@ -18,6 +17,8 @@ pub mod expr;
 pub mod faults;
 pub mod features;
 pub mod format;
+#[cfg(test)]
+mod layers;
 pub mod number;
 pub mod operators;
 pub mod pacing;

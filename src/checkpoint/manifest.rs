@@ -108,7 +108,7 @@ pub struct Metadata {
 }
 
 /// The instance that wrote a checkpoint: instance `index` of `instances`,
-/// and the identity of the pipeline (`cluster::identity`: its name, key
+/// and the identity of the pipeline (`plan::cluster::identity`: its name, key
 /// groups and repartition edges), which every instance shares.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,7 +117,7 @@ pub struct ClusterRecord {
     pub instances: u16,
     pub identity: String,
     /// The cluster generation its repartition stamps carried
-    /// (`cluster::generation`), kept by a restart. Left out when 0, as
+    /// (`plan::cluster::generation`), kept by a restart. Left out when 0, as
     /// every document before it reads.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub generation: u64,

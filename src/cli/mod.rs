@@ -395,7 +395,7 @@ fn load(args: &PipelineArgs, extra: &[String]) -> anyhow::Result<config::Pipelin
     overrides.extend_from_slice(extra);
     let pipeline = config::load_file_as(&args.pipeline, &overrides, args.instance)?;
     // Instance I of N: its own prefix, and hash edges through Kafka.
-    Ok(crate::cluster::lay_out(pipeline).map_err(UsageError)?)
+    Ok(crate::plan::cluster::lay_out(pipeline).map_err(UsageError)?)
 }
 
 fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
@@ -450,7 +450,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     // connector is opened) and stays locked until this function returns,
     // after the runtime and everything on it is gone.
     // An instance never starts on the checkpoints of another cluster shape.
-    crate::cluster::check_prefix(&pipeline).map_err(UsageError)?;
+    crate::restore::cluster::check_prefix(&pipeline).map_err(UsageError)?;
     let (start, _lock) = match (&pipeline.checkpoint, &restore) {
         (Some(_), _) => {
             let policy =
@@ -460,7 +460,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
                 // Before the plan: its repartition sends and receives carry it.
                 let generation = prepared.start.cluster_generation;
                 tracing::info!(generation = %format!("{generation:016x}"), "Cluster generation of the repartition producers.");
-                crate::cluster::set_generation(&mut pipeline, generation);
+                crate::plan::cluster::set_generation(&mut pipeline, generation);
             }
             (Some(prepared.start), Some((prepared.lock, prepared.lease)))
         }

@@ -45,11 +45,11 @@ pub struct ClusterSpec {
     pub instances: u16,
     /// Brokers of the repartition topics (None: no Kafka source to take them from).
     pub brokers: Option<String>,
-    /// What every instance of the cluster must share (`cluster::identity`;
+    /// What every instance of the cluster must share (`plan::cluster::identity`;
     /// empty until the pipeline is laid out for its instance).
     pub identity: String,
     /// Tells this cluster's producers of repartition topics from those of
-    /// the cluster before a rescale (`cluster::generation`; 0 until the
+    /// the cluster before a rescale (`plan::cluster::generation`; 0 until the
     /// start point is decided).
     pub generation: u64,
 }
@@ -73,7 +73,7 @@ impl ClusterSpec {
 pub struct RepartitionIn {
     pub partitions: u16,
     pub owned: std::ops::Range<u16>,
-    /// Whose watermarks count (`cluster::generation`).
+    /// Whose watermarks count (`plan::cluster::generation`).
     pub generation: u64,
 }
 
@@ -296,7 +296,7 @@ pub struct KafkaSinkSpec {
     /// record goes to the partition of its key's key group.
     pub repartition: Option<u16>,
     /// A repartition topic: the cluster generation its stamps carry
-    /// (`cluster::generation`).
+    /// (`plan::cluster::generation`).
     pub generation: u64,
 }
 

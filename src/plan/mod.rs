@@ -5,6 +5,8 @@
 //! chained into one task (Flink's operator chaining: a forward edge to a
 //! node's only consumer needs no channel).
 
+pub mod cluster;
+
 use crate::config::{NodeId, NodeKind, Pipeline};
 use crate::format::json::FieldNeed;
 use crate::format::path::FieldPath;

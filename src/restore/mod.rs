@@ -15,6 +15,7 @@
 //! So a refused start changes nothing on disk; with a fresh `state.dir`
 //! the directory is not even created.
 
+pub mod cluster;
 pub mod remote;
 
 use std::collections::HashMap;
@@ -101,7 +102,7 @@ pub struct StartPoint {
     /// The ownership of `storage` (the run stops when it is lost).
     pub ownership: Option<crate::checkpoint::lease::Ownership>,
     /// In a cluster: the generation of its repartition producers
-    /// (`cluster::generation`, from what this start restores; not the
+    /// (`plan::cluster::generation`, from what this start restores; not the
     /// storage's generation above).
     pub cluster_generation: u64,
 }
@@ -253,7 +254,7 @@ struct Decision {
     /// records as its origin (with `checkpoint.storage`).
     view: Option<StoreView>,
     origin: Origin,
-    /// The generation of the cluster's repartition producers (`cluster::generation`).
+    /// The generation of the cluster's repartition producers (`plan::cluster::generation`).
     cluster_generation: u64,
 }
 
@@ -325,10 +326,10 @@ fn decide(
         None => (Resolved::Nothing, true),
     };
     let mut set = Vec::new();
-    let mut cluster_generation = crate::cluster::generation(pipeline, crate::cluster::Start::Fresh);
+    let mut cluster_generation = crate::plan::cluster::generation(pipeline, crate::plan::cluster::Start::Fresh);
     let (restored, lineage_origin, origin) = match resolved {
         Resolved::Chosen(c) => {
-            cluster_generation = crate::cluster::generation(pipeline, crate::cluster::Start::Restored(&c.valid.metadata));
+            cluster_generation = crate::plan::cluster::generation(pipeline, crate::plan::cluster::Start::Restored(&c.valid.metadata));
             let (id, kind) = (c.valid.metadata.checkpoint_id, c.valid.metadata.kind);
             let origin = match c.stored {
                 Some(checkpoint) => Origin::Continues { checkpoint },
@@ -874,7 +875,7 @@ fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), Res
         .operators
         .iter()
         .filter_map(|o| o.strip_suffix(".repartition.receive"))
-        .map(|o| crate::cluster::topic_name(&first.pipeline, o))
+        .map(|o| crate::plan::cluster::topic_name(&first.pipeline, o))
         .collect();
     if !pipeline.cluster.is_cluster() && !topics.is_empty() {
         // Reading the hand-off that waits in the topics into a process
@@ -892,7 +893,7 @@ fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), Res
 /// owns now and the offsets of every Kafka partition (sources and
 /// repartition topics): each Kafka source keeps those of its own
 /// partitions. Every check runs before anything is written. Also the
-/// generation of the new cluster (`cluster::generation`).
+/// generation of the new cluster (`plan::cluster::generation`).
 fn load_set(
     pipeline: &Pipeline,
     paths: &[PathBuf],
@@ -903,7 +904,7 @@ fn load_set(
     let places: Vec<(String, &Metadata)> = chosen.iter().map(|c| (c.origin.display().to_string(), &c.valid.metadata)).collect();
     check_set(pipeline, &places)?;
     let set: Vec<&Metadata> = places.iter().map(|(_, md)| *md).collect();
-    let generation = crate::cluster::generation(pipeline, crate::cluster::Start::Set(&set));
+    let generation = crate::plan::cluster::generation(pipeline, crate::plan::cluster::Start::Set(&set));
     let m = pipeline.max_parallelism;
     let keep = match pipeline.cluster_record() {
         Some(c) => crate::types::key_group_range(c.index, c.instances, m),
@@ -1264,9 +1265,10 @@ operators:
 sinks:
   - {name: out, type: kafka, input: unique, brokers: "b:9092", topic: out}
 "#;
-        let new = crate::cluster::lay_out(crate::config::load_str(yaml, "t.yaml", &[]).unwrap()).unwrap();
-        let old = crate::cluster::lay_out(crate::config::load_str(&yaml.replace("instances: 3", "instances: 2"), "t.yaml", &[]).unwrap())
-            .unwrap();
+        let new = crate::plan::cluster::lay_out(crate::config::load_str(yaml, "t.yaml", &[]).unwrap()).unwrap();
+        let old =
+            crate::plan::cluster::lay_out(crate::config::load_str(&yaml.replace("instances: 3", "instances: 2"), "t.yaml", &[]).unwrap())
+                .unwrap();
         let sp = |i: u16| {
             let mut md = metadata(&Plan::new(old.clone()));
             md.kind = Kind::Savepoint;
@@ -1300,8 +1302,9 @@ sinks:
         single.1.cluster = None;
         assert!(check(vec![sp(0), single], &new).unwrap().contains("single-instance run"));
         // One instance would not read what waits in the repartition topics.
-        let one = crate::cluster::lay_out(crate::config::load_str(&yaml.replace("instances: 3", "instances: 1"), "t.yaml", &[]).unwrap())
-            .unwrap();
+        let one =
+            crate::plan::cluster::lay_out(crate::config::load_str(&yaml.replace("instances: 3", "instances: 1"), "t.yaml", &[]).unwrap())
+                .unwrap();
         assert!(check(vec![sp(0), sp(1)], &one).unwrap().contains("cannot be restored into one instance"));
     }
 

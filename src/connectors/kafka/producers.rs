@@ -10,7 +10,7 @@
 //! idle does not hold the subtask back. The watermarks are part of the
 //! source's position, so a restore goes on from the same minimum.
 //!
-//! Producers are those of this cluster's generation (`cluster::generation`):
+//! Producers are those of this cluster's generation (`plan::cluster::generation`):
 //! a rescale numbers the new producers as the old ones were numbered, and
 //! the old ones' records still wait in the topic. An older generation's
 //! watermark says nothing about the new producer of the same number, so it
