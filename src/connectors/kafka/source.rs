@@ -89,8 +89,9 @@ pub struct KafkaSource {
     /// One queue per assigned partition, read in turn, so every partition
     /// advances at about the same pace (librdkafka's shared queue would hand
     /// out whatever it prefetched, one partition's backlog after another's,
-    /// and the per-partition watermark would wait for the last one).
-    queues: Vec<PartitionQueue<WeirContext>>,
+    /// and the per-partition watermark would wait for the last one). With
+    /// the partition it is for.
+    queues: Vec<(Tp, PartitionQueue<WeirContext>)>,
     parts: BTreeMap<Tp, Part>,
     /// A partition silent this long does not hold the watermark back.
     idle_timeout: Option<Duration>,
@@ -362,7 +363,7 @@ impl KafkaSource {
         self.consumer.assign(&tpl).map_err(|e| format!("{}: assigning partitions: {e}", self.who))?;
         for (topic, p) in open {
             let q = self.consumer.split_partition_queue(topic, *p).ok_or_else(|| format!("{}: no queue for {topic}/{p}", self.who))?;
-            self.queues.push(q);
+            self.queues.push(((topic.clone(), *p), q));
         }
         Ok(())
     }
@@ -393,14 +394,15 @@ impl Decoder {
     }
 
     /// Parse one message into `out` (or hand it to `on_error`).
+    /// `now`: the time of the poll (one clock read for all its messages).
     fn take(
         &mut self,
         tp: &Tp,
         m: &rdkafka::message::BorrowedMessage<'_>,
+        now: Instant,
         out: &mut Vec<Record>,
         metrics: &OperatorMetrics,
     ) -> Result<bool, OpError> {
-        let now = Instant::now();
         let stamp = match &self.carried {
             Some(_) => Stamp::read(m.headers(), m.partition())
                 .map_err(|e| OpError::Data(format!("{}: {}/{}@{}: {e}", self.who, m.topic(), m.partition(), m.offset())))?,
@@ -465,8 +467,9 @@ impl Decoder {
     }
 }
 
-#[derive(Default)]
 struct PollState {
+    /// When the poll began.
+    now: Instant,
     produced: usize,
     received: bool,
     eof: bool,
@@ -475,10 +478,14 @@ struct PollState {
 }
 
 /// Take one item of a consumer or partition queue; false if it was empty.
+/// `queue_of`: the partition whose queue it came from (None: the
+/// consumer's queue), which saves naming it again for every message.
+#[allow(clippy::too_many_arguments)]
 fn handle(
     parts: &mut BTreeMap<Tp, Part>,
     dec: &mut Decoder,
     cx: &WeirContext,
+    queue_of: Option<&Tp>,
     item: Option<KafkaResult<BorrowedMessage<'_>>>,
     out: &mut Vec<Record>,
     metrics: &OperatorMetrics,
@@ -488,17 +495,24 @@ fn handle(
     match result {
         Ok(m) => {
             st.received = true;
-            let tp = (m.topic().to_string(), m.partition());
-            let Some(part) = parts.get(&tp).copied() else { return Ok(true) };
+            let named;
+            let tp = match queue_of {
+                Some(tp) if tp.1 == m.partition() && tp.0 == m.topic() => tp,
+                _ => {
+                    named = (m.topic().to_string(), m.partition());
+                    &named
+                }
+            };
+            let Some(part) = parts.get_mut(tp) else { return Ok(true) };
             // Past a bounded partition's end, or before the position (a
             // fetch that was under way at a re-assign): not ours.
             if part.done() || m.offset() < part.next || part.stop.is_some_and(|s| m.offset() >= s) {
                 return Ok(true);
             }
-            if dec.take(&tp, &m, out, metrics)? {
+            if dec.take(tp, &m, st.now, out, metrics)? {
                 st.produced += 1;
             }
-            parts.get_mut(&tp).expect("present").next = m.offset() + 1;
+            part.next = m.offset() + 1;
         }
         Err(KafkaError::PartitionEOF(_)) => {
             st.received = true;
@@ -559,20 +573,21 @@ impl Source for KafkaSource {
         if self.parts.values().all(Part::done) {
             return Ok(SourcePoll::Finished);
         }
-        let mut st = PollState::default();
+        let mut st = PollState { now: Instant::now(), produced: 0, received: false, eof: false, out_of_range: false };
         // Events (errors) and messages buffered before the split.
         while st.produced < max {
             let item = self.consumer.poll(Duration::ZERO);
-            if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), item, out, metrics, &mut st)? {
+            if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), None, item, out, metrics, &mut st)? {
                 break;
             }
         }
         // Then the partitions in turn, a share of `max` each.
         let share = (max / self.queues.len().max(1)).max(1);
-        for q in &self.queues {
+        for (tp, q) in &self.queues {
             let goal = (st.produced + share).min(max);
             while st.produced < goal {
-                if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), q.poll(Duration::ZERO), out, metrics, &mut st)? {
+                let item = q.poll(Duration::ZERO);
+                if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), Some(tp), item, out, metrics, &mut st)? {
                     break;
                 }
             }

@@ -54,24 +54,26 @@ pub enum Stamp {
 impl Stamp {
     /// The header this stamp is sent with.
     pub fn headers(&self) -> Option<OwnedHeaders> {
-        let (key, value) = match *self {
+        // On the stack: one per record sent.
+        let mut v = [0u8; 29];
+        let (key, len) = match *self {
             Stamp::None => return None,
             Stamp::Record { generation, producer, event_time, split_watermark } => {
-                let mut v = producer.to_be_bytes().to_vec();
-                v.push(u8::from(event_time.is_some()));
-                v.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
-                v.extend_from_slice(&split_watermark.to_be_bytes());
-                v.extend_from_slice(&generation.to_be_bytes());
-                (RECORD_HEADER, v)
+                v[..4].copy_from_slice(&producer.to_be_bytes());
+                v[4] = u8::from(event_time.is_some());
+                v[5..13].copy_from_slice(&event_time.unwrap_or(0).to_be_bytes());
+                v[13..21].copy_from_slice(&split_watermark.to_be_bytes());
+                v[21..29].copy_from_slice(&generation.to_be_bytes());
+                (RECORD_HEADER, 29)
             }
             Stamp::Watermark { generation, producer, watermark, .. } => {
-                let mut v = producer.to_be_bytes().to_vec();
-                v.extend_from_slice(&watermark.to_be_bytes());
-                v.extend_from_slice(&generation.to_be_bytes());
-                (WATERMARK_HEADER, v)
+                v[..4].copy_from_slice(&producer.to_be_bytes());
+                v[4..12].copy_from_slice(&watermark.to_be_bytes());
+                v[12..20].copy_from_slice(&generation.to_be_bytes());
+                (WATERMARK_HEADER, 20)
             }
         };
-        Some(OwnedHeaders::new_with_capacity(1).insert(Header { key, value: Some(value.as_slice()) }))
+        Some(OwnedHeaders::new_with_capacity(1).insert(Header { key, value: Some(&v[..len]) }))
     }
 
     /// The stamp of a message read from `partition` (None: no weir header).
