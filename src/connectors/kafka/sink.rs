@@ -68,7 +68,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::stamp::Stamp;
+use super::stamp::{BatchWriter, Stamp, BATCH_RECORD_OVERHEAD};
 use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
@@ -148,14 +148,18 @@ impl ProducerContext for SinkContext {
     }
 }
 
-/// Key, value, and what a repartition record carries in its header.
-type Msg = (Option<Box<[u8]>>, Box<str>, Stamp);
+/// Key, value, and what a repartition message carries in its header.
+type Msg = (Option<Box<[u8]>>, Box<[u8]>, Stamp);
 
-/// The records among `msgs` (not the watermark records of a repartition topic).
-#[cfg(test)]
+/// The records among `msgs` (not the watermark records of a repartition
+/// topic; each record of a batch message).
 fn records_in(msgs: &[Msg]) -> u64 {
-    msgs.iter().filter(|m| !matches!(m.2, Stamp::Watermark { .. })).count() as u64
+    msgs.iter().map(|m| m.2.records()).sum()
 }
+
+/// The most records in one batch message of a repartition send (a
+/// receiving source may return this many more than it was asked for).
+const BATCH_MAX_RECORDS: u32 = 512;
 
 /// Messages of a transaction in the form a staged transaction keeps them
 /// (`encode_txn` after the id), appended as they are sent: no copy of each
@@ -169,10 +173,10 @@ struct Staging {
 }
 
 impl Staging {
-    fn push(&mut self, key: Option<&[u8]>, value: &str, stamp: &Stamp, stamped: bool) {
+    fn push(&mut self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
         encode_msg(&mut self.bytes, key, value, stamp, stamped);
         self.messages += 1;
-        self.records += u64::from(!matches!(stamp, Stamp::Watermark { .. }));
+        self.records += stamp.records();
     }
 
     /// Append all of `other`'s messages.
@@ -212,7 +216,7 @@ fn message_max_bytes(properties: &[(String, String)]) -> Result<u64, String> {
 }
 
 /// Why the producer would refuse a message of this key and value, if it would.
-fn oversize(key: Option<&[u8]>, value: &str, max: u64) -> Option<String> {
+fn oversize(key: Option<&[u8]>, value: &[u8], max: u64) -> Option<String> {
     let bytes = key.map_or(0, |k| k.len() as u64) + value.len() as u64 + RECORD_OVERHEAD;
     (bytes > max).then(|| {
         format!(
@@ -303,6 +307,8 @@ pub struct KafkaSink {
     /// The state value of the staged transaction, built at each barrier
     /// (kept: about a transaction's size every time).
     staged_value: Vec<u8>,
+    /// A repartition send: each partition's batch message being built.
+    batches: Vec<BatchWriter>,
 }
 
 /// Which run's marker says whether a staged transaction was committed.
@@ -511,6 +517,7 @@ impl KafkaSink {
             generation: spec.generation,
             written_watermark: MIN_WATERMARK,
             staged_value: Vec::new(),
+            batches: Vec::new(),
         })
     }
 
@@ -521,24 +528,14 @@ impl KafkaSink {
         self
     }
 
-    /// The key of record `r` into `key_buf` (false: no key) and its stamp.
-    fn message(&mut self, r: &Record) -> (bool, Stamp) {
-        if self.repartition.is_some() {
-            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
-            let stamp = Stamp::Record {
-                generation: self.generation,
-                producer: self.producer_id,
-                event_time: r.event_time,
-                split_watermark: r.split_watermark,
-            };
-            return (true, stamp);
-        }
+    /// The key of record `r` into `key_buf` (false: no key).
+    fn message(&mut self, r: &Record) -> bool {
         let has_key = match self.key.as_slice() {
             [] => false,
             [i] => super::key_bytes(&[&r.fields[*i]], &mut self.key_buf),
             many => super::key_bytes(&many.iter().map(|&i| &r.fields[i]).collect::<Vec<_>>(), &mut self.key_buf),
         };
-        (has_key, Stamp::None)
+        has_key
     }
 
     /// Whether staged transactions keep each message's stamp (WKT4: a cluster's).
@@ -558,7 +555,7 @@ impl KafkaSink {
         (0..i32::from(partitions))
             .map(|partition| {
                 let stamp = Stamp::Watermark { partition, generation: self.generation, producer: self.producer_id, watermark };
-                (None, "".into(), stamp)
+                (None, Box::default(), stamp)
             })
             .collect()
     }
@@ -568,15 +565,17 @@ impl KafkaSink {
         self.send_parts(m.0.as_deref(), &m.1, &m.2)
     }
 
-    fn send_parts(&self, key: Option<&[u8]>, value: &str, stamp: &Stamp) -> OpResult {
-        let mut rec: BaseRecord<'_, [u8], str> = BaseRecord::to(&self.topic).payload(value);
+    fn send_parts(&self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp) -> OpResult {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(value);
         if let Some(k) = key {
             rec = rec.key(k);
             if let Some(partitions) = self.repartition {
+                // A single record (as an earlier weir sent them, and a
+                // repaired transaction of one): the partition of its key group.
                 rec = rec.partition(crate::types::key_group_of(k, partitions) as i32);
             }
         }
-        if let Stamp::Watermark { partition, .. } = *stamp {
+        if let Some(partition) = stamp.partition() {
             rec = rec.partition(partition);
         }
         if let Some(h) = stamp.headers() {
@@ -593,7 +592,7 @@ impl KafkaSink {
         }
     }
 
-    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], str>) -> OpResult {
+    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], [u8]>) -> OpResult {
         loop {
             self.producer.context().base.check()?;
             std::thread::sleep(Duration::from_millis(1));
@@ -736,7 +735,7 @@ impl KafkaSink {
             tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
             return Ok(0);
         }
-        let n = s.records.iter().filter(|m| !matches!(m.2, Stamp::Watermark { .. })).count() as u64;
+        let n = records_in(&s.records);
         for m in s.records {
             self.send_in_txn(m)?;
         }
@@ -754,6 +753,68 @@ impl KafkaSink {
             "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
         );
         Ok(n)
+    }
+
+    /// A repartition send: the records of `batch` for each partition (key
+    /// group) in one batch message, in their order (several when they are
+    /// many or large), stamped with this producer (stamp.rs). No message
+    /// waits for the next batch: a barrier's watermark records come after
+    /// every record before it.
+    fn process_repartition(&mut self, batch: &[Record], partitions: u16, ctx: &mut Context<'_>) -> OpResult {
+        let cap = (self.max_message_bytes / 4).clamp(4 << 10, 256 << 10) as usize;
+        let mut writers = std::mem::take(&mut self.batches);
+        writers.resize_with(usize::from(partitions), BatchWriter::default);
+        let mut result = Ok(());
+        for r in batch {
+            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
+            if let Some(reason) = oversize(Some(&self.key_buf), r.raw.as_bytes(), self.max_message_bytes) {
+                let place = format!("topic `{}`", self.topic);
+                result = reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics);
+                if result.is_err() {
+                    break;
+                }
+                continue;
+            }
+            let p = crate::types::key_group_of(&self.key_buf, partitions) as usize;
+            let w = &mut writers[p];
+            if w.records >= BATCH_MAX_RECORDS || (w.records > 0 && w.bytes.len() + BATCH_RECORD_OVERHEAD + r.raw.len() > cap) {
+                result = self.send_batch(p, w);
+                if result.is_err() {
+                    break;
+                }
+            }
+            w.push(r.event_time, r.split_watermark, &r.raw);
+        }
+        for (p, w) in writers.iter_mut().enumerate().filter(|(_, w)| w.records > 0) {
+            if result.is_ok() {
+                result = self.send_batch(p, w);
+            }
+            w.clear();
+        }
+        self.batches = writers;
+        self.show_transactions(ctx.metrics);
+        result
+    }
+
+    /// Send (or hold, while a transaction waits for its checkpoint) the
+    /// batch message of `w` to `partition`, and empty `w`.
+    fn send_batch(&mut self, partition: usize, w: &mut BatchWriter) -> OpResult {
+        let stamp = Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
+        let stamped = self.stamped();
+        match self.txn.as_ref().map(|t| t.staged.is_some()) {
+            None => {
+                self.send_parts(None, &w.bytes, &stamp)?;
+                self.sent += u64::from(w.records);
+            }
+            Some(true) => self.txn.as_mut().expect("exactly-once").held.push(None, &w.bytes, &stamp, stamped),
+            Some(false) => {
+                self.ensure_open()?;
+                self.send_parts(None, &w.bytes, &stamp)?;
+                self.txn.as_mut().expect("exactly-once").records.push(None, &w.bytes, &stamp, stamped);
+            }
+        }
+        w.clear();
+        Ok(())
     }
 
     fn commit(&mut self) -> OpResult {
@@ -777,7 +838,7 @@ fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str,
 
 /// One message of a staged transaction: key (length, or u32::MAX for
 /// none), value, and with `stamped` (WKT4) its stamp.
-fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &str, stamp: &Stamp, stamped: bool) {
+fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
     match key {
         Some(k) => {
             out.extend_from_slice(&(k.len() as u32).to_be_bytes());
@@ -786,7 +847,7 @@ fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &str, stamp: &Stamp,
         None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
     }
     out.extend_from_slice(&(value.len() as u32).to_be_bytes());
-    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(value);
     if stamped {
         stamp.encode(out);
     }
@@ -865,6 +926,9 @@ fn decode_txn(b: &[u8], stamped: bool) -> Result<(u64, Vec<Msg>), String> {
     Ok((id, records))
 }
 
+/// A `Msg` borrowed from a staged transaction.
+type MsgRef<'a> = (Option<&'a [u8]>, &'a [u8], Stamp);
+
 /// The messages of a staged transaction (`encode_msg` one after the other),
 /// borrowed; an error (and then nothing) where they are malformed.
 struct MsgIter<'a> {
@@ -877,7 +941,7 @@ impl<'a> MsgIter<'a> {
         MsgIter { rest: messages, stamped }
     }
 
-    fn next_msg(&mut self) -> Option<(Option<&'a [u8]>, &'a str, Stamp)> {
+    fn next_msg(&mut self) -> Option<MsgRef<'a>> {
         fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
             let (h, t) = r.split_at_checked(n)?;
             *r = t;
@@ -887,14 +951,14 @@ impl<'a> MsgIter<'a> {
         let klen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes"));
         let key = if klen == u32::MAX { None } else { Some(take(r, klen as usize)?) };
         let vlen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes")) as usize;
-        let value = std::str::from_utf8(take(r, vlen)?).ok()?;
+        let value = take(r, vlen)?;
         let stamp = if self.stamped { Stamp::decode(r)? } else { Stamp::None };
         Some((key, value, stamp))
     }
 }
 
 impl<'a> Iterator for MsgIter<'a> {
-    type Item = Result<(Option<&'a [u8]>, &'a str, Stamp), String>;
+    type Item = Result<MsgRef<'a>, String>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.rest.is_empty() {
@@ -920,11 +984,15 @@ impl Operator for KafkaSink {
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
         self.producer.context().base.check()?;
+        if let Some(partitions) = self.repartition {
+            return self.process_repartition(&batch, partitions, ctx);
+        }
         let stamped = self.stamped();
+        let stamp = Stamp::None;
         for r in &batch {
-            let (has_key, stamp) = self.message(r);
+            let has_key = self.message(r);
             let key = has_key.then_some(self.key_buf.as_slice());
-            if let Some(reason) = oversize(key, &r.raw, self.max_message_bytes) {
+            if let Some(reason) = oversize(key, r.raw.as_bytes(), self.max_message_bytes) {
                 let place = format!("topic `{}`", self.topic);
                 reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics)?;
                 continue;
@@ -932,15 +1000,15 @@ impl Operator for KafkaSink {
             let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
             match waiting {
                 None => {
-                    self.send_parts(key, &r.raw, &stamp)?;
+                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
                     self.sent += 1;
                 }
-                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(key, &r.raw, &stamp, stamped),
+                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(key, r.raw.as_bytes(), &stamp, stamped),
                 Some(false) => {
                     self.ensure_open()?;
                     let key = has_key.then_some(self.key_buf.as_slice());
-                    self.send_parts(key, &r.raw, &stamp)?;
-                    self.txn.as_mut().expect("exactly-once").records.push(key, &r.raw, &stamp, stamped);
+                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
+                    self.txn.as_mut().expect("exactly-once").records.push(key, r.raw.as_bytes(), &stamp, stamped);
                 }
             }
         }
@@ -1064,6 +1132,10 @@ impl Operator for KafkaSink {
 mod tests {
     use super::*;
 
+    fn val(text: &str) -> Box<[u8]> {
+        text.as_bytes().into()
+    }
+
     #[test]
     fn a_delivery_error_names_the_cause_not_the_purge_that_followed_it() {
         let f = |error: &str, consequence: bool| Failed { error: error.into(), consequence, connectivity: !consequence };
@@ -1079,14 +1151,14 @@ mod tests {
     #[test]
     fn oversize_records_are_found_before_sending_and_name_both_sizes() {
         let fits = "x".repeat(1_000_000 - 36);
-        assert_eq!(oversize(None, &fits, DEFAULT_MESSAGE_MAX_BYTES), None);
+        assert_eq!(oversize(None, fits.as_bytes(), DEFAULT_MESSAGE_MAX_BYTES), None);
         assert_eq!(
-            oversize(Some(b"k"), &fits, DEFAULT_MESSAGE_MAX_BYTES).as_deref(),
+            oversize(Some(b"k"), fits.as_bytes(), DEFAULT_MESSAGE_MAX_BYTES).as_deref(),
             Some("record of 1 000 001 bytes (key, value and 36 bytes of framing) is over the producer's message.max.bytes 1 000 000")
         );
         let big = "x".repeat(1_500_123 - 36);
-        assert!(oversize(None, &big, 2_000_000).is_none());
-        assert!(oversize(None, &big, DEFAULT_MESSAGE_MAX_BYTES).unwrap().starts_with("record of 1 500 123 bytes"));
+        assert!(oversize(None, big.as_bytes(), 2_000_000).is_none());
+        assert!(oversize(None, big.as_bytes(), DEFAULT_MESSAGE_MAX_BYTES).unwrap().starts_with("record of 1 500 123 bytes"));
     }
 
     #[test]
@@ -1104,7 +1176,7 @@ mod tests {
     #[test]
     fn staged_transactions_round_trip() {
         let recs: Vec<Msg> =
-            vec![(Some(b"k".to_vec().into_boxed_slice()), "{\"a\":1}".into(), Stamp::None), (None, "{}".into(), Stamp::None)];
+            vec![(Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::None), (None, val("{}"), Stamp::None)];
         let (id, back) = decode_txn(&encode_txn(42, &recs, false), false).unwrap();
         assert_eq!(id, 42);
         assert_eq!(back, recs);
@@ -1113,21 +1185,31 @@ mod tests {
         let stamped: Vec<Msg> = vec![
             (
                 Some(b"k".to_vec().into_boxed_slice()),
-                "{}".into(),
+                val("{}"),
                 Stamp::Record { generation: 77, producer: 4, event_time: Some(10), split_watermark: 3 },
             ),
-            (None, "".into(), Stamp::Watermark { partition: 2, generation: 77, producer: 4, watermark: 9 }),
+            (None, val(""), Stamp::Watermark { partition: 2, generation: 77, producer: 4, watermark: 9 }),
         ];
         assert_eq!(decode_txn(&encode_txn(5, &stamped, true), true).unwrap(), (5, stamped.clone()));
         assert!(decode_txn(&encode_txn(5, &stamped, true)[..30], true).is_err(), "a stamp cut short");
         assert_eq!(records_in(&stamped), 1, "watermark records are not records");
+        // A batch message (how records are sent now): its binary value and
+        // its partition kept, its records counted.
+        let mut w = BatchWriter::default();
+        w.push(Some(1), 0, "{\"a\":1}");
+        w.push(None, -4, "{\"a\":2}");
+        let batch: Msg = (None, w.bytes.clone().into_boxed_slice(), Stamp::Batch { partition: 3, generation: 77, producer: 4, records: 2 });
+        let with_batch: Vec<Msg> = stamped.iter().cloned().chain([batch]).collect();
+        assert_eq!(decode_txn(&encode_txn(6, &with_batch, true), true).unwrap(), (6, with_batch.clone()));
+        assert_eq!(records_in(&with_batch), 3);
+        assert_eq!(with_batch[2].2.partition(), Some(3), "sent to the partition it was built for");
     }
 
     /// A staged transaction's state value as the sink writes it.
     fn staged_value(origin: u16, instance: Option<u16>, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
         let mut staging = Staging::default();
-        for (k, v, stamp) in records {
-            staging.push(k.as_deref(), v, stamp, instance.is_some());
+        for (k, value, stamp) in records {
+            staging.push(k.as_deref(), value, stamp, instance.is_some());
         }
         let mut out = vec![0xAA; 3];
         encode_staged(&mut out, origin, instance, run, id, &staging.bytes);
@@ -1137,23 +1219,23 @@ mod tests {
     #[test]
     fn staging_as_records_are_sent_is_the_staged_format() {
         let recs: Vec<Msg> = vec![
-            (Some(b"k".to_vec().into_boxed_slice()), "{\"a\":1}".into(), Stamp::Record { generation: 9, producer: 2, event_time: None, split_watermark: 4 }),
-            (None, "".into(), Stamp::Watermark { partition: 5, generation: 9, producer: 2, watermark: 8 }),
-            (Some(Vec::new().into_boxed_slice()), "{}".into(), Stamp::Record { generation: 9, producer: 2, event_time: Some(3), split_watermark: 4 }),
+            (Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::Record { generation: 9, producer: 2, event_time: None, split_watermark: 4 }),
+            (None, val(""), Stamp::Watermark { partition: 5, generation: 9, producer: 2, watermark: 8 }),
+            (Some(Vec::new().into_boxed_slice()), val("{}"), Stamp::Record { generation: 9, producer: 2, event_time: Some(3), split_watermark: 4 }),
         ];
         for stamped in [false, true] {
             // Two batches appended (records held after a barrier, then sent).
             let (mut first, mut second) = (Staging::default(), Staging::default());
             first.push(recs[0].0.as_deref(), &recs[0].1, &recs[0].2, stamped);
-            for (k, v, stamp) in &recs[1..] {
-                second.push(k.as_deref(), v, stamp, stamped);
+            for (k, value, stamp) in &recs[1..] {
+                second.push(k.as_deref(), value, stamp, stamped);
             }
             first.append(&second);
             assert_eq!((first.records, first.messages), (2, 3));
             assert_eq!(first.bytes, encode_txn(7, &recs, stamped)[8..], "byte for byte what the whole transaction encodes to");
             let back: Vec<_> = MsgIter::new(&first.bytes, stamped).collect::<Result<_, _>>().unwrap();
             let want: Vec<_> =
-                recs.iter().map(|(k, v, s)| (k.as_deref(), &**v, if stamped { *s } else { Stamp::None })).collect();
+                recs.iter().map(|(k, value, s)| (k.as_deref(), &**value, if stamped { *s } else { Stamp::None })).collect();
             assert_eq!(back, want);
             let mut cut = MsgIter::new(&first.bytes[..first.bytes.len() - 1], stamped);
             assert!(cut.next().unwrap().is_ok() && cut.next().unwrap().is_ok());
@@ -1166,7 +1248,7 @@ mod tests {
 
     #[test]
     fn staged_transactions_carry_the_run_that_staged_them() {
-        let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into(), Stamp::None)];
+        let recs: Vec<Msg> = vec![(None, val("{\"a\":1}"), Stamp::None)];
         let v = staged_value(3, None, "00ab", 7, &recs);
         assert!(v.starts_with(STAGED_MAGIC), "outside a cluster, the format an older weir reads");
         let s = decode_staged(&v).unwrap();
@@ -1174,7 +1256,7 @@ mod tests {
         // A cluster's: the instance too (a rescale repairs it under that
         // instance's id), and the stamps (WKT4).
         let stamped: Vec<Msg> =
-            vec![(None, "{}".into(), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
+            vec![(None, val("{}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
         let v = staged_value(3, Some(2), "00ab", 7, &stamped);
         assert!(v.starts_with(STAGED_MAGIC_STAMPED));
         let s = decode_staged(&v).unwrap();

@@ -37,7 +37,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::producers::ProducerWatermarks;
-use super::stamp::Stamp;
+use super::stamp::{BatchReader, Stamp};
 use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError, RepartitionIn};
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
@@ -393,7 +393,8 @@ impl Decoder {
         reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, place), text, reason, metrics)
     }
 
-    /// Parse one message into `out` (or hand it to `on_error`).
+    /// Parse one message into `out` (or hand it to `on_error`); how many
+    /// records it gave (a batch message of a repartition topic, several).
     /// `now`: the time of the poll (one clock read for all its messages).
     fn take(
         &mut self,
@@ -402,7 +403,7 @@ impl Decoder {
         now: Instant,
         out: &mut Vec<Record>,
         metrics: &OperatorMetrics,
-    ) -> Result<bool, OpError> {
+    ) -> Result<usize, OpError> {
         let stamp = match &self.carried {
             Some(_) => Stamp::read(m.headers(), m.partition())
                 .map_err(|e| OpError::Data(format!("{}: {}/{}@{}: {e}", self.who, m.topic(), m.partition(), m.offset())))?,
@@ -411,10 +412,13 @@ impl Decoder {
         if let (Some(c), Stamp::Watermark { generation, producer, watermark, .. }) = (&mut self.carried, stamp) {
             // Not data: it moves the partition's watermark only.
             c.on_watermark(tp, generation, producer, watermark, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
-            return Ok(false);
+            return Ok(0);
         }
         if let Some(t) = self.times.get_mut(tp) {
             t.last_data = now;
+        }
+        if let Stamp::Batch { generation, producer, records, .. } = stamp {
+            return self.take_batch(tp, m, (generation, producer, records), now, out, metrics);
         }
         let payload = m.payload().unwrap_or_default();
         OperatorMetrics::add(&metrics.bytes_in, payload.len() as u64);
@@ -424,7 +428,7 @@ impl Decoder {
             Err(e) => {
                 let lossy = String::from_utf8_lossy(payload).into_owned();
                 self.bad_record(&place(), &lossy, &format!("not UTF-8: {e}"), metrics)?;
-                return Ok(false);
+                return Ok(0);
             }
         };
         let text = match &self.key_field {
@@ -441,7 +445,7 @@ impl Decoder {
                     if let Some(Err(reason)) = r.event_time.map(crate::types::check_event_time) {
                         let text = text.to_string();
                         self.bad_record(&place(), &text, &format!("message timestamp: {reason}"), metrics)?;
-                        return Ok(false);
+                        return Ok(0);
                     }
                 }
                 if let (Some(c), Stamp::Record { generation, producer, event_time, split_watermark }) = (&mut self.carried, stamp) {
@@ -456,14 +460,67 @@ impl Decoder {
                     r.split_watermark = t.max_ts;
                 }
                 out.push(r);
-                Ok(true)
+                Ok(1)
             }
             Err(reason) => {
                 let text = text.to_string();
                 self.bad_record(&place(), &text, &reason, metrics)?;
-                Ok(false)
+                Ok(0)
             }
         }
+    }
+
+    /// The records of a batch message of a repartition topic (stamp.rs):
+    /// each with the event time and split watermark it was sent with, as a
+    /// message of one record would be read; `header`: its producer's
+    /// generation and number, and the number of records it says it holds.
+    fn take_batch(
+        &mut self,
+        tp: &Tp,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        (generation, producer, records): (u64, u32, u32),
+        now: Instant,
+        out: &mut Vec<Record>,
+        metrics: &OperatorMetrics,
+    ) -> Result<usize, OpError> {
+        let where_ = || format!("{}: {}/{}@{}", self.who, m.topic(), m.partition(), m.offset());
+        let (before, mut read, mut bytes) = (out.len(), 0u32, 0);
+        for rec in BatchReader::new(m.payload().unwrap_or_default()) {
+            let (event_time, split_watermark, json) = rec.map_err(|e| OpError::Data(format!("{}: {e}", where_())))?;
+            read += 1;
+            bytes += json.len();
+            let place = || format!("{}/{}@{} record {read}", m.topic(), m.partition(), m.offset());
+            let text = match std::str::from_utf8(json) {
+                Ok(t) => t.trim(),
+                Err(e) => {
+                    let lossy = String::from_utf8_lossy(json).into_owned();
+                    self.bad_record(&place(), &lossy, &format!("not UTF-8: {e}"), metrics)?;
+                    continue;
+                }
+            };
+            match self.parser.parse(text) {
+                Ok(mut r) => {
+                    r.event_time = event_time;
+                    r.split_watermark = split_watermark;
+                    out.push(r);
+                }
+                Err(reason) => {
+                    let text = text.to_string();
+                    self.bad_record(&place(), &text, &reason, metrics)?;
+                }
+            }
+        }
+        OperatorMetrics::add(&metrics.bytes_in, bytes as u64);
+        if read != records {
+            return Err(OpError::Data(format!("{}: a batch message of {read} records says it holds {records}", where_())));
+        }
+        let produced = out.len() - before;
+        if produced > 0 {
+            if let Some(c) = &mut self.carried {
+                c.on_record(tp, generation, producer, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+            }
+        }
+        Ok(produced)
     }
 }
 
@@ -509,9 +566,7 @@ fn handle(
             if part.done() || m.offset() < part.next || part.stop.is_some_and(|s| m.offset() >= s) {
                 return Ok(true);
             }
-            if dec.take(tp, &m, st.now, out, metrics)? {
-                st.produced += 1;
-            }
+            st.produced += dec.take(tp, &m, st.now, out, metrics)?;
             part.next = m.offset() + 1;
         }
         Err(KafkaError::PartitionEOF(_)) => {
