@@ -8,6 +8,7 @@
 #
 #   scripts/bench-cluster.sh                        # 500 K rows, a fresh local broker
 #   BENCH_ROWS=200000 BENCH_INSTANCES_LIST="1 2" KAFKA_BOOTSTRAP=host:port scripts/bench-cluster.sh
+#   BASE_WEIR=/tmp/weir-base scripts/bench-cluster.sh  # each job with that binary too, alternated
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bench/input.sh
@@ -18,6 +19,6 @@ source scripts/lib/venv.sh
 pip_tool_install "$venv" confluent-kafka 2.16.1 bench-cluster.sh
 
 bench_broker
-export WEIR=$weir
+export WEIR=${WEIR:-$weir}
 mkdir -p target/bench/cluster
 "$venv/bin/python" scripts/bench/cluster.py

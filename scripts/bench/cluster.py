@@ -10,6 +10,15 @@ their /metrics. Then, with the cluster idle, LATENCY_PROBES single records
 (new id, new user) are produced one at a time and each is timed until a
 read_committed consumer of the output sees its count. CPU seconds of the
 weir processes and of the broker come from /proc.
+
+Then, on the one-instance input topic, the Kafka -> keyed count job of
+scripts/bench-kafka.sh (scripts/bench/kafka_count.yaml: one process, no
+repartition topics, read to the end offsets and exit), its CPU seconds
+from the rusage of the exited process.
+
+With BASE_WEIR set, every job runs with that binary too, right after the
+same job with WEIR, on a fresh pipeline name and input topic of its own:
+a before/after table from one run.
 """
 import json, os, re, signal, socket, statistics, subprocess, sys, time
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -17,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 BROKERS = os.environ["KAFKA_BOOTSTRAP"]
 WEIR = os.environ.get("WEIR", "target/release/weir")
+BASE_WEIR = os.environ.get("BASE_WEIR") or None
 DATA = os.environ["BENCH_DATA"]
 ROWS = int(os.environ["BENCH_ROWS"])
 COUNTS = [int(n) for n in os.environ.get("BENCH_INSTANCES_LIST", "1 2 3").split()]
@@ -85,9 +95,9 @@ def records_in(port, operator):
     return total
 
 
-def run(n, topic):
-    name = f"bench_cluster_{RUN}_{n}"
-    out = f"bench-cluster-out-{RUN}-{n}"
+def run(weir, tag, n, topic):
+    name = f"bench_cluster_{RUN}_{tag}_{n}"
+    out = f"bench-cluster-out-{RUN}-{tag}-{n}"
     create(out, 1)
     state = os.path.join(WORK, name)
     env = dict(os.environ, BENCH_NAME=name, BENCH_STATE=state, BENCH_INSTANCES=str(n), BENCH_TOPIC=topic, BENCH_OUT=out)
@@ -96,7 +106,7 @@ def run(n, topic):
     start = time.time()
     procs = [
         subprocess.Popen(
-            [WEIR, "run", "scripts/bench/cluster.yaml", "--no-progress", "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{ports[i]}"],
+            [weir, "run", "scripts/bench/cluster.yaml", "--no-progress", "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{ports[i]}"],
             env=dict(env, WEIR_INSTANCE=str(i)),
             stdout=subprocess.DEVNULL,
         )
@@ -144,23 +154,49 @@ def run(n, topic):
     return elapsed, weir_cpu, broker_cpu, lat
 
 
+def keyed_count(weir, topic):
+    """Kafka -> keyed count -> blackhole, one process: (seconds, CPU s, broker CPU s)."""
+    env = dict(os.environ, BENCH_TOPIC=topic)
+    broker0 = cpu_seconds(BROKER_PID) if BROKER_PID else None
+    start = time.time()
+    p = subprocess.Popen([weir, "run", "scripts/bench/kafka_count.yaml", "--no-progress", "--log-level", "warn"], env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.time() - start
+    if p.returncode != 0:
+        sys.exit(f"keyed count: weir exited {p.returncode}")
+    broker_cpu = cpu_seconds(BROKER_PID) - broker0 if BROKER_PID else None
+    return elapsed, usage.ru_utime + usage.ru_stime, broker_cpu
+
+
 def main():
-    print("| instances | rows | seconds | rows/s | weir CPU s | rows per weir CPU-s | broker CPU s | latency median s (min..max) |")
-    print("|---|---|---|---|---|---|---|---|")
+    builds = [("new", WEIR)] + ([("base", BASE_WEIR)] if BASE_WEIR else [])
+    print("| job | build | instances | rows | seconds | rows/s | weir CPU s | rows per weir CPU-s | broker CPU s | latency median s (min..max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in COUNTS:
-        # Each N reads an input topic of its own (the probes of one N are
-        # not rows of the next).
-        topic = f"bench-cluster-in-{RUN}-{n}"
-        create(topic, 6)
-        t = time.time()
-        got = fill(topic)
-        print(f"Input: {got} rows in 6 partitions ({time.time() - t:.1f} s to produce)", file=sys.stderr)
-        elapsed, cpu, broker, lat = run(n, topic)
-        b = f"{broker:.1f}" if broker is not None else "?"
-        print(
-            f"| {n} | {got} | {elapsed:.1f} | {got / elapsed:,.0f} | {cpu:.1f} | {got / cpu:,.0f} | {b} | {statistics.median(lat):.2f} ({min(lat):.2f}..{max(lat):.2f}) |",
-            flush=True,
-        )
+        for tag, weir in builds:
+            # Each run reads an input topic of its own (the probes of one
+            # run are not rows of the next).
+            topic = f"bench-cluster-in-{RUN}-{tag}-{n}"
+            create(topic, 6)
+            t = time.time()
+            got = fill(topic)
+            print(f"Input: {got} rows in 6 partitions ({time.time() - t:.1f} s to produce)", file=sys.stderr)
+            elapsed, cpu, broker, lat = run(weir, tag, n, topic)
+            b = f"{broker:.1f}" if broker is not None else "?"
+            print(
+                f"| dedup -> count -> Kafka | {tag} | {n} | {got} | {elapsed:.1f} | {got / elapsed:,.0f} | {cpu:.1f} | {got / cpu:,.0f} | {b} | {statistics.median(lat):.2f} ({min(lat):.2f}..{max(lat):.2f}) |",
+                flush=True,
+            )
+    if os.environ.get("BENCH_KEYED_COUNT", "1") != "0":
+        for tag, weir in builds:
+            # The rows only (no probes): a fresh topic, as above.
+            topic = f"bench-cluster-count-{RUN}-{tag}"
+            create(topic, 6)
+            got = fill(topic)
+            elapsed, cpu, broker = keyed_count(weir, topic)
+            b = f"{broker:.1f}" if broker is not None else "?"
+            print(f"| Kafka -> keyed count -> blackhole | {tag} | 1 | {got} | {elapsed:.1f} | {got / elapsed:,.0f} | {cpu:.2f} | {got / cpu:,.0f} | {b} | |", flush=True)
 
 
 main()

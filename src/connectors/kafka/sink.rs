@@ -68,7 +68,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::stamp::Stamp;
+use super::stamp::{BatchWriter, Stamp, BATCH_RECORD_OVERHEAD};
 use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
@@ -148,12 +148,54 @@ impl ProducerContext for SinkContext {
     }
 }
 
-/// Key, value, and what a repartition record carries in its header.
-type Msg = (Option<Box<[u8]>>, Box<str>, Stamp);
+/// Key, value, and what a repartition message carries in its header.
+type Msg = (Option<Box<[u8]>>, Box<[u8]>, Stamp);
 
-/// The records among `msgs` (not the watermark records of a repartition topic).
+/// The records among `msgs` (not the watermark records of a repartition
+/// topic; each record of a batch message).
 fn records_in(msgs: &[Msg]) -> u64 {
-    msgs.iter().filter(|m| !matches!(m.2, Stamp::Watermark { .. })).count() as u64
+    msgs.iter().map(|m| m.2.records()).sum()
+}
+
+/// The most records in one batch message of a repartition send (a
+/// receiving source may return this many more than it was asked for).
+const BATCH_MAX_RECORDS: u32 = 512;
+
+/// Messages of a transaction in the form a staged transaction keeps them
+/// (`encode_txn` after the id), appended as they are sent: no copy of each
+/// record is kept apart, and the barrier writes them to state as they are.
+#[derive(Debug, Default)]
+struct Staging {
+    bytes: Vec<u8>,
+    /// The messages that are records (not watermark records).
+    records: u64,
+    messages: u64,
+}
+
+impl Staging {
+    fn push(&mut self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
+        encode_msg(&mut self.bytes, key, value, stamp, stamped);
+        self.messages += 1;
+        self.records += stamp.records();
+    }
+
+    /// Append all of `other`'s messages.
+    fn append(&mut self, other: &Staging) {
+        self.bytes.extend_from_slice(&other.bytes);
+        self.records += other.records;
+        self.messages += other.messages;
+    }
+
+    /// Empty, keeping the buffer (a transaction's worth, every interval).
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.records = 0;
+        self.messages = 0;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.messages == 0
+    }
 }
 
 /// librdkafka's default `message.max.bytes`.
@@ -173,9 +215,9 @@ fn message_max_bytes(properties: &[(String, String)]) -> Result<u64, String> {
     }
 }
 
-/// Why the producer would refuse message `m`, if it would.
-fn oversize(m: &Msg, max: u64) -> Option<String> {
-    let bytes = m.0.as_ref().map_or(0, |k| k.len() as u64) + m.1.len() as u64 + RECORD_OVERHEAD;
+/// Why the producer would refuse a message of this key and value, if it would.
+fn oversize(key: Option<&[u8]>, value: &[u8], max: u64) -> Option<String> {
+    let bytes = key.map_or(0, |k| k.len() as u64) + value.len() as u64 + RECORD_OVERHEAD;
     (bytes > max).then(|| {
         format!(
             "record of {} bytes (key, value and {RECORD_OVERHEAD} bytes of framing) is over the producer's message.max.bytes {}",
@@ -206,11 +248,11 @@ struct Txn {
     marker: BaseConsumer<WeirContext>,
     open: bool,
     /// The records of the open transaction (saved at each barrier).
-    records: Vec<Msg>,
+    records: Staging,
     /// The checkpoint whose barrier pre-committed the open transaction.
     staged: Option<u64>,
     /// Records that arrived after the barrier of `staged`.
-    held: Vec<Msg>,
+    held: Staging,
 }
 
 pub struct KafkaSink {
@@ -262,6 +304,11 @@ pub struct KafkaSink {
     /// The cluster generation, in every stamp (`cluster::generation`).
     generation: u64,
     written_watermark: Millis,
+    /// The state value of the staged transaction, built at each barrier
+    /// (kept: about a transaction's size every time).
+    staged_value: Vec<u8>,
+    /// A repartition send: each partition's batch message being built.
+    batches: Vec<BatchWriter>,
 }
 
 /// Which run's marker says whether a staged transaction was committed.
@@ -439,7 +486,7 @@ impl KafkaSink {
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
                 let marker = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
                 tracing::debug!(%who, marker_group = %group, "Exactly-once Kafka sink ready.");
-                Some(Txn { run, marker, open: false, records: Vec::new(), staged: None, held: Vec::new() })
+                Some(Txn { run, marker, open: false, records: Staging::default(), staged: None, held: Staging::default() })
             }
         };
         Ok(KafkaSink {
@@ -469,6 +516,8 @@ impl KafkaSink {
             producer_id: u32::from(spec.instance.unwrap_or(0)) * u32::from(parallelism) + u32::from(subtask),
             generation: spec.generation,
             written_watermark: MIN_WATERMARK,
+            staged_value: Vec::new(),
+            batches: Vec::new(),
         })
     }
 
@@ -479,20 +528,19 @@ impl KafkaSink {
         self
     }
 
-    fn message(&mut self, r: &Record) -> Msg {
-        if self.repartition.is_some() {
-            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
-            let stamp = Stamp::Record {
-                generation: self.generation,
-                producer: self.producer_id,
-                event_time: r.event_time,
-                split_watermark: r.split_watermark,
-            };
-            return (Some(self.key_buf.clone().into_boxed_slice()), r.raw.clone(), stamp);
-        }
-        let values: Vec<_> = self.key.iter().map(|&i| &r.fields[i]).collect();
-        let key = super::key_bytes(&values, &mut self.key_buf).then(|| self.key_buf.clone().into_boxed_slice());
-        (key, r.raw.clone(), Stamp::None)
+    /// The key of record `r` into `key_buf` (false: no key).
+    fn message(&mut self, r: &Record) -> bool {
+        let has_key = match self.key.as_slice() {
+            [] => false,
+            [i] => super::key_bytes(&[&r.fields[*i]], &mut self.key_buf),
+            many => super::key_bytes(&many.iter().map(|&i| &r.fields[i]).collect::<Vec<_>>(), &mut self.key_buf),
+        };
+        has_key
+    }
+
+    /// Whether staged transactions keep each message's stamp (WKT4: a cluster's).
+    fn stamped(&self) -> bool {
+        self.instance.is_some()
     }
 
     /// A repartition send whose input watermark passed what it last wrote:
@@ -507,24 +555,30 @@ impl KafkaSink {
         (0..i32::from(partitions))
             .map(|partition| {
                 let stamp = Stamp::Watermark { partition, generation: self.generation, producer: self.producer_id, watermark };
-                (None, "".into(), stamp)
+                (None, Box::default(), stamp)
             })
             .collect()
     }
 
     /// Hand one message to the producer, waiting while its queue is full.
     fn send(&self, m: &Msg) -> OpResult {
-        let mut rec: BaseRecord<'_, [u8], str> = BaseRecord::to(&self.topic).payload(&*m.1);
-        if let Some(k) = &m.0 {
-            rec = rec.key(&**k);
+        self.send_parts(m.0.as_deref(), &m.1, &m.2)
+    }
+
+    fn send_parts(&self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp) -> OpResult {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(value);
+        if let Some(k) = key {
+            rec = rec.key(k);
             if let Some(partitions) = self.repartition {
+                // A single record (as an earlier weir sent them, and a
+                // repaired transaction of one): the partition of its key group.
                 rec = rec.partition(crate::types::key_group_of(k, partitions) as i32);
             }
         }
-        if let Stamp::Watermark { partition, .. } = m.2 {
+        if let Some(partition) = stamp.partition() {
             rec = rec.partition(partition);
         }
-        if let Some(h) = m.2.headers() {
+        if let Some(h) = stamp.headers() {
             rec = rec.headers(h);
         }
         match self.producer.send(rec) {
@@ -538,7 +592,7 @@ impl KafkaSink {
         }
     }
 
-    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], str>) -> OpResult {
+    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], [u8]>) -> OpResult {
         loop {
             self.producer.context().base.check()?;
             std::thread::sleep(Duration::from_millis(1));
@@ -594,15 +648,37 @@ impl KafkaSink {
         metrics.transactions_pending.store(u64::from(t.staged.is_some()), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Send into the open transaction, beginning one if needed.
-    fn send_in_txn(&mut self, m: Msg) -> OpResult {
+    /// Begin a transaction unless one is open.
+    fn ensure_open(&mut self) -> OpResult {
         let txn = self.txn.as_ref().expect("exactly-once");
         if !txn.open {
             self.producer.begin_transaction().map_err(|e| self.txn_err("begin_transaction", e))?;
             self.txn.as_mut().expect("exactly-once").open = true;
         }
+        Ok(())
+    }
+
+    /// Send into the open transaction, beginning one if needed.
+    fn send_in_txn(&mut self, m: Msg) -> OpResult {
+        self.ensure_open()?;
         self.send(&m)?;
-        self.txn.as_mut().expect("exactly-once").records.push(m);
+        let stamped = self.stamped();
+        self.txn.as_mut().expect("exactly-once").records.push(m.0.as_deref(), &m.1, &m.2, stamped);
+        Ok(())
+    }
+
+    /// Send the messages of `batch` into the open transaction (beginning
+    /// one if needed) and add them to its records.
+    fn send_staging_in_txn(&mut self, batch: &Staging) -> OpResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.ensure_open()?;
+        for m in MsgIter::new(&batch.bytes, self.stamped()) {
+            let (key, value, stamp) = m.map_err(OpError::Data)?;
+            self.send_parts(key, value, &stamp)?;
+        }
+        self.txn.as_mut().expect("exactly-once").records.append(batch);
         Ok(())
     }
 
@@ -679,6 +755,68 @@ impl KafkaSink {
         Ok(n)
     }
 
+    /// A repartition send: the records of `batch` for each partition (key
+    /// group) in one batch message, in their order (several when they are
+    /// many or large), stamped with this producer (stamp.rs). No message
+    /// waits for the next batch: a barrier's watermark records come after
+    /// every record before it.
+    fn process_repartition(&mut self, batch: &[Record], partitions: u16, ctx: &mut Context<'_>) -> OpResult {
+        let cap = (self.max_message_bytes / 4).clamp(4 << 10, 256 << 10) as usize;
+        let mut writers = std::mem::take(&mut self.batches);
+        writers.resize_with(usize::from(partitions), BatchWriter::default);
+        let mut result = Ok(());
+        for r in batch {
+            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
+            if let Some(reason) = oversize(Some(&self.key_buf), r.raw.as_bytes(), self.max_message_bytes) {
+                let place = format!("topic `{}`", self.topic);
+                result = reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics);
+                if result.is_err() {
+                    break;
+                }
+                continue;
+            }
+            let p = crate::types::key_group_of(&self.key_buf, partitions) as usize;
+            let w = &mut writers[p];
+            if w.records >= BATCH_MAX_RECORDS || (w.records > 0 && w.bytes.len() + BATCH_RECORD_OVERHEAD + r.raw.len() > cap) {
+                result = self.send_batch(p, w);
+                if result.is_err() {
+                    break;
+                }
+            }
+            w.push(r.event_time, r.split_watermark, &r.raw);
+        }
+        for (p, w) in writers.iter_mut().enumerate().filter(|(_, w)| w.records > 0) {
+            if result.is_ok() {
+                result = self.send_batch(p, w);
+            }
+            w.clear();
+        }
+        self.batches = writers;
+        self.show_transactions(ctx.metrics);
+        result
+    }
+
+    /// Send (or hold, while a transaction waits for its checkpoint) the
+    /// batch message of `w` to `partition`, and empty `w`.
+    fn send_batch(&mut self, partition: usize, w: &mut BatchWriter) -> OpResult {
+        let stamp = Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
+        let stamped = self.stamped();
+        match self.txn.as_ref().map(|t| t.staged.is_some()) {
+            None => {
+                self.send_parts(None, &w.bytes, &stamp)?;
+                self.sent += u64::from(w.records);
+            }
+            Some(true) => self.txn.as_mut().expect("exactly-once").held.push(None, &w.bytes, &stamp, stamped),
+            Some(false) => {
+                self.ensure_open()?;
+                self.send_parts(None, &w.bytes, &stamp)?;
+                self.txn.as_mut().expect("exactly-once").records.push(None, &w.bytes, &stamp, stamped);
+            }
+        }
+        w.clear();
+        Ok(())
+    }
+
     fn commit(&mut self) -> OpResult {
         faults::get().crash_point("before_sink_commit");
         self.producer.commit_transaction(self.timeout).map_err(|e| self.txn_err("commit_transaction", e))?;
@@ -698,43 +836,53 @@ fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str,
     c.create_with_context(WeirContext::new(format!("{who} marker"), brokers, t)).map_err(|e| format!("creating the marker consumer: {e}"))
 }
 
+/// One message of a staged transaction: key (length, or u32::MAX for
+/// none), value, and with `stamped` (WKT4) its stamp.
+fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
+    match key {
+        Some(k) => {
+            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
+            out.extend_from_slice(k);
+        }
+        None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
+    }
+    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+    out.extend_from_slice(value);
+    if stamped {
+        stamp.encode(out);
+    }
+}
+
 /// `stamped`: each record's stamp after its value (WKT4).
+#[cfg(test)]
 fn encode_txn(id: u64, records: &[Msg], stamped: bool) -> Vec<u8> {
     let mut out = id.to_be_bytes().to_vec();
     for (k, v, stamp) in records {
-        match k {
-            Some(k) => {
-                out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-                out.extend_from_slice(k);
-            }
-            None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
-        }
-        out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-        out.extend_from_slice(v.as_bytes());
-        if stamped {
-            stamp.encode(&mut out);
-        }
+        encode_msg(&mut out, k.as_deref(), v, stamp, stamped);
     }
     out
 }
 
 /// The state value of a transaction staged by `origin` of `instance` in
-/// `run`: WKT4 in a cluster (with the records' stamps), else WKT2 as before
-/// (an older weir restores it).
-fn encode_staged(origin: u16, instance: Option<u16>, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
-    let mut out = match instance {
-        Some(_) => STAGED_MAGIC_STAMPED.to_vec(),
-        None => STAGED_MAGIC.to_vec(),
+/// `run`, into `out`: WKT4 in a cluster (with the records' stamps), else
+/// WKT2 as before (an older weir restores it). `messages` are encoded
+/// (`encode_msg`) with the stamps iff in a cluster.
+fn encode_staged(out: &mut Vec<u8>, origin: u16, instance: Option<u16>, run: &str, id: u64, messages: &[u8]) {
+    let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
+    out.clear();
+    out.reserve(4 + 2 + 2 + 1 + run.len() + 8 + messages.len());
+    match instance {
+        Some(_) => out.extend_from_slice(STAGED_MAGIC_STAMPED),
+        None => out.extend_from_slice(STAGED_MAGIC),
     };
     out.extend_from_slice(&origin.to_be_bytes());
     if let Some(i) = instance {
         out.extend_from_slice(&i.to_be_bytes());
     }
-    let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
     out.push(run.len() as u8);
     out.extend_from_slice(run);
-    out.extend_from_slice(&encode_txn(id, records, instance.is_some()));
-    out
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(messages);
 }
 
 fn decode_staged(b: &[u8]) -> Result<Staged, String> {
@@ -770,27 +918,60 @@ fn decode_staged(b: &[u8]) -> Result<Staged, String> {
 }
 
 fn decode_txn(b: &[u8], stamped: bool) -> Result<(u64, Vec<Msg>), String> {
-    let bad = || "malformed staged Kafka transaction in state".to_string();
-    let mut r = b;
-    fn take<'a>(r: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
-        let (h, t) = r.split_at_checked(n).ok_or_else(|| "malformed staged Kafka transaction in state".to_string())?;
-        *r = t;
-        Ok(h)
-    }
-    let id = u64::from_be_bytes(take(&mut r, 8)?.try_into().expect("8 bytes"));
-    let mut records = Vec::new();
-    while let Ok(head) = take(&mut r, 4) {
-        let klen = u32::from_be_bytes(head.try_into().expect("4 bytes"));
-        let key = if klen == u32::MAX { None } else { Some(take(&mut r, klen as usize)?.to_vec().into_boxed_slice()) };
-        let vlen = u32::from_be_bytes(take(&mut r, 4)?.try_into().expect("4 bytes")) as usize;
-        let value = String::from_utf8(take(&mut r, vlen)?.to_vec()).map_err(|_| bad())?;
-        let stamp = match stamped {
-            true => Stamp::decode(&mut r).ok_or_else(bad)?,
-            false => Stamp::None,
-        };
-        records.push((key, value.into_boxed_str(), stamp));
-    }
+    let (id, rest) = b.split_at_checked(8).ok_or_else(|| "malformed staged Kafka transaction in state".to_string())?;
+    let id = u64::from_be_bytes(id.try_into().expect("8 bytes"));
+    let records = MsgIter::new(rest, stamped)
+        .map(|m| m.map(|(k, v, stamp)| (k.map(|k| k.to_vec().into_boxed_slice()), Box::from(v), stamp)))
+        .collect::<Result<_, _>>()?;
     Ok((id, records))
+}
+
+/// A `Msg` borrowed from a staged transaction.
+type MsgRef<'a> = (Option<&'a [u8]>, &'a [u8], Stamp);
+
+/// The messages of a staged transaction (`encode_msg` one after the other),
+/// borrowed; an error (and then nothing) where they are malformed.
+struct MsgIter<'a> {
+    rest: &'a [u8],
+    stamped: bool,
+}
+
+impl<'a> MsgIter<'a> {
+    fn new(messages: &'a [u8], stamped: bool) -> Self {
+        MsgIter { rest: messages, stamped }
+    }
+
+    fn next_msg(&mut self) -> Option<MsgRef<'a>> {
+        fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            let (h, t) = r.split_at_checked(n)?;
+            *r = t;
+            Some(h)
+        }
+        let r = &mut self.rest;
+        let klen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes"));
+        let key = if klen == u32::MAX { None } else { Some(take(r, klen as usize)?) };
+        let vlen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes")) as usize;
+        let value = take(r, vlen)?;
+        let stamp = if self.stamped { Stamp::decode(r)? } else { Stamp::None };
+        Some((key, value, stamp))
+    }
+}
+
+impl<'a> Iterator for MsgIter<'a> {
+    type Item = Result<MsgRef<'a>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        match self.next_msg() {
+            Some(m) => Some(Ok(m)),
+            None => {
+                self.rest = &[];
+                Some(Err("malformed staged Kafka transaction in state".to_string()))
+            }
+        }
+    }
 }
 
 impl Operator for KafkaSink {
@@ -803,9 +984,15 @@ impl Operator for KafkaSink {
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
         self.producer.context().base.check()?;
+        if let Some(partitions) = self.repartition {
+            return self.process_repartition(&batch, partitions, ctx);
+        }
+        let stamped = self.stamped();
+        let stamp = Stamp::None;
         for r in &batch {
-            let m = self.message(r);
-            if let Some(reason) = oversize(&m, self.max_message_bytes) {
+            let has_key = self.message(r);
+            let key = has_key.then_some(self.key_buf.as_slice());
+            if let Some(reason) = oversize(key, r.raw.as_bytes(), self.max_message_bytes) {
                 let place = format!("topic `{}`", self.topic);
                 reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics)?;
                 continue;
@@ -813,11 +1000,16 @@ impl Operator for KafkaSink {
             let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
             match waiting {
                 None => {
-                    self.send(&m)?;
+                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
                     self.sent += 1;
                 }
-                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(m),
-                Some(false) => self.send_in_txn(m)?,
+                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(key, r.raw.as_bytes(), &stamp, stamped),
+                Some(false) => {
+                    self.ensure_open()?;
+                    let key = has_key.then_some(self.key_buf.as_slice());
+                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
+                    self.txn.as_mut().expect("exactly-once").records.push(key, r.raw.as_bytes(), &stamp, stamped);
+                }
             }
         }
         self.show_transactions(ctx.metrics);
@@ -841,8 +1033,11 @@ impl Operator for KafkaSink {
         };
         // The previous staged transaction was not committed (its checkpoint
         // aborted, or it was a savepoint): extend it.
-        let held = std::mem::take(&mut t.held);
-        for m in held.into_iter().chain(watermarks) {
+        let mut held = std::mem::take(&mut t.held);
+        self.send_staging_in_txn(&held)?;
+        held.clear();
+        self.txn.as_mut().expect("exactly-once").held = held;
+        for m in watermarks {
             self.send_in_txn(m)?;
         }
         let kg = ctx.state.key_groups().start;
@@ -855,8 +1050,8 @@ impl Operator for KafkaSink {
         self.add_marker(id)?;
         let t = self.txn.as_mut().expect("exactly-once");
         t.staged = Some(id);
-        let value = encode_staged(self.subtask, self.instance, &t.run, id, &t.records);
-        ctx.state.put(TXN, kg, &self.txn_key, &value)?;
+        encode_staged(&mut self.staged_value, self.subtask, self.instance, &t.run, id, &t.records.bytes);
+        ctx.state.put(TXN, kg, &self.txn_key, &self.staged_value)?;
         self.show_transactions(ctx.metrics);
         Ok(())
     }
@@ -872,14 +1067,14 @@ impl Operator for KafkaSink {
         if t.staged.is_none_or(|s| s > id) {
             return Ok(());
         }
-        let committed = records_in(&t.records);
+        let committed = t.records.records;
         self.commit()?;
         OperatorMetrics::add(&ctx.metrics.records_committed, committed);
         ctx.state.delete(TXN, ctx.state.key_groups().start, &self.txn_key)?;
-        let held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
-        for m in held {
-            self.send_in_txn(m)?;
-        }
+        let mut held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
+        self.send_staging_in_txn(&held)?;
+        held.clear();
+        self.txn.as_mut().expect("exactly-once").held = held;
         self.show_transactions(ctx.metrics);
         Ok(())
     }
@@ -937,6 +1132,10 @@ impl Operator for KafkaSink {
 mod tests {
     use super::*;
 
+    fn val(text: &str) -> Box<[u8]> {
+        text.as_bytes().into()
+    }
+
     #[test]
     fn a_delivery_error_names_the_cause_not_the_purge_that_followed_it() {
         let f = |error: &str, consequence: bool| Failed { error: error.into(), consequence, connectivity: !consequence };
@@ -951,16 +1150,15 @@ mod tests {
 
     #[test]
     fn oversize_records_are_found_before_sending_and_name_both_sizes() {
-        let m = |k: Option<&[u8]>, v: &str| -> Msg { (k.map(|k| k.to_vec().into_boxed_slice()), v.into(), Stamp::None) };
         let fits = "x".repeat(1_000_000 - 36);
-        assert_eq!(oversize(&m(None, &fits), DEFAULT_MESSAGE_MAX_BYTES), None);
+        assert_eq!(oversize(None, fits.as_bytes(), DEFAULT_MESSAGE_MAX_BYTES), None);
         assert_eq!(
-            oversize(&m(Some(b"k"), &fits), DEFAULT_MESSAGE_MAX_BYTES).as_deref(),
+            oversize(Some(b"k"), fits.as_bytes(), DEFAULT_MESSAGE_MAX_BYTES).as_deref(),
             Some("record of 1 000 001 bytes (key, value and 36 bytes of framing) is over the producer's message.max.bytes 1 000 000")
         );
         let big = "x".repeat(1_500_123 - 36);
-        assert!(oversize(&m(None, &big), 2_000_000).is_none());
-        assert!(oversize(&m(None, &big), DEFAULT_MESSAGE_MAX_BYTES).unwrap().starts_with("record of 1 500 123 bytes"));
+        assert!(oversize(None, big.as_bytes(), 2_000_000).is_none());
+        assert!(oversize(None, big.as_bytes(), DEFAULT_MESSAGE_MAX_BYTES).unwrap().starts_with("record of 1 500 123 bytes"));
     }
 
     #[test]
@@ -978,7 +1176,7 @@ mod tests {
     #[test]
     fn staged_transactions_round_trip() {
         let recs: Vec<Msg> =
-            vec![(Some(b"k".to_vec().into_boxed_slice()), "{\"a\":1}".into(), Stamp::None), (None, "{}".into(), Stamp::None)];
+            vec![(Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::None), (None, val("{}"), Stamp::None)];
         let (id, back) = decode_txn(&encode_txn(42, &recs, false), false).unwrap();
         assert_eq!(id, 42);
         assert_eq!(back, recs);
@@ -987,28 +1185,79 @@ mod tests {
         let stamped: Vec<Msg> = vec![
             (
                 Some(b"k".to_vec().into_boxed_slice()),
-                "{}".into(),
+                val("{}"),
                 Stamp::Record { generation: 77, producer: 4, event_time: Some(10), split_watermark: 3 },
             ),
-            (None, "".into(), Stamp::Watermark { partition: 2, generation: 77, producer: 4, watermark: 9 }),
+            (None, val(""), Stamp::Watermark { partition: 2, generation: 77, producer: 4, watermark: 9 }),
         ];
         assert_eq!(decode_txn(&encode_txn(5, &stamped, true), true).unwrap(), (5, stamped.clone()));
         assert!(decode_txn(&encode_txn(5, &stamped, true)[..30], true).is_err(), "a stamp cut short");
         assert_eq!(records_in(&stamped), 1, "watermark records are not records");
+        // A batch message (how records are sent now): its binary value and
+        // its partition kept, its records counted.
+        let mut w = BatchWriter::default();
+        w.push(Some(1), 0, "{\"a\":1}");
+        w.push(None, -4, "{\"a\":2}");
+        let batch: Msg = (None, w.bytes.clone().into_boxed_slice(), Stamp::Batch { partition: 3, generation: 77, producer: 4, records: 2 });
+        let with_batch: Vec<Msg> = stamped.iter().cloned().chain([batch]).collect();
+        assert_eq!(decode_txn(&encode_txn(6, &with_batch, true), true).unwrap(), (6, with_batch.clone()));
+        assert_eq!(records_in(&with_batch), 3);
+        assert_eq!(with_batch[2].2.partition(), Some(3), "sent to the partition it was built for");
+    }
+
+    /// A staged transaction's state value as the sink writes it.
+    fn staged_value(origin: u16, instance: Option<u16>, run: &str, id: u64, records: &[Msg]) -> Vec<u8> {
+        let mut staging = Staging::default();
+        for (k, value, stamp) in records {
+            staging.push(k.as_deref(), value, stamp, instance.is_some());
+        }
+        let mut out = vec![0xAA; 3];
+        encode_staged(&mut out, origin, instance, run, id, &staging.bytes);
+        out
+    }
+
+    #[test]
+    fn staging_as_records_are_sent_is_the_staged_format() {
+        let recs: Vec<Msg> = vec![
+            (Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::Record { generation: 9, producer: 2, event_time: None, split_watermark: 4 }),
+            (None, val(""), Stamp::Watermark { partition: 5, generation: 9, producer: 2, watermark: 8 }),
+            (Some(Vec::new().into_boxed_slice()), val("{}"), Stamp::Record { generation: 9, producer: 2, event_time: Some(3), split_watermark: 4 }),
+        ];
+        for stamped in [false, true] {
+            // Two batches appended (records held after a barrier, then sent).
+            let (mut first, mut second) = (Staging::default(), Staging::default());
+            first.push(recs[0].0.as_deref(), &recs[0].1, &recs[0].2, stamped);
+            for (k, value, stamp) in &recs[1..] {
+                second.push(k.as_deref(), value, stamp, stamped);
+            }
+            first.append(&second);
+            assert_eq!((first.records, first.messages), (2, 3));
+            assert_eq!(first.bytes, encode_txn(7, &recs, stamped)[8..], "byte for byte what the whole transaction encodes to");
+            let back: Vec<_> = MsgIter::new(&first.bytes, stamped).collect::<Result<_, _>>().unwrap();
+            let want: Vec<_> =
+                recs.iter().map(|(k, value, s)| (k.as_deref(), &**value, if stamped { *s } else { Stamp::None })).collect();
+            assert_eq!(back, want);
+            let mut cut = MsgIter::new(&first.bytes[..first.bytes.len() - 1], stamped);
+            assert!(cut.next().unwrap().is_ok() && cut.next().unwrap().is_ok());
+            assert!(cut.next().unwrap().is_err(), "the last message cut short");
+            assert!(cut.next().is_none(), "nothing after an error");
+            first.clear();
+            assert!(first.is_empty() && first.bytes.is_empty() && first.records == 0);
+        }
     }
 
     #[test]
     fn staged_transactions_carry_the_run_that_staged_them() {
-        let recs: Vec<Msg> = vec![(None, "{\"a\":1}".into(), Stamp::None)];
-        let v = encode_staged(3, None, "00ab", 7, &recs);
+        let recs: Vec<Msg> = vec![(None, val("{\"a\":1}"), Stamp::None)];
+        let v = staged_value(3, None, "00ab", 7, &recs);
         assert!(v.starts_with(STAGED_MAGIC), "outside a cluster, the format an older weir reads");
         let s = decode_staged(&v).unwrap();
         assert_eq!(s, Staged { origin: 3, instance: None, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
         // A cluster's: the instance too (a rescale repairs it under that
         // instance's id), and the stamps (WKT4).
         let stamped: Vec<Msg> =
-            vec![(None, "{}".into(), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
-        let v = encode_staged(3, Some(2), "00ab", 7, &stamped);
+            vec![(None, val("{}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
+        let v = staged_value(3, Some(2), "00ab", 7, &stamped);
         assert!(v.starts_with(STAGED_MAGIC_STAMPED));
         let s = decode_staged(&v).unwrap();
         assert_eq!(s, Staged { origin: 3, instance: Some(2), lineage: Lineage::Run("00ab".into()), id: 7, records: stamped.clone() });

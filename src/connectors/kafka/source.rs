@@ -37,7 +37,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::producers::ProducerWatermarks;
-use super::stamp::Stamp;
+use super::stamp::{BatchReader, Stamp};
 use super::{client_config, is_connectivity, WeirContext};
 use crate::config::{KafkaSourceSpec, KafkaStart, KafkaTopics, OffsetOutOfRange, OnError, RepartitionIn};
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
@@ -89,8 +89,9 @@ pub struct KafkaSource {
     /// One queue per assigned partition, read in turn, so every partition
     /// advances at about the same pace (librdkafka's shared queue would hand
     /// out whatever it prefetched, one partition's backlog after another's,
-    /// and the per-partition watermark would wait for the last one).
-    queues: Vec<PartitionQueue<WeirContext>>,
+    /// and the per-partition watermark would wait for the last one). With
+    /// the partition it is for.
+    queues: Vec<(Tp, PartitionQueue<WeirContext>)>,
     parts: BTreeMap<Tp, Part>,
     /// A partition silent this long does not hold the watermark back.
     idle_timeout: Option<Duration>,
@@ -362,7 +363,7 @@ impl KafkaSource {
         self.consumer.assign(&tpl).map_err(|e| format!("{}: assigning partitions: {e}", self.who))?;
         for (topic, p) in open {
             let q = self.consumer.split_partition_queue(topic, *p).ok_or_else(|| format!("{}: no queue for {topic}/{p}", self.who))?;
-            self.queues.push(q);
+            self.queues.push(((topic.clone(), *p), q));
         }
         Ok(())
     }
@@ -392,15 +393,17 @@ impl Decoder {
         reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, place), text, reason, metrics)
     }
 
-    /// Parse one message into `out` (or hand it to `on_error`).
+    /// Parse one message into `out` (or hand it to `on_error`); how many
+    /// records it gave (a batch message of a repartition topic, several).
+    /// `now`: the time of the poll (one clock read for all its messages).
     fn take(
         &mut self,
         tp: &Tp,
         m: &rdkafka::message::BorrowedMessage<'_>,
+        now: Instant,
         out: &mut Vec<Record>,
         metrics: &OperatorMetrics,
-    ) -> Result<bool, OpError> {
-        let now = Instant::now();
+    ) -> Result<usize, OpError> {
         let stamp = match &self.carried {
             Some(_) => Stamp::read(m.headers(), m.partition())
                 .map_err(|e| OpError::Data(format!("{}: {}/{}@{}: {e}", self.who, m.topic(), m.partition(), m.offset())))?,
@@ -409,10 +412,13 @@ impl Decoder {
         if let (Some(c), Stamp::Watermark { generation, producer, watermark, .. }) = (&mut self.carried, stamp) {
             // Not data: it moves the partition's watermark only.
             c.on_watermark(tp, generation, producer, watermark, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
-            return Ok(false);
+            return Ok(0);
         }
         if let Some(t) = self.times.get_mut(tp) {
             t.last_data = now;
+        }
+        if let Stamp::Batch { generation, producer, records, .. } = stamp {
+            return self.take_batch(tp, m, (generation, producer, records), now, out, metrics);
         }
         let payload = m.payload().unwrap_or_default();
         OperatorMetrics::add(&metrics.bytes_in, payload.len() as u64);
@@ -422,7 +428,7 @@ impl Decoder {
             Err(e) => {
                 let lossy = String::from_utf8_lossy(payload).into_owned();
                 self.bad_record(&place(), &lossy, &format!("not UTF-8: {e}"), metrics)?;
-                return Ok(false);
+                return Ok(0);
             }
         };
         let text = match &self.key_field {
@@ -439,7 +445,7 @@ impl Decoder {
                     if let Some(Err(reason)) = r.event_time.map(crate::types::check_event_time) {
                         let text = text.to_string();
                         self.bad_record(&place(), &text, &format!("message timestamp: {reason}"), metrics)?;
-                        return Ok(false);
+                        return Ok(0);
                     }
                 }
                 if let (Some(c), Stamp::Record { generation, producer, event_time, split_watermark }) = (&mut self.carried, stamp) {
@@ -454,19 +460,73 @@ impl Decoder {
                     r.split_watermark = t.max_ts;
                 }
                 out.push(r);
-                Ok(true)
+                Ok(1)
             }
             Err(reason) => {
                 let text = text.to_string();
                 self.bad_record(&place(), &text, &reason, metrics)?;
-                Ok(false)
+                Ok(0)
             }
         }
     }
+
+    /// The records of a batch message of a repartition topic (stamp.rs):
+    /// each with the event time and split watermark it was sent with, as a
+    /// message of one record would be read; `header`: its producer's
+    /// generation and number, and the number of records it says it holds.
+    fn take_batch(
+        &mut self,
+        tp: &Tp,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        (generation, producer, records): (u64, u32, u32),
+        now: Instant,
+        out: &mut Vec<Record>,
+        metrics: &OperatorMetrics,
+    ) -> Result<usize, OpError> {
+        let where_ = || format!("{}: {}/{}@{}", self.who, m.topic(), m.partition(), m.offset());
+        let (before, mut read, mut bytes) = (out.len(), 0u32, 0);
+        for rec in BatchReader::new(m.payload().unwrap_or_default()) {
+            let (event_time, split_watermark, json) = rec.map_err(|e| OpError::Data(format!("{}: {e}", where_())))?;
+            read += 1;
+            bytes += json.len();
+            let place = || format!("{}/{}@{} record {read}", m.topic(), m.partition(), m.offset());
+            let text = match std::str::from_utf8(json) {
+                Ok(t) => t.trim(),
+                Err(e) => {
+                    let lossy = String::from_utf8_lossy(json).into_owned();
+                    self.bad_record(&place(), &lossy, &format!("not UTF-8: {e}"), metrics)?;
+                    continue;
+                }
+            };
+            match self.parser.parse(text) {
+                Ok(mut r) => {
+                    r.event_time = event_time;
+                    r.split_watermark = split_watermark;
+                    out.push(r);
+                }
+                Err(reason) => {
+                    let text = text.to_string();
+                    self.bad_record(&place(), &text, &reason, metrics)?;
+                }
+            }
+        }
+        OperatorMetrics::add(&metrics.bytes_in, bytes as u64);
+        if read != records {
+            return Err(OpError::Data(format!("{}: a batch message of {read} records says it holds {records}", where_())));
+        }
+        let produced = out.len() - before;
+        if produced > 0 {
+            if let Some(c) = &mut self.carried {
+                c.on_record(tp, generation, producer, now).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+            }
+        }
+        Ok(produced)
+    }
 }
 
-#[derive(Default)]
 struct PollState {
+    /// When the poll began.
+    now: Instant,
     produced: usize,
     received: bool,
     eof: bool,
@@ -475,10 +535,14 @@ struct PollState {
 }
 
 /// Take one item of a consumer or partition queue; false if it was empty.
+/// `queue_of`: the partition whose queue it came from (None: the
+/// consumer's queue), which saves naming it again for every message.
+#[allow(clippy::too_many_arguments)]
 fn handle(
     parts: &mut BTreeMap<Tp, Part>,
     dec: &mut Decoder,
     cx: &WeirContext,
+    queue_of: Option<&Tp>,
     item: Option<KafkaResult<BorrowedMessage<'_>>>,
     out: &mut Vec<Record>,
     metrics: &OperatorMetrics,
@@ -488,17 +552,22 @@ fn handle(
     match result {
         Ok(m) => {
             st.received = true;
-            let tp = (m.topic().to_string(), m.partition());
-            let Some(part) = parts.get(&tp).copied() else { return Ok(true) };
+            let named;
+            let tp = match queue_of {
+                Some(tp) if tp.1 == m.partition() && tp.0 == m.topic() => tp,
+                _ => {
+                    named = (m.topic().to_string(), m.partition());
+                    &named
+                }
+            };
+            let Some(part) = parts.get_mut(tp) else { return Ok(true) };
             // Past a bounded partition's end, or before the position (a
             // fetch that was under way at a re-assign): not ours.
             if part.done() || m.offset() < part.next || part.stop.is_some_and(|s| m.offset() >= s) {
                 return Ok(true);
             }
-            if dec.take(&tp, &m, out, metrics)? {
-                st.produced += 1;
-            }
-            parts.get_mut(&tp).expect("present").next = m.offset() + 1;
+            st.produced += dec.take(tp, &m, st.now, out, metrics)?;
+            part.next = m.offset() + 1;
         }
         Err(KafkaError::PartitionEOF(_)) => {
             st.received = true;
@@ -559,20 +628,21 @@ impl Source for KafkaSource {
         if self.parts.values().all(Part::done) {
             return Ok(SourcePoll::Finished);
         }
-        let mut st = PollState::default();
+        let mut st = PollState { now: Instant::now(), produced: 0, received: false, eof: false, out_of_range: false };
         // Events (errors) and messages buffered before the split.
         while st.produced < max {
             let item = self.consumer.poll(Duration::ZERO);
-            if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), item, out, metrics, &mut st)? {
+            if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), None, item, out, metrics, &mut st)? {
                 break;
             }
         }
         // Then the partitions in turn, a share of `max` each.
         let share = (max / self.queues.len().max(1)).max(1);
-        for q in &self.queues {
+        for (tp, q) in &self.queues {
             let goal = (st.produced + share).min(max);
             while st.produced < goal {
-                if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), q.poll(Duration::ZERO), out, metrics, &mut st)? {
+                let item = q.poll(Duration::ZERO);
+                if !handle(&mut self.parts, &mut self.dec, self.consumer.context(), Some(tp), item, out, metrics, &mut st)? {
                     break;
                 }
             }

@@ -6,6 +6,15 @@
 //!   and the watermark of the input split it was read from
 //!   (`Record::split_watermark`), so that the receiving instance judges
 //!   lateness exactly as one process would.
+//! - A batch message carries several data records of one producer for one
+//!   partition (the records of one input batch that go there, in order):
+//!   its header names the producer (and generation) and the number of
+//!   records, and its value holds each record's event time, split
+//!   watermark and JSON (`BatchWriter`, `BatchReader`). This is how weir
+//!   sends them now: the client's work per message (send, delivery report,
+//!   fetch, poll, header) is then paid once per batch, not per record.
+//!   Messages of one record with a `weir-record` header (above), which an
+//!   earlier weir wrote, are still read.
 //! - A watermark record (empty value) carries a producer's watermark. Every
 //!   send subtask writes one into every partition of the topic when its
 //!   watermark advanced, at each checkpoint barrier (in the checkpoint's
@@ -31,6 +40,8 @@ pub const RECORD_HEADER: &str = "weir-record";
 /// Header of a watermark record: producer (u32), watermark (i64) and
 /// generation (u64).
 pub const WATERMARK_HEADER: &str = "weir-watermark";
+/// Header of a batch message: producer (u32), generation (u64), records (u32).
+pub const BATCH_HEADER: &str = "weir-records";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stamp {
@@ -49,29 +60,62 @@ pub enum Stamp {
         producer: u32,
         watermark: Millis,
     },
+    /// `records` data records in the value (`BatchReader`), to partition
+    /// `partition` of the topic.
+    Batch {
+        partition: i32,
+        generation: u64,
+        producer: u32,
+        records: u32,
+    },
 }
 
 impl Stamp {
+    /// How many data records a message of this stamp holds.
+    pub fn records(&self) -> u64 {
+        match *self {
+            Stamp::None | Stamp::Record { .. } => 1,
+            Stamp::Watermark { .. } => 0,
+            Stamp::Batch { records, .. } => u64::from(records),
+        }
+    }
+
+    /// The partition a message of this stamp goes to, if the stamp says.
+    pub fn partition(&self) -> Option<i32> {
+        match *self {
+            Stamp::Watermark { partition, .. } | Stamp::Batch { partition, .. } => Some(partition),
+            Stamp::None | Stamp::Record { .. } => None,
+        }
+    }
+
     /// The header this stamp is sent with.
     pub fn headers(&self) -> Option<OwnedHeaders> {
-        let (key, value) = match *self {
+        // On the stack: one per record sent.
+        let mut v = [0u8; 29];
+        let (key, len) = match *self {
             Stamp::None => return None,
             Stamp::Record { generation, producer, event_time, split_watermark } => {
-                let mut v = producer.to_be_bytes().to_vec();
-                v.push(u8::from(event_time.is_some()));
-                v.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
-                v.extend_from_slice(&split_watermark.to_be_bytes());
-                v.extend_from_slice(&generation.to_be_bytes());
-                (RECORD_HEADER, v)
+                v[..4].copy_from_slice(&producer.to_be_bytes());
+                v[4] = u8::from(event_time.is_some());
+                v[5..13].copy_from_slice(&event_time.unwrap_or(0).to_be_bytes());
+                v[13..21].copy_from_slice(&split_watermark.to_be_bytes());
+                v[21..29].copy_from_slice(&generation.to_be_bytes());
+                (RECORD_HEADER, 29)
             }
             Stamp::Watermark { generation, producer, watermark, .. } => {
-                let mut v = producer.to_be_bytes().to_vec();
-                v.extend_from_slice(&watermark.to_be_bytes());
-                v.extend_from_slice(&generation.to_be_bytes());
-                (WATERMARK_HEADER, v)
+                v[..4].copy_from_slice(&producer.to_be_bytes());
+                v[4..12].copy_from_slice(&watermark.to_be_bytes());
+                v[12..20].copy_from_slice(&generation.to_be_bytes());
+                (WATERMARK_HEADER, 20)
+            }
+            Stamp::Batch { generation, producer, records, .. } => {
+                v[..4].copy_from_slice(&producer.to_be_bytes());
+                v[4..12].copy_from_slice(&generation.to_be_bytes());
+                v[12..16].copy_from_slice(&records.to_be_bytes());
+                (BATCH_HEADER, 16)
             }
         };
-        Some(OwnedHeaders::new_with_capacity(1).insert(Header { key, value: Some(value.as_slice()) }))
+        Some(OwnedHeaders::new_with_capacity(1).insert(Header { key, value: Some(&v[..len]) }))
     }
 
     /// The stamp of a message read from `partition` (None: no weir header).
@@ -82,6 +126,7 @@ impl Stamp {
             match header.key {
                 RECORD_HEADER => return Self::record(value).ok_or_else(|| bad(RECORD_HEADER, value)),
                 WATERMARK_HEADER => return Self::watermark(value, partition).ok_or_else(|| bad(WATERMARK_HEADER, value)),
+                BATCH_HEADER => return Self::batch(value, partition).ok_or_else(|| bad(BATCH_HEADER, value)),
                 _ => {}
             }
         }
@@ -108,6 +153,17 @@ impl Stamp {
         Some(Stamp::Watermark { partition, generation, producer, watermark: i64::from_be_bytes(v[4..].try_into().ok()?) })
     }
 
+    /// 16 bytes.
+    fn batch(v: &[u8], partition: i32) -> Option<Stamp> {
+        let v: &[u8; 16] = v.try_into().ok()?;
+        Some(Stamp::Batch {
+            partition,
+            producer: u32::from_be_bytes(v[..4].try_into().ok()?),
+            generation: u64::from_be_bytes(v[4..12].try_into().ok()?),
+            records: u32::from_be_bytes(v[12..].try_into().ok()?),
+        })
+    }
+
     /// Append to a staged transaction: a tag, then the fields. Tags 1–3
     /// (no generation) were written before the generation was added.
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -127,6 +183,13 @@ impl Stamp {
                 out.extend_from_slice(&watermark.to_be_bytes());
                 out.extend_from_slice(&generation.to_be_bytes());
             }
+            Stamp::Batch { partition, generation, producer, records } => {
+                out.push(7);
+                out.extend_from_slice(&partition.to_be_bytes());
+                out.extend_from_slice(&producer.to_be_bytes());
+                out.extend_from_slice(&generation.to_be_bytes());
+                out.extend_from_slice(&records.to_be_bytes());
+            }
         }
     }
 
@@ -139,6 +202,7 @@ impl Stamp {
             3 => 16,
             4 | 5 => 28,
             6 => 24,
+            7 => 20,
             _ => return None,
         };
         let (f, rest) = rest.split_at_checked(len)?;
@@ -153,6 +217,7 @@ impl Stamp {
         };
         Some(match tag {
             0 => Stamp::None,
+            7 => Stamp::Batch { partition: u32_at(0) as i32, producer: u32_at(4), generation: u64_at(8), records: u32_at(16) },
             1 | 2 | 4 | 5 => Stamp::Record {
                 generation,
                 producer: u32_at(0),
@@ -161,6 +226,79 @@ impl Stamp {
             },
             _ => Stamp::Watermark { partition: u32_at(0) as i32, generation, producer: u32_at(4), watermark: i64_at(8) },
         })
+    }
+}
+
+/// Bytes of a batch message's value for a record besides its JSON: an
+/// event-time flag (u8), event time and split watermark (i64), the JSON's
+/// length (u32).
+pub const BATCH_RECORD_OVERHEAD: usize = 21;
+
+/// Builds the value of a batch message: record after record.
+#[derive(Debug, Default)]
+pub struct BatchWriter {
+    pub bytes: Vec<u8>,
+    pub records: u32,
+}
+
+impl BatchWriter {
+    pub fn push(&mut self, event_time: Option<Millis>, split_watermark: Millis, json: &str) {
+        self.bytes.push(u8::from(event_time.is_some()));
+        self.bytes.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
+        self.bytes.extend_from_slice(&split_watermark.to_be_bytes());
+        self.bytes.extend_from_slice(&(json.len() as u32).to_be_bytes());
+        self.bytes.extend_from_slice(json.as_bytes());
+        self.records += 1;
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.records = 0;
+    }
+}
+
+/// The records of a batch message's value: (event time, split watermark,
+/// JSON bytes), or an error where it is malformed (then nothing more).
+pub struct BatchReader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> BatchReader<'a> {
+    pub fn new(value: &'a [u8]) -> Self {
+        BatchReader { rest: value }
+    }
+
+    fn next_record(&mut self) -> Option<(Option<Millis>, Millis, &'a [u8])> {
+        let (head, rest) = self.rest.split_at_checked(BATCH_RECORD_OVERHEAD)?;
+        let event_time = i64::from_be_bytes(head[1..9].try_into().ok()?);
+        let event_time = match head[0] {
+            0 => None,
+            1 => Some(event_time),
+            _ => return None,
+        };
+        let split_watermark = i64::from_be_bytes(head[9..17].try_into().ok()?);
+        let len = u32::from_be_bytes(head[17..21].try_into().ok()?) as usize;
+        let (json, rest) = rest.split_at_checked(len)?;
+        self.rest = rest;
+        Some((event_time, split_watermark, json))
+    }
+}
+
+impl<'a> Iterator for BatchReader<'a> {
+    type Item = Result<(Option<Millis>, Millis, &'a [u8]), String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let n = self.rest.len();
+        match self.next_record() {
+            Some(r) => Some(Ok(r)),
+            None => {
+                self.rest = &[];
+                Some(Err(format!("malformed batch message: a record cut short or with a bad flag ({n} bytes left)")))
+            }
+        }
     }
 }
 
@@ -182,12 +320,14 @@ fn bad(header: &str, value: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    const STAMPS: [Stamp; 5] = [
+    const STAMPS: [Stamp; 7] = [
         Stamp::None,
         Stamp::Record { generation: 0x0123_4567_89ab_cdef, producer: 7, event_time: Some(-3), split_watermark: i64::MIN },
         Stamp::Record { generation: 0, producer: 0, event_time: None, split_watermark: 12 },
         Stamp::Watermark { partition: 11, generation: 9, producer: 5, watermark: 1_700_000_000_000 },
         Stamp::Watermark { partition: 0, generation: u64::MAX, producer: u32::MAX, watermark: i64::MIN },
+        Stamp::Batch { partition: 5, generation: 0x0123_4567_89ab_cdef, producer: 3, records: 70_000 },
+        Stamp::Batch { partition: 0, generation: 0, producer: u32::MAX, records: 1 },
     ];
 
     #[test]
@@ -260,9 +400,36 @@ mod tests {
             let back = match (header.key, s) {
                 (RECORD_HEADER, _) => Stamp::record(value),
                 (WATERMARK_HEADER, Stamp::Watermark { partition, .. }) => Stamp::watermark(value, *partition),
+                (BATCH_HEADER, Stamp::Batch { partition, .. }) => Stamp::batch(value, *partition),
                 _ => None,
             };
             assert_eq!(back, Some(*s));
         }
+    }
+
+    #[test]
+    fn batch_values_round_trip_and_refuse_what_is_cut_short() {
+        let mut w = BatchWriter::default();
+        w.push(Some(-5), i64::MIN, "{\"a\":1}");
+        w.push(None, 7, "");
+        w.push(Some(1_700_000_000_000), 9, "{\"u\":\"\u{e9}\"}");
+        assert_eq!(w.records, 3);
+        let back: Vec<_> = BatchReader::new(&w.bytes).collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            back,
+            vec![(Some(-5), i64::MIN, &b"{\"a\":1}"[..]), (None, 7, &b""[..]), (Some(1_700_000_000_000), 9, "{\"u\":\"\u{e9}\"}".as_bytes())]
+        );
+        for cut in [1, BATCH_RECORD_OVERHEAD, w.bytes.len() - 1] {
+            let got: Vec<_> = BatchReader::new(&w.bytes[..w.bytes.len() - cut]).collect();
+            assert!(got.last().unwrap().is_err(), "cut {cut} bytes short");
+        }
+        let mut bad = w.bytes.clone();
+        bad[0] = 2;
+        assert!(BatchReader::new(&bad).next().unwrap().is_err(), "a bad event-time flag");
+        assert_eq!(BatchReader::new(&[]).count(), 0);
+        w.clear();
+        assert!(w.bytes.is_empty() && w.records == 0);
+        assert_eq!(Stamp::batch(&[0; 15], 1), None, "a batch header of another size");
+        assert_eq!((STAMPS[5].records(), STAMPS[3].records(), STAMPS[1].records()), (70_000, 0, 1));
     }
 }
