@@ -301,7 +301,7 @@ pub struct KafkaSink {
     /// subtask) and the watermark it last wrote into every partition (not
     /// saved: a restarted producer writes its restored watermark again).
     producer_id: u32,
-    /// The cluster generation, in every stamp (`cluster::generation`).
+    /// The cluster generation, in every stamp (`plan::cluster::generation`).
     generation: u64,
     written_watermark: Millis,
     /// The state value of the staged transaction, built at each barrier
@@ -799,7 +799,8 @@ impl KafkaSink {
     /// Send (or hold, while a transaction waits for its checkpoint) the
     /// batch message of `w` to `partition`, and empty `w`.
     fn send_batch(&mut self, partition: usize, w: &mut BatchWriter) -> OpResult {
-        let stamp = Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
+        let stamp =
+            Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
         let stamped = self.stamped();
         match self.txn.as_ref().map(|t| t.staged.is_some()) {
             None => {
@@ -1175,8 +1176,7 @@ mod tests {
 
     #[test]
     fn staged_transactions_round_trip() {
-        let recs: Vec<Msg> =
-            vec![(Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::None), (None, val("{}"), Stamp::None)];
+        let recs: Vec<Msg> = vec![(Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::None), (None, val("{}"), Stamp::None)];
         let (id, back) = decode_txn(&encode_txn(42, &recs, false), false).unwrap();
         assert_eq!(id, 42);
         assert_eq!(back, recs);
@@ -1219,9 +1219,17 @@ mod tests {
     #[test]
     fn staging_as_records_are_sent_is_the_staged_format() {
         let recs: Vec<Msg> = vec![
-            (Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::Record { generation: 9, producer: 2, event_time: None, split_watermark: 4 }),
+            (
+                Some(b"k".to_vec().into_boxed_slice()),
+                val("{\"a\":1}"),
+                Stamp::Record { generation: 9, producer: 2, event_time: None, split_watermark: 4 },
+            ),
             (None, val(""), Stamp::Watermark { partition: 5, generation: 9, producer: 2, watermark: 8 }),
-            (Some(Vec::new().into_boxed_slice()), val("{}"), Stamp::Record { generation: 9, producer: 2, event_time: Some(3), split_watermark: 4 }),
+            (
+                Some(Vec::new().into_boxed_slice()),
+                val("{}"),
+                Stamp::Record { generation: 9, producer: 2, event_time: Some(3), split_watermark: 4 },
+            ),
         ];
         for stamped in [false, true] {
             // Two batches appended (records held after a barrier, then sent).
@@ -1234,8 +1242,7 @@ mod tests {
             assert_eq!((first.records, first.messages), (2, 3));
             assert_eq!(first.bytes, encode_txn(7, &recs, stamped)[8..], "byte for byte what the whole transaction encodes to");
             let back: Vec<_> = MsgIter::new(&first.bytes, stamped).collect::<Result<_, _>>().unwrap();
-            let want: Vec<_> =
-                recs.iter().map(|(k, value, s)| (k.as_deref(), &**value, if stamped { *s } else { Stamp::None })).collect();
+            let want: Vec<_> = recs.iter().map(|(k, value, s)| (k.as_deref(), &**value, if stamped { *s } else { Stamp::None })).collect();
             assert_eq!(back, want);
             let mut cut = MsgIter::new(&first.bytes[..first.bytes.len() - 1], stamped);
             assert!(cut.next().unwrap().is_ok() && cut.next().unwrap().is_ok());
@@ -1255,8 +1262,7 @@ mod tests {
         assert_eq!(s, Staged { origin: 3, instance: None, lineage: Lineage::Run("00ab".into()), id: 7, records: recs.clone() });
         // A cluster's: the instance too (a rescale repairs it under that
         // instance's id), and the stamps (WKT4).
-        let stamped: Vec<Msg> =
-            vec![(None, val("{}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
+        let stamped: Vec<Msg> = vec![(None, val("{}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 })];
         let v = staged_value(3, Some(2), "00ab", 7, &stamped);
         assert!(v.starts_with(STAGED_MAGIC_STAMPED));
         let s = decode_staged(&v).unwrap();

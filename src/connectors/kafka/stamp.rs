@@ -22,7 +22,7 @@
 //!   it in order with the data before it. It is never a record downstream.
 //!
 //! The generation tells the producers of one cluster from those of the
-//! cluster before a rescale, which had the same numbers (`cluster::generation`).
+//! cluster before a rescale, which had the same numbers (`plan::cluster::generation`).
 //! Headers written before it was added (a byte count without it) read as
 //! generation 0.
 //!
@@ -417,7 +417,11 @@ mod tests {
         let back: Vec<_> = BatchReader::new(&w.bytes).collect::<Result<_, _>>().unwrap();
         assert_eq!(
             back,
-            vec![(Some(-5), i64::MIN, &b"{\"a\":1}"[..]), (None, 7, &b""[..]), (Some(1_700_000_000_000), 9, "{\"u\":\"\u{e9}\"}".as_bytes())]
+            vec![
+                (Some(-5), i64::MIN, &b"{\"a\":1}"[..]),
+                (None, 7, &b""[..]),
+                (Some(1_700_000_000_000), 9, "{\"u\":\"\u{e9}\"}".as_bytes())
+            ]
         );
         for cut in [1, BATCH_RECORD_OVERHEAD, w.bytes.len() - 1] {
             let got: Vec<_> = BatchReader::new(&w.bytes[..w.bytes.len() - cut]).collect();
