@@ -402,7 +402,7 @@ fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
     let p = load(&args, &[])?;
     let ops = p.nodes.len();
     let c = &p.cluster;
-    let cluster = match p.nodes.iter().filter(|n| n.name.ends_with(".repartition.receive")).count() {
+    let cluster = match p.nodes.iter().filter(|n| n.name.ends_with(crate::plan::cluster::RECEIVE_SUFFIX)).count() {
         _ if !c.is_cluster() => String::new(),
         topics => format!(", instance {} of {}, {topics} repartition topics", c.index, c.instances),
     };

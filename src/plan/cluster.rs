@@ -29,6 +29,11 @@ pub fn instance_prefix(index: u16) -> String {
     format!("instance-{index}")
 }
 
+/// The suffixes of the nodes a hash edge into `x` becomes: `x.repartition.send`
+/// (a Kafka sink) and `x.repartition.receive` (a Kafka source).
+pub const SEND_SUFFIX: &str = ".repartition.send";
+pub const RECEIVE_SUFFIX: &str = ".repartition.receive";
+
 /// The repartition topic of the hash edge into `operator`.
 pub fn topic_name(pipeline: &str, operator: &str) -> String {
     format!("weir.{pipeline}.{operator}")
@@ -167,8 +172,8 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
         Some(_) => Delivery::ExactlyOnce,
     };
     let kg = key_group_range(c.index, c.instances, p.max_parallelism);
-    let send_name = |x: usize| format!("{}.repartition.send", p.nodes[x].name);
-    let receive_name = |x: usize| format!("{}.repartition.receive", p.nodes[x].name);
+    let send_name = |x: usize| format!("{}{SEND_SUFFIX}", p.nodes[x].name);
+    let receive_name = |x: usize| format!("{}{RECEIVE_SUFFIX}", p.nodes[x].name);
     for &x in hashed {
         for name in [send_name(x), receive_name(x)] {
             if p.nodes.iter().any(|n| n.name == name) {

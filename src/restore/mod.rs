@@ -874,7 +874,7 @@ fn check_set(pipeline: &Pipeline, set: &[(String, &Metadata)]) -> Result<(), Res
     let topics: Vec<String> = first
         .operators
         .iter()
-        .filter_map(|o| o.strip_suffix(".repartition.receive"))
+        .filter_map(|o| o.strip_suffix(crate::plan::cluster::RECEIVE_SUFFIX))
         .map(|o| crate::plan::cluster::topic_name(&first.pipeline, o))
         .collect();
     if !pipeline.cluster.is_cluster() && !topics.is_empty() {
