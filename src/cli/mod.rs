@@ -455,7 +455,10 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         (Some(_), _) => {
             let policy =
                 restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
-            let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| UsageError(e.to_string()))?;
+            let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| match e.is_refusal() {
+                true => anyhow::Error::from(UsageError(e.to_string())),
+                false => anyhow::anyhow!("{e}"),
+            })?;
             if pipeline.cluster.is_cluster() {
                 // Before the plan: its repartition sends and receives carry it.
                 let generation = prepared.start.cluster_generation;

@@ -83,6 +83,18 @@ pub enum RestoreError {
     Generation(#[from] generation::GenerationError),
     #[error("cannot restore the savepoint set: {0}; nothing was changed")]
     Set(String),
+    #[error("the start was decided but committing it failed: {0}; what it wrote does not count: start again")]
+    Committing(Box<RestoreError>),
+}
+
+impl RestoreError {
+    /// Whether the start was refused before it wrote anything (exit 2).
+    /// False when committing its decision failed (exit 1): what it wrote by
+    /// then (a generation record whose lease ran out meanwhile, say) does
+    /// not count, but the directory or the bucket has changed.
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, RestoreError::Committing(_))
+    }
 }
 
 /// Where a run starts from, and where its checkpoints continue.
@@ -208,7 +220,7 @@ pub fn prepare(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: Resto
     };
     // The first write: from here on the start is decided.
     lock.record_pid()?;
-    let mut start = commit(pipeline, &layout, storage, decision)?;
+    let mut start = commit(pipeline, &layout, storage, decision).map_err(|e| RestoreError::Committing(Box::new(e)))?;
     start.storage = opened.clone();
     start.ownership = lease.as_ref().map(|l| l.ownership());
     Ok(Prepared { start, lock, lease })
