@@ -219,6 +219,12 @@ impl Case {
                 self.kill_points += 1;
                 Ended::Interrupted
             }
+            // A start that could not commit its decision (its short lease
+            // lapsed under load, S3 cut): what it wrote does not count, and
+            // the next run restores, as after a crash.
+            (Some(1), _) if self.storage.is_some() && exit.stderr.contains("the start was decided but committing it failed") => {
+                Ended::Interrupted
+            }
             // Only a kill that found the process running is a kill point.
             (None, Some(9)) => {
                 if std::mem::take(&mut self.killed) {
