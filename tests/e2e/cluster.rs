@@ -53,7 +53,7 @@ fn a_file_source_in_a_cluster_is_refused_rather_than_read_by_every_instance() {
 }
 
 #[cfg(feature = "kafka")]
-mod kafka {
+pub(crate) mod kafka {
     use std::collections::BTreeMap;
     use std::time::{Duration, Instant};
 
@@ -102,8 +102,10 @@ sinks:
         out
     }
 
-    fn send(input: &str, orders: &[(i32, String)]) {
-        for p in 0..4 {
+    /// Produce `orders` (partition, line), each partition's in their order.
+    pub(crate) fn send(input: &str, orders: &[(i32, String)]) {
+        let partitions: std::collections::BTreeSet<i32> = orders.iter().map(|(p, _)| *p).collect();
+        for p in partitions {
             let lines: Vec<String> = orders.iter().filter(|(q, _)| *q == p).map(|(_, l)| l.clone()).collect();
             produce_to(broker(), input, p, &lines);
         }
@@ -112,11 +114,16 @@ sinks:
     /// The oracle, from the input alone: per user, the count and sum of
     /// its distinct orders.
     fn reference(input: &[(i32, String)]) -> BTreeMap<String, (i64, i64)> {
+        distinct_per_user(input, "id")
+    }
+
+    /// Per user, the count and sum of the orders distinct by `id_field`.
+    pub(crate) fn distinct_per_user(input: &[(i32, String)], id_field: &str) -> BTreeMap<String, (i64, i64)> {
         let mut seen = std::collections::HashSet::new();
         let mut out: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         for (_, l) in input {
             let o = parse(l);
-            if seen.insert(o["id"].as_i64().unwrap()) {
+            if seen.insert(o[id_field].as_i64().unwrap()) {
                 let e = out.entry(o["user"].as_str().unwrap().to_string()).or_default();
                 e.0 += 1;
                 e.1 += o["amount"].as_i64().unwrap();
@@ -383,15 +390,6 @@ sinks:
         out
     }
 
-    fn send_to_partitions(input: &str, orders: &[(i32, String)]) {
-        for p in 0..WINDOWED_PARTITIONS {
-            let lines: Vec<String> = orders.iter().filter(|(q, _)| *q == p).map(|(_, l)| l.clone()).collect();
-            if !lines.is_empty() {
-                produce_to(broker(), input, p, &lines);
-            }
-        }
-    }
-
     /// (user, window_start) -> (count, sum).
     type Windows = BTreeMap<(String, i64), (i64, i64)>;
 
@@ -503,7 +501,7 @@ sinks:
             w.spawn()
         };
         let mut all = timed_orders(0..300);
-        send_to_partitions(&input, &all);
+        send(&input, &all);
         let mut instances = vec![run(0, false), run(1, false), run(2, false)];
         let first = windowed_reference(&all);
         assert!(first.len() >= 10, "several windows fire before the end: {first:?}");
@@ -516,14 +514,14 @@ sinks:
             eprintln!("killing instance {killed} of 3");
         }
         let more = timed_orders(300..450);
-        send_to_partitions(&input, &more);
+        send(&input, &more);
         all.extend(more);
         if kill {
             instances[killed].child.kill().unwrap();
             instances[killed].child.wait().unwrap();
         }
         let more: Vec<(i32, String)> = timed_orders(450..600).into_iter().chain(timed_orders(0..30)).collect();
-        send_to_partitions(&input, &more);
+        send(&input, &more);
         all.extend(more);
         if kill {
             instances[killed] = run(killed as u16, true);
@@ -535,7 +533,7 @@ sinks:
         let last: Vec<(i32, String)> = (0..WINDOWED_PARTITIONS)
             .map(|p| (p, format!(r#"{{"order_id":{},"user":"end","amount":0,"ts":{}}}"#, 1_000_000 + p, T0 + 3_600_000)))
             .collect();
-        send_to_partitions(&input, &last);
+        send(&input, &last);
         let mut want = windowed_reference(&all);
         let everything = windowed_reference(&all.iter().cloned().chain(last.iter().cloned()).collect::<Vec<_>>());
         assert!(
@@ -858,7 +856,7 @@ sinks:
             o.stdout.trim().rsplit("Path: ").next().unwrap().to_string()
         };
         let mut all = spread_orders(0..300);
-        send_to_partitions(&input, &all);
+        send(&input, &all);
         let port = free_port();
         let mut a: Vec<Running> = (0..2u16)
             .map(|i| {
@@ -879,7 +877,7 @@ sinks:
         let zero = a.remove(0).wait_for(Duration::from_secs(30));
         zero.expect_code(0);
         let (later, slow): (Vec<_>, Vec<_>) = spread_orders(300..900).into_iter().partition(|(q, _)| *q != 4);
-        send_to_partitions(&input, &later);
+        send(&input, &later);
         let passed = (T0 + 88_400) as f64 / 1000.0;
         let start = Instant::now();
         loop {
@@ -899,7 +897,7 @@ sinks:
         assert_eq!(generation_of(&one.stderr), old);
         all.extend(later);
         // Partition 4's records come while the cluster is down.
-        send_to_partitions(&input, &slow);
+        send(&input, &slow);
         all.extend(slow);
 
         // 3 instances from the set; instance 1 (partitions 1 and 4) slowly.
@@ -920,7 +918,7 @@ sinks:
         let last: Vec<(i32, String)> = (0..WINDOWED_PARTITIONS)
             .map(|p| (p, format!(r#"{{"order_id":{},"user":"end","amount":0,"ts":{}}}"#, 1_000_000 + p, T0 + 3_600_000)))
             .collect();
-        send_to_partitions(&input, &last);
+        send(&input, &last);
         all.extend(last);
         wait_for_windows(&output, &windowed_reference(&all), Duration::from_secs(30), &mut c);
         for r in &c {

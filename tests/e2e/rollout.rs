@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_yaml::Value;
 
-use super::kafka::{broker, create_topic, produce_to, read_committed, topic};
+use super::cluster::kafka::{distinct_per_user, send};
+use super::kafka::{broker, create_topic, read_committed, topic};
 use super::metrics::free_port;
 use super::records::parse;
 use super::util::{repo, tmp, wait_until, weir, Running};
@@ -48,29 +49,10 @@ fn orders(ids: std::ops::Range<i64>) -> Vec<(i32, String)> {
     out
 }
 
-fn send(input: &str, orders: &[(i32, String)]) {
-    for p in 0..PARTITIONS {
-        let lines: Vec<String> = orders.iter().filter(|(q, _)| *q == p).map(|(_, l)| l.clone()).collect();
-        if !lines.is_empty() {
-            produce_to(broker(), input, p, &lines);
-        }
-    }
-}
-
 /// The oracle, from the input alone: per user, the count and sum of its
 /// distinct orders.
 fn reference(input: &[(i32, String)]) -> BTreeMap<String, (i64, i64)> {
-    let mut seen = std::collections::HashSet::new();
-    let mut out: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-    for (_, l) in input {
-        let o = parse(l);
-        if seen.insert(o["order_id"].as_i64().unwrap()) {
-            let e = out.entry(o["user"].as_str().unwrap().to_string()).or_default();
-            e.0 += 1;
-            e.1 += o["amount"].as_i64().unwrap();
-        }
-    }
-    out
+    distinct_per_user(input, "order_id")
 }
 
 /// Per user, every committed (count, sum) in commit order.
