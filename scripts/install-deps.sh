@@ -17,8 +17,9 @@ minimal=false
 # (scripts/kafka-broker.sh applies scripts/noida-patches to its source);
 # prometheus (and its promtool) for the test that lets a real Prometheus
 # scrape weir's metrics endpoint (scripts/prometheus.sh); tmux for the tests
-# that run weir in a real terminal and read its screen (tests/e2e/terminal.rs).
-packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux)
+# that run weir in a real terminal and read its screen (tests/e2e/terminal.rs);
+# systemd for `systemd-analyze verify` of deploy/systemd/ (tests/e2e/restart.rs).
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux systemd)
 # The quickstart's build (no RocksDB, Kafka or S3) needs a C toolchain only.
 $minimal && packages=(build-essential pkg-config)
 

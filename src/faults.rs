@@ -22,6 +22,11 @@
 //! - `barrier_delay=DURATION`: sources wait DURATION before emitting a barrier.
 //! - `restore_stall=DURATION`: every task's restore of its state blocks its
 //!   thread for DURATION first (a slow restore, e.g. a large RocksDB state).
+//! - `fail=OPERATOR:SUBTASK:N`: that subtask of an operator or sink fails
+//!   (an error, not a crash) at its Nth checkpoint barrier, once in the
+//!   process: a restart in the same process (`restart:`) does not fail again.
+//! - `end_stall=DURATION`: every task, once done, blocks its thread for
+//!   DURATION before it ends (a client that hangs while closing).
 //!
 //! Tests use it through the environment; so can users reproducing a problem.
 
@@ -38,8 +43,11 @@ pub struct Faults {
     crash_seen: AtomicU64,
     stall: Option<(String, u16, Duration)>,
     stalled: AtomicBool,
+    fail: Option<(String, u16, u64)>,
+    fail_seen: AtomicU64,
     pub barrier_delay: Option<Duration>,
     pub restore_stall: Option<Duration>,
+    pub end_stall: Option<Duration>,
     rng: AtomicU64,
 }
 
@@ -91,8 +99,18 @@ impl Faults {
                     let sub = sub.parse().map_err(|_| format!("`{item}`: bad subtask `{sub}`"))?;
                     f.stall = Some((op.to_string(), sub, dur(d)?));
                 }
+                "fail" => {
+                    let parts: Vec<&str> = value.split(':').collect();
+                    let [op, sub, n] = parts[..] else {
+                        return Err(format!("`{item}`: expected fail=OPERATOR:SUBTASK:N"));
+                    };
+                    let sub = sub.parse().map_err(|_| format!("`{item}`: bad subtask `{sub}`"))?;
+                    let n = n.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("`{item}`: bad count `{n}`"))?;
+                    f.fail = Some((op.to_string(), sub, n));
+                }
                 "barrier_delay" => f.barrier_delay = Some(dur(value)?),
                 "restore_stall" => f.restore_stall = Some(dur(value)?),
+                "end_stall" => f.end_stall = Some(dur(value)?),
                 "seed" => f.rng = AtomicU64::new(value.parse().map_err(|_| format!("`{item}`: bad seed"))?),
                 _ => return Err(format!("unknown fault `{key}`")),
             }
@@ -133,6 +151,15 @@ impl Faults {
         }
     }
 
+    /// Must `operator` subtask `subtask` fail at this barrier (the Nth it
+    /// reaches, once in the process)?
+    pub fn fail_now(&self, operator: &str, subtask: u16) -> bool {
+        match &self.fail {
+            Some((op, s, n)) if op == operator && *s == subtask => self.fail_seen.fetch_add(1, Ordering::SeqCst) + 1 == *n,
+            _ => false,
+        }
+    }
+
     fn random(&self) -> f64 {
         // splitmix64 step: good enough for fault dice, no dependency.
         let mut z = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -167,8 +194,10 @@ mod tests {
     #[test]
     fn parses_every_fault() {
         let f =
-            Faults::parse("state_write_fail=0.3, crash=after_manifest:2, stall=agg:1:50ms, barrier_delay=10ms, restore_stall=2s").unwrap();
+            Faults::parse("state_write_fail=0.3, crash=after_manifest:2, stall=agg:1:50ms, barrier_delay=10ms, restore_stall=2s, end_stall=3s")
+                .unwrap();
         assert_eq!(f.restore_stall, Some(Duration::from_secs(2)));
+        assert_eq!(f.end_stall, Some(Duration::from_secs(3)));
         assert_eq!(f.crash, Some(("after_manifest".into(), 2)));
         assert_eq!(f.stall, Some(("agg".into(), 1, Duration::from_millis(50))));
         assert_eq!(f.barrier_delay, Some(Duration::from_millis(10)));
@@ -176,6 +205,10 @@ mod tests {
         assert!((2_500..3_500).contains(&fails), "{fails}");
         assert_eq!(f.stall_for("agg", 1), Some(Duration::from_millis(50)));
         assert_eq!(f.stall_for("agg", 1), None, "stalls once");
+        let f = Faults::parse("fail=agg:0:2").unwrap();
+        let fails: Vec<bool> = (0..4).map(|_| f.fail_now("agg", 0)).collect();
+        assert_eq!(fails, [false, true, false, false], "the 2nd barrier, once");
+        assert!(!f.fail_now("agg", 1) && !f.fail_now("other", 0));
     }
 
     #[test]

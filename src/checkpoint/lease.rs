@@ -292,6 +292,9 @@ impl Shared {
     }
 }
 
+/// How long a dropped lease waits for a renewal under way.
+const RENEWER_GRACE: Duration = Duration::from_secs(2);
+
 /// The held ownership: renewed on a thread of its own; released (the
 /// record marked so) when dropped.
 #[derive(Debug)]
@@ -362,17 +365,29 @@ impl Ownership {
 impl Drop for Lease {
     fn drop(&mut self) {
         drop(self.stop.take());
+        // A renewal under way may take as long as a request to a slow store
+        // can; the release below is conditional on the version, so whichever
+        // of the two lands second is refused, and neither need wait long.
         if let Some(t) = self.renewer.take() {
-            let _ = t.join();
+            let waited = Instant::now();
+            while !t.is_finished() && waited.elapsed() < RENEWER_GRACE {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
-        let s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.lost.is_some() {
-            return;
-        }
+        let (released, version) = {
+            let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.lost.is_some() {
+                return;
+            }
+            // From here on this process writes nothing through the lease: a
+            // write still under way somewhere is refused, not raced with
+            // the next owner.
+            s.lost = Some("released by this process".into());
+            (Record { released: true, ..s.record.clone() }, s.version.clone())
+        };
         // Only our own record is released: If-Match its version.
-        let released = Record { released: true, ..s.record.clone() };
         let bytes = serde_json::to_vec_pretty(&released).expect("an owner record serializes");
-        match self.shared.storage.put_conditional(OWNER_KEY, &bytes, Some(&s.version)) {
+        match self.shared.storage.put_conditional(OWNER_KEY, &bytes, Some(&version)) {
             Ok(_) | Err(StorageError::Conflict { .. }) => {}
             Err(e) => tracing::warn!(error = %e, "Cannot release the checkpoint storage; the next start takes it over."),
         }

@@ -94,6 +94,14 @@ impl fmt::Display for Reason {
     }
 }
 
+impl Invalid {
+    /// No `_metadata`: a checkpoint the run did not finish (it stopped or
+    /// crashed while taking it), not a damaged one.
+    pub fn is_unfinished(&self) -> bool {
+        self.reason == Reason::Missing && self.path.file_name().is_some_and(|n| n == layout::METADATA_FILE)
+    }
+}
+
 fn invalid(path: impl Into<PathBuf>, reason: Reason) -> Invalid {
     Invalid { path: path.into(), reason }
 }

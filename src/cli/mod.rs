@@ -1,8 +1,11 @@
 //! The command line: the only place with anyhow, indicatif and exit codes.
 
+mod ending;
 mod inspect;
 mod live;
 mod progress;
+mod restart;
+mod run;
 mod savepoint;
 mod savepoint_retention;
 mod savepoint_set;
@@ -10,16 +13,11 @@ mod savepoint_set;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, ConfigErrors};
-use crate::plan::Plan;
-use crate::restore::{self, RestoreFrom};
-use crate::runtime::{Engine, Outcome};
-use crate::serve::http;
 
 /// weir: run stateful stream pipelines from a YAML file.
 #[derive(Debug, Parser)]
@@ -31,6 +29,17 @@ pub struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
+
+    /// Log lines as text (default) or as JSON, one object per line (for
+    /// log collectors: `timestamp`, `level`, `message` and the fields).
+    #[arg(long, global = true, default_value = "text", value_name = "FORMAT")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,9 +50,11 @@ pub enum Command {
     Validate(PipelineArgs),
     /// Show a checkpoint (directory or `_metadata`) or every checkpoint of a
     /// state directory: bundles, subtasks, files, sizes, and whether it
-    /// validates (exit 2 if not).
+    /// validates (exit 2 if not; a checkpoint the run did not finish is
+    /// listed as such, not as damaged).
     Inspect {
-        /// A checkpoint directory, its `_metadata` file, or a state directory.
+        /// A checkpoint directory, its `_metadata` file, a state directory,
+        /// or a pipeline file (its state directory or checkpoint storage).
         path: PathBuf,
     },
     /// Run a pipeline from a savepoint (same as `weir run PIPELINE --restore SAVEPOINT`).
@@ -53,7 +64,8 @@ pub enum Command {
     Savepoint(SavepointCommand),
     /// Ask the running pipeline (through `<state.dir>/control.sock`) how it
     /// is doing: state, uptime, records/s in and out per operator,
-    /// watermarks, backpressure and the last checkpoint.
+    /// watermarks, backpressure and the last checkpoint. Give the pipeline
+    /// file or its state directory (from any working directory).
     Status(StatusArgs),
 }
 
@@ -71,6 +83,10 @@ pub struct StatusArgs {
     /// With --watch: stop after N tables.
     #[arg(long, value_name = "N", requires = "watch")]
     pub count: Option<u64>,
+    /// Print the status document as JSON (the one `GET /status` on the
+    /// metrics address serves), one line per answer.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -197,10 +213,14 @@ pub struct RunOptions {
 pub struct UsageError(String);
 
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
+    ExitCode::from(exit_status(err))
+}
+
+fn exit_status(err: &anyhow::Error) -> u8 {
     if err.downcast_ref::<ConfigErrors>().is_some() || err.downcast_ref::<UsageError>().is_some() {
-        ExitCode::from(2)
+        2
     } else {
-        ExitCode::from(1)
+        1
     }
 }
 
@@ -223,54 +243,102 @@ pub fn init_logging(cli: &Cli) {
         }
         Err(_) => EnvFilter::new(format!("weir={}", cli.log_level)),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(progress::LogWriter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .try_init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(progress::LogWriter).with_target(false);
+    let _ = match cli.log_format {
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        // The event's fields at the top level, next to `message`.
+        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
+    };
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(args) => validate(args),
-        Command::Run(args) => run_pipeline(args),
+        Command::Run(args) => run::run_pipeline(args),
         Command::Inspect { path } => {
+            // A pipeline file stands for where its checkpoints are.
+            let path = match path.extension().and_then(|e| e.to_str()) {
+                Some("yaml" | "yml") if path.is_file() => {
+                    let p = load(&PipelineArgs { pipeline: path, overrides: Vec::new(), instance: None }, &[])?;
+                    match p.checkpoint.and_then(|c| c.storage) {
+                        Some(storage) => PathBuf::from(storage.url),
+                        None => p.state.dir,
+                    }
+                }
+                _ => path,
+            };
             let (report, valid) = inspect::inspect(&path).map_err(UsageError)?;
             print!("{report}");
             Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        Command::Restore(args) => run_pipeline(RunArgs { restore: vec![args.savepoint.display().to_string()], options: args.options }),
+        Command::Restore(args) if is_yaml_file(&args.savepoint) && !is_yaml_file(&args.options.pipeline.pipeline) => Err(UsageError(format!(
+            "`weir restore` takes the savepoint first, then the pipeline: weir restore {} {}",
+            args.options.pipeline.pipeline.display(),
+            args.savepoint.display()
+        ))
+        .into()),
+        Command::Restore(args) => run::run_pipeline(RunArgs { restore: vec![args.savepoint.display().to_string()], options: args.options }),
         Command::Savepoint(command) => savepoint_command(command),
         Command::Status(args) => status_command(args),
     }
 }
 
-fn status_command(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let p = load(&args.pipeline, &[])?;
-    if p.checkpoint.is_none() {
-        return Err(UsageError(format!(
-            "pipeline `{}` has no `checkpoint:` section, so it has no control socket to ask (its state directory holds it)",
-            p.name
-        ))
-        .into());
+/// A path to print for the user to copy: absolute, unless it is a URL.
+fn absolute(path: &Path) -> PathBuf {
+    match path.to_str().is_some_and(crate::checkpoint::remote::is_url) {
+        true => path.to_path_buf(),
+        false => std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
     }
-    let layout = crate::checkpoint::layout::Layout::new(&p.state.dir);
-    let ask = || savepoint::status(&layout, &p.name, Duration::from_secs(10)).map_err(|e| anyhow::anyhow!("{e}"));
+}
+
+fn is_yaml_file(path: &Path) -> bool {
+    path.is_file() && path.extension().and_then(|e| e.to_str()).is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+fn status_command(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let (layout, name) = match args.pipeline.pipeline.is_dir() {
+        // A state directory: all a running pipeline needs to be found, from
+        // any working directory (its inputs need not resolve from here).
+        true => {
+            let layout = crate::checkpoint::layout::Layout::new(&args.pipeline.pipeline);
+            let name = std::fs::read_to_string(layout.pipeline_file()).map(|n| n.trim().to_string()).unwrap_or_default();
+            (layout, name)
+        }
+        false => {
+            let p = load(&args.pipeline, &[])?;
+            if p.checkpoint.is_none() {
+                return Err(UsageError(format!(
+                    "pipeline `{}` has no `checkpoint:` section, so it has no control socket to ask (its state directory holds it)",
+                    p.name
+                ))
+                .into());
+            }
+            (crate::checkpoint::layout::Layout::new(&p.state.dir), p.name)
+        }
+    };
+    let p = name;
+    let ask = || savepoint::status(&layout, &p, Duration::from_secs(10)).map_err(|e| anyhow::anyhow!("{e}"));
     let first = ask()?;
+    let show = |status: &crate::runtime::control::Status| match args.json {
+        true => {
+            let document = crate::runtime::control::Response::Status { ok: true, status: status.clone() };
+            format!("{}\n", serde_json::to_string(&document).unwrap_or_default())
+        }
+        false => live::table(status),
+    };
     if !args.watch {
-        print!("{}", live::table(&first));
+        print!("{}", show(&first));
         return Ok(ExitCode::SUCCESS);
     }
     // On a terminal each table replaces the last; elsewhere they follow each other.
-    let clear = if std::io::stdout().is_terminal() { "\x1b[H\x1b[2J" } else { "" };
+    let clear = if std::io::stdout().is_terminal() && !args.json { "\x1b[H\x1b[2J" } else { "" };
     let mut shown = 0u64;
     let mut next = Some(first);
     while let Some(status) = next.take() {
-        if shown > 0 && clear.is_empty() {
+        if shown > 0 && clear.is_empty() && !args.json {
             println!();
         }
-        print!("{clear}{}", live::table(&status));
+        print!("{clear}{}", show(&status));
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
         shown += 1;
@@ -280,7 +348,7 @@ fn status_command(args: StatusArgs) -> anyhow::Result<ExitCode> {
         std::thread::sleep(args.interval);
         match ask() {
             Ok(s) => next = Some(s),
-            Err(_) => println!("\nPipeline `{}` is no longer running.", p.name),
+            Err(_) => println!("\nPipeline `{p}` is no longer running."),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -312,7 +380,7 @@ fn savepoint_command(command: SavepointCommand) -> anyhow::Result<ExitCode> {
                 }
                 e => to_anyhow(e),
             })?;
-            println!("Savepoint completed. Path: {}", path.display());
+            println!("Savepoint completed. Path: {}", absolute(&path).display());
         }
         SavepointCommand::Dispose { path } => {
             let dir = savepoint::dispose(&path).map_err(to_anyhow)?;
@@ -368,7 +436,7 @@ fn trigger_all_instances(
     for (m, t) in members.iter().zip(&taken) {
         match t {
             savepoint_set::Taken::Done(path) => {
-                println!("Instance {}/{n}: Savepoint completed. Path: {}", m.index, path.display());
+                println!("Instance {}/{n}: Savepoint completed. Path: {}", m.index, absolute(path).display());
                 paths.push(path.clone());
             }
             savepoint_set::Taken::Failed(why) => eprintln!("Instance {}/{n}: savepoint failed: {why}", m.index),
@@ -408,309 +476,4 @@ fn validate(args: PipelineArgs) -> anyhow::Result<ExitCode> {
     };
     println!("{}: pipeline `{}` is valid ({ops} nodes, parallelism {}{cluster}).", args.pipeline.display(), p.name, p.parallelism);
     Ok(ExitCode::SUCCESS)
-}
-
-fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let extra: Vec<String> = args.options.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
-    let mut pipeline = load(&args.options.pipeline, &extra)?;
-    crate::faults::init_from_env().map_err(UsageError)?;
-    if let Some(address) = args.options.metrics_addr {
-        pipeline.metrics = Some(config::MetricsSpec { address });
-    }
-    // Bound before the state directory is locked or written: a taken port
-    // refuses the run with nothing changed on disk.
-    let metrics_listener = match pipeline.metrics {
-        Some(m) => Some(http::bind(m.address).map_err(|e| {
-            UsageError(format!("{e} (another process listens there? choose another with --metrics-addr or `metrics.address`)"))
-        })?),
-        None => None,
-    };
-    let restore = match args.restore.as_slice() {
-        [] => None,
-        [r] if r == "latest" => Some(RestoreFrom::Latest),
-        [path] => Some(RestoreFrom::Path(path.into())),
-        set if set.iter().any(|r| r == "latest") => {
-            return Err(UsageError("--restore latest cannot be part of a savepoint set: give one path per old instance".into()).into())
-        }
-        set => Some(RestoreFrom::Set(set.iter().map(PathBuf::from).collect())),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
-    // Before anything that can take long (the lock, loading a checkpoint,
-    // rebuilding state, opening connectors): a signal from here on stops
-    // the run, and a second one exits at once.
-    // `savepoint.on_sigterm`: SIGTERM stops with a savepoint instead.
-    let on_sigterm = match (pipeline.savepoint_on_sigterm, &pipeline.savepoint_dir) {
-        (false, _) => None,
-        (true, Some(d)) if d.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(Some(d.clone())),
-        (true, Some(d)) => Some(Some(std::path::absolute(d).with_context(|| format!("savepoint.dir {}", d.display()))?)),
-        (true, None) => Some(None),
-    };
-    let stop = rt.block_on(async { Signals::install() }).context("installing the SIGINT and SIGTERM handlers")?.listen(&rt, on_sigterm);
-    // With checkpoints, the state directory is locked first (before any
-    // connector is opened) and stays locked until this function returns,
-    // after the runtime and everything on it is gone.
-    // An instance never starts on the checkpoints of another cluster shape.
-    crate::restore::cluster::check_prefix(&pipeline).map_err(UsageError)?;
-    let (start, _lock) = match (&pipeline.checkpoint, &restore) {
-        (Some(_), _) => {
-            let policy =
-                restore::RestorePolicy { force: args.options.force, allow_non_restored_state: args.options.allow_non_restored_state };
-            let prepared = restore::prepare(&pipeline, restore.as_ref(), policy).map_err(|e| match e.is_refusal() {
-                true => anyhow::Error::from(UsageError(e.to_string())),
-                false => anyhow::anyhow!("{e}"),
-            })?;
-            if pipeline.cluster.is_cluster() {
-                // Before the plan: its repartition sends and receives carry it.
-                let generation = prepared.start.cluster_generation;
-                tracing::info!(generation = %format!("{generation:016x}"), "Cluster generation of the repartition producers.");
-                crate::plan::cluster::set_generation(&mut pipeline, generation);
-            }
-            (Some(prepared.start), Some((prepared.lock, prepared.lease)))
-        }
-        (None, Some(_)) => {
-            return Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into())
-        }
-        (None, None) => (None, None),
-    };
-    let (keep, storage_options) = (
-        pipeline.savepoint_on_sigterm_keep,
-        pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default(),
-    );
-    let plan = Plan::new(pipeline);
-    let name = plan.pipeline.name.clone();
-    let plan_name = name.clone();
-    let asked = stop.clone();
-    let outcome = rt.block_on(async move {
-        let mut engine = Engine::build(&plan, start).context("building the pipeline")?;
-        let server = match metrics_listener {
-            Some(l) => Some(http::MetricsServer::start(l, engine.exported()).context("starting the metrics endpoint")?),
-            None => None,
-        };
-        // Without it no savepoint could be taken: a failure to start.
-        let control = match engine.control() {
-            Some((path, commands, status)) => Some(
-                crate::serve::control::ControlServer::start(&path, commands, status)
-                    .await
-                    .with_context(|| format!("pipeline `{name}` failed"))?,
-            ),
-            None => None,
-        };
-        let metrics = engine.metrics();
-        let show = !args.options.no_progress && std::io::stderr().is_terminal();
-        if show {
-            engine.quiet_checkpoints();
-        }
-        let progress = progress::Progress::start(show, engine.extent(), engine.status());
-        // A signal that came while the pipeline was being built stops it now.
-        stop.attach(engine.stop_handle());
-        tracing::info!(pipeline = %name, parallelism = plan.pipeline.parallelism, "Pipeline started.");
-        let started = Instant::now();
-        let result = engine.run().await;
-        if let Some(control) = control {
-            control.shutdown().await;
-        }
-        stop.settle().await;
-        progress.finish();
-        if let Some(server) = server {
-            server.shutdown().await;
-        }
-        let outcome = result.with_context(|| format!("pipeline `{name}` failed"))?;
-        eprintln!("{}", progress::summary(&metrics, started.elapsed(), outcome));
-        anyhow::Ok(outcome)
-    })?;
-    let _ = outcome == Outcome::Finished;
-    if let Some(taken) = asked.savepoint_taken() {
-        retire_sigterm_savepoints(&taken, &plan_name, keep, &storage_options);
-    }
-    if let Some(why) = asked.savepoint_failure() {
-        // The run stopped (with a final checkpoint), but not as asked.
-        return Err(anyhow::anyhow!("savepoint.on_sigterm: the savepoint on SIGTERM failed: {why}"));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `savepoint.on_sigterm_keep`: dispose the older savepoints taken on
-/// SIGTERM next to `taken`. The run has succeeded whatever happens here:
-/// a savepoint that cannot be disposed is only reported.
-fn retire_sigterm_savepoints(taken: &Path, pipeline: &str, keep: usize, options: &[(String, String)]) {
-    let retired = savepoint_retention::retire(taken, pipeline, keep, options);
-    for p in &retired.disposed {
-        tracing::info!(path = %p.display(), keep, "Disposed an older savepoint taken on SIGTERM (savepoint.on_sigterm_keep).");
-    }
-    for why in &retired.failed {
-        tracing::warn!(reason = %why, "An older savepoint taken on SIGTERM was not disposed.");
-    }
-}
-
-/// SIGINT and SIGTERM, from the start of a run to its end. The first asks
-/// the pipeline to stop (a drain, and the final checkpoint); the second
-/// exits with status 130 from the signal handler itself, so no busy thread,
-/// blocked call or lost wake-up can delay or swallow it.
-struct Signals {
-    #[cfg(unix)]
-    int: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    /// Must be called within the runtime.
-    fn install() -> std::io::Result<Signals> {
-        #[cfg(unix)]
-        {
-            use signal_hook::consts::{SIGINT, SIGTERM};
-            use tokio::signal::unix::{signal, SignalKind};
-            let signals = Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? };
-            // Set by the first signal in its handler; the exit is armed by it.
-            // The exit goes first, or the first signal would exit too.
-            // `_exit`, not `exit`: the C++ static destructors `exit` runs
-            // (RocksDB's) would race the threads still running and can abort
-            // the process (SIGABRT) instead of exiting 130.
-            let seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            for sig in [SIGINT, SIGTERM] {
-                signal_hook::flag::register_conditional_shutdown(sig, 130, seen.clone())?;
-                signal_hook::flag::register(sig, seen.clone())?;
-            }
-            Ok(signals)
-        }
-        #[cfg(not(unix))]
-        Ok(Signals {})
-    }
-
-    /// Wait for the first signal on a task of its own and pass it on to the
-    /// returned request, which the engine is attached to once built.
-    /// `on_sigterm`: Some(parent) makes SIGTERM a stop-with-savepoint into
-    /// `parent` (None: the state directory's `savepoints/`).
-    fn listen(mut self, rt: &tokio::runtime::Runtime, on_sigterm: Option<Option<PathBuf>>) -> StopRequest {
-        let request = StopRequest::default();
-        let on_signal = request.clone();
-        rt.spawn(async move {
-            let savepoint = match (self.next().await, on_sigterm) {
-                (Signal::Term, Some(parent)) => {
-                    tracing::info!("SIGTERM: stopping with a savepoint (savepoint.on_sigterm; a second signal exits at once, status 130).");
-                    Some(parent)
-                }
-                _ => {
-                    tracing::info!("Stop requested; draining the pipeline (a second signal exits at once, status 130).");
-                    None
-                }
-            };
-            on_signal.request(savepoint);
-        });
-        request
-    }
-
-    async fn next(&mut self) -> Signal {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.int.recv() => Signal::Int,
-            _ = self.term.recv() => Signal::Term,
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            Signal::Int
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Signal {
-    Int,
-    Term,
-}
-
-/// A stop asked for by a signal, possibly before the engine exists: kept
-/// until the engine is attached, then passed on.
-#[derive(Clone, Default)]
-struct StopRequest(std::sync::Arc<std::sync::Mutex<StopState>>);
-
-#[derive(Default)]
-struct StopState {
-    /// None: no stop asked yet; Some(None): a plain stop; Some(Some(parent)):
-    /// a stop-with-savepoint into `parent` (None: `savepoints/`).
-    asked: Option<Option<Option<PathBuf>>>,
-    handle: Option<crate::runtime::StopHandle>,
-    /// Why the stop-with-savepoint failed, once it did.
-    failure: Option<String>,
-    /// The savepoint it took, once it completed.
-    taken: Option<PathBuf>,
-    /// The task waiting for the savepoint's answer.
-    waiting: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl StopRequest {
-    fn request(&self, savepoint: Option<Option<PathBuf>>) {
-        let handle = {
-            let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            s.asked = Some(savepoint);
-            s.handle.clone()
-        };
-        if let Some(h) = handle {
-            self.pass_on(&h);
-        }
-    }
-
-    fn attach(&self, handle: crate::runtime::StopHandle) {
-        let asked = {
-            let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            s.handle = Some(handle.clone());
-            s.asked.is_some()
-        };
-        if asked {
-            self.pass_on(&handle);
-        }
-    }
-
-    /// Why the savepoint asked for on SIGTERM failed, if it did.
-    fn savepoint_failure(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).failure.clone()
-    }
-
-    /// The savepoint taken on SIGTERM, if one completed.
-    fn savepoint_taken(&self) -> Option<PathBuf> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).taken.clone()
-    }
-
-    /// Stop the engine as asked. A stop-with-savepoint reports its path
-    /// when done; refused (a savepoint or stop already under way) it falls
-    /// back to a plain stop, and a failed one has stopped the run with a
-    /// final checkpoint already.
-    fn pass_on(&self, handle: &crate::runtime::StopHandle) {
-        let asked = self.0.lock().unwrap_or_else(|e| e.into_inner()).asked.clone();
-        let Some(Some(parent)) = asked else {
-            handle.stop();
-            return;
-        };
-        let Some(answer) = handle.stop_with_savepoint(parent) else {
-            handle.stop();
-            return;
-        };
-        let (state, handle) = (self.0.clone(), handle.clone());
-        let waiting = tokio::spawn(async move {
-            let why = match answer.await {
-                Ok(Ok(path)) => {
-                    // stdout may be a sink's: the path goes to stderr.
-                    eprintln!("Stopped with a savepoint on SIGTERM. Path: {}", path.display());
-                    state.lock().unwrap_or_else(|e| e.into_inner()).taken = Some(path);
-                    return;
-                }
-                Ok(Err(why)) => why,
-                Err(_) => "the pipeline ended before the savepoint completed".to_string(),
-            };
-            tracing::error!(reason = %why, "The savepoint on SIGTERM failed; the pipeline stops with a final checkpoint instead.");
-            handle.stop();
-            state.lock().unwrap_or_else(|e| e.into_inner()).failure = Some(why);
-        });
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).waiting = Some(waiting);
-    }
-
-    /// After the run: wait until the savepoint's answer is reported (the
-    /// driver is gone, so it has come or its sender was dropped).
-    async fn settle(&self) {
-        let waiting = self.0.lock().unwrap_or_else(|e| e.into_inner()).waiting.take();
-        if let Some(w) = waiting {
-            let _ = w.await;
-        }
-    }
 }

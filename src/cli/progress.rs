@@ -191,7 +191,7 @@ pub fn summary(metrics: &[NodeMetrics], elapsed: Duration, outcome: Outcome) -> 
             _ => format!("{} {} in/{} out", m.name, t.records_in, t.records_out),
         };
         if t.records_dropped > 0 {
-            part.push_str(&format!(" ({} dropped)", t.records_dropped));
+            part.push_str(&format!(" ({})", dropped(&t)));
         }
         parts.push(part);
     }
@@ -202,4 +202,25 @@ pub fn summary(metrics: &[NodeMetrics], elapsed: Duration, outcome: Outcome) -> 
         Outcome::Stopped => "Stopped",
     };
     format!("{verb} in {secs:.2}s, {rate:.0} records/s: {}", parts.join(", "))
+}
+
+/// `2 dropped` and what became of them: late or bad, and how many went to
+/// the dead letter (the rest were skipped).
+fn dropped(t: &crate::runtime::Totals) -> String {
+    let late = t.dropped_late.min(t.records_dropped);
+    let bad = t.records_dropped - late;
+    let mut why = Vec::new();
+    if late > 0 {
+        why.push(format!("{late} late"));
+    }
+    if bad > 0 {
+        why.push(format!("{bad} bad"));
+    }
+    let mut s = format!("{} dropped: {}", t.records_dropped, why.join(", "));
+    match t.dead_lettered.min(t.records_dropped) {
+        0 => {}
+        n if n == t.records_dropped => s.push_str(", all written to the dead letter"),
+        n => s.push_str(&format!(", {n} written to the dead letter")),
+    }
+    s
 }

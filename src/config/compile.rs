@@ -50,6 +50,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let savepoint_dir = specs::savepoint_dir(&mut cx, raw);
     let savepoint_on_sigterm_keep = specs::on_sigterm_keep(&mut cx, raw);
     let bundle_size = specs::bundle_size(&mut cx, raw, parallelism);
+    let restart = specs::restart(&mut cx, raw);
     let metrics = raw.metrics.as_ref().and_then(|m| specs::metrics(&mut cx, m));
     let items = items(parsed);
     check_names(&mut cx, &items);
@@ -93,6 +94,7 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
         savepoint_dir,
         savepoint_on_sigterm: raw.savepoint.as_ref().is_some_and(|s| s.on_sigterm),
         savepoint_on_sigterm_keep,
+        restart,
         bundle_size,
         metrics,
         cluster,
@@ -393,7 +395,15 @@ fn check_kafka_transactions(cx: &mut Cx, items: &[Item], kinds: &[Option<NodeKin
             continue;
         };
         let at = child(&child(&it.path, "properties"), "transaction.timeout.ms");
+        let message = k.properties.iter().find(|(name, _)| name == "message.timeout.ms").and_then(|(_, m)| m.parse::<u128>().ok());
         match v.parse::<u128>() {
+            Ok(ms) if message.is_some_and(|m| m > ms) => cx.err(
+                &child(&child(&it.path, "properties"), "message.timeout.ms"),
+                format!(
+                    "`message.timeout.ms` ({}) must not exceed `transaction.timeout.ms` ({ms}): the Kafka client refuses a transactional producer configured so",
+                    message.unwrap_or_default()
+                ),
+            ),
             Ok(ms) if ms > needed => {}
             Ok(ms) => cx.err(
                 &at,

@@ -274,6 +274,32 @@ sources:
         assert_one(&text, "t.yaml:9:44: field `amount` is not in the output of `a`, which has: user, window_start, window_end, n");
     }
 
+    /// `restart:` defaults, and what it refuses: no checkpoints to restart
+    /// from, zero attempts, a maximum wait shorter than the first.
+    #[test]
+    fn restart_policy() {
+        let ck = "checkpoint: {interval: 1s}\n";
+        let p = load_with_env(&format!("{}{ck}restart: {{}}\n", with(SINK)), "t.yaml", &[], &test_env).unwrap();
+        let want = crate::config::RestartPolicy {
+            attempts: 3,
+            backoff: std::time::Duration::from_secs(1),
+            max_backoff: std::time::Duration::from_secs(60),
+            window: std::time::Duration::from_secs(600),
+        };
+        assert_eq!(p.restart, Some(want));
+        let p = load_with_env(&format!("{}{ck}restart: {{attempts: 5, backoff: 200ms, window: 1h}}\n", with(SINK)), "t.yaml", &[], &test_env)
+            .unwrap();
+        assert_eq!(p.restart.map(|r| (r.attempts, r.backoff.as_millis(), r.window.as_secs())), Some((5, 200, 3600)));
+        assert_eq!(load_with_env(&with(SINK), "t.yaml", &[], &test_env).unwrap().restart, None);
+        let text = format!("{}restart: {{attempts: 2}}\n", with(SINK));
+        assert_one(&text, &format!("{}: `restart` needs a `checkpoint:` section", place_of(&text, "restart:")));
+        let text = format!("{}{ck}restart: {{attempts: 0}}\n", with(SINK));
+        let (line, col) = position_of(&text, text.find("attempts: 0").unwrap() + "attempts: ".len());
+        assert_one(&text, &format!("t.yaml:{line}:{col}: `attempts` must be between 1 and 1000000, got 0"));
+        let text = format!("{}{ck}restart: {{backoff: 2m, max_backoff: 1m}}\n", with(SINK));
+        assert_one(&text, &format!("{}: `max_backoff` must not be shorter than `backoff`", place_of(&text, "1m}")));
+    }
+
     #[test]
     fn duration_and_setting_errors() {
         let text = with("operators:\n  - {name: d, type: dedup, input: gen, key: [user], ttl: 10 parsecs}\nsinks:\n  - {name: out, type: stdout, input: d}\n");
@@ -622,6 +648,13 @@ sinks:
         assert_eq!(err.len(), 1, "{err:?}");
         assert!(err[0].contains("`transaction.timeout.ms` (30000) must exceed checkpoint `interval` + `timeout` (61000 ms)"), "{err:?}");
         assert!(errors(&text.replace("30000", "62000")).is_empty());
+        // A transaction timeout below the default message timeout (the
+        // broker timeout, 30 s) is what the producer gets; a message timeout
+        // above it the client would refuse, so validate does, where it is.
+        let short = format!("name: k\ncheckpoint: {{interval: 1s, timeout: 10s}}\n{src}{}", sink(", properties: {transaction.timeout.ms: 20000}"));
+        assert!(errors(&short).is_empty(), "{:?}", errors(&short));
+        let text = short.replace("20000}", "20000, message.timeout.ms: 25000}");
+        assert_one(&text, &format!("{}: `message.timeout.ms` (25000) must not exceed `transaction.timeout.ms` (20000)", place_of(&text, "25000")));
         // Both or neither of topics and topic_pattern; weir's own settings stay weir's.
         let both = "name: k\nsources:\n  - {name: in, type: kafka, brokers: 'h:1', topics: [a], topic_pattern: 'a.*', properties: {enable.auto.commit: true}}\nsinks:\n  - {name: out, type: stdout, input: in}\n";
         let err = errors(both);

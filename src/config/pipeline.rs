@@ -30,6 +30,8 @@ pub struct Pipeline {
     /// `savepoint.on_sigterm_keep`: savepoints taken on SIGTERM kept in
     /// their directory (at least 1); older ones are disposed.
     pub savepoint_on_sigterm_keep: usize,
+    /// `restart:`: None = a failed run ends the process (exit 1).
+    pub restart: Option<RestartPolicy>,
     /// Subtasks per bundle: subtask i belongs to bundle i / bundle_size.
     pub bundle_size: u16,
     /// None: no metrics endpoint.
@@ -471,4 +473,16 @@ impl Pipeline {
     pub fn has_event_time(&self) -> bool {
         self.nodes.iter().any(|n| matches!(&n.kind, NodeKind::Source(s) if s.event_time.is_some()))
     }
+}
+
+/// `restart:`: how often a failed run is restarted in the process (from
+/// the latest checkpoint) before the failure ends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// Restarts allowed within `window`.
+    pub attempts: u32,
+    /// The wait before the first restart; doubled for each later one in the window.
+    pub backoff: std::time::Duration,
+    pub max_backoff: std::time::Duration,
+    pub window: std::time::Duration,
 }

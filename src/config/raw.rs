@@ -22,6 +22,9 @@ pub struct RawPipeline {
     pub savepoint: Option<RawSavepoint>,
     #[serde(default)]
     pub bundles: Option<RawBundles>,
+    /// Present = a failed run restarts in the process from its latest checkpoint.
+    #[serde(default)]
+    pub restart: Option<RawRestart>,
     /// Present = the HTTP metrics endpoint is served.
     #[serde(default)]
     pub metrics: Option<RawMetrics>,
@@ -481,6 +484,25 @@ pub struct RawCheckpoint {
     /// How long the storage's owner keeps it without renewing (`_owner`).
     #[serde(default)]
     pub storage_lease: Option<String>,
+}
+
+/// `restart:`: restart a failed run in the process, from its latest checkpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestart {
+    /// Restarts allowed within `window` (default 3).
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    /// The wait before the first restart, doubled for each one after it
+    /// within the window (default 1s).
+    #[serde(default)]
+    pub backoff: Option<String>,
+    /// The longest wait (default 1m).
+    #[serde(default)]
+    pub max_backoff: Option<String>,
+    /// Failures older than this no longer count (default 10m).
+    #[serde(default)]
+    pub window: Option<String>,
 }
 
 /// `savepoint:`: defaults of `weir savepoint trigger`.

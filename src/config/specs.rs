@@ -277,6 +277,36 @@ pub(crate) fn on_sigterm_keep(cx: &mut Cx, raw: &RawPipeline) -> usize {
     }
 }
 
+/// `restart:`; it needs checkpoints (a restart without them would read the
+/// input again and write its output twice).
+pub(crate) fn restart(cx: &mut Cx, raw: &RawPipeline) -> Option<RestartPolicy> {
+    let r = raw.restart.as_ref()?;
+    let at = [Seg::Key("restart".into())];
+    if raw.checkpoint.is_none() {
+        cx.err_key(&at, "`restart` needs a `checkpoint:` section: a run restarts from its latest checkpoint (without one it would read its input again and write its output twice)");
+        return None;
+    }
+    let attempts = r.attempts.unwrap_or(DEFAULT_RESTART_ATTEMPTS);
+    if !cx.count(&child(&at, "attempts"), "attempts", u64::from(attempts), (1, 1_000_000)) {
+        return None;
+    }
+    let range = DurationRange { min: Duration::ZERO, max: Duration::from_secs(24 * 3600), whole_ms: false };
+    let mut d = |key: &str, text: Option<&str>, default: Duration| match text {
+        Some(t) => cx.duration_in(&at, key, t, range),
+        None => Some(default),
+    };
+    let backoff = d("backoff", r.backoff.as_deref(), Duration::from_secs(1))?;
+    let max_backoff = d("max_backoff", r.max_backoff.as_deref(), Duration::from_secs(60))?;
+    let window = d("window", r.window.as_deref(), Duration::from_secs(600))?;
+    if max_backoff < backoff {
+        cx.err(&child(&at, "max_backoff"), "`max_backoff` must not be shorter than `backoff`");
+        return None;
+    }
+    Some(RestartPolicy { attempts, backoff, max_backoff, window })
+}
+
+const DEFAULT_RESTART_ATTEMPTS: u32 = 3;
+
 /// Savepoints taken on SIGTERM kept by default: the last rollouts' worth.
 pub const DEFAULT_ON_SIGTERM_KEEP: usize = 3;
 

@@ -99,15 +99,30 @@ pub fn reject(
     reason: &str,
     metrics: &super::OperatorMetrics,
 ) -> Result<(), super::OpError> {
+    let failure = || super::OpError::Data(format!("bad record at {place}: {reason}: {}", truncate(text, 200)));
+    drop_bad(on_error, dead_letter, &format!("{who}@{place}"), text, reason, metrics, failure)
+}
+
+/// A record that cannot be processed: count it as dropped, then fail with
+/// `failure`, skip it, or write it to the dead letter as from `origin`
+/// (counted as dead-lettered).
+pub fn drop_bad(
+    on_error: &crate::config::OnError,
+    dead_letter: Option<&DeadLetter>,
+    origin: &str,
+    text: &str,
+    reason: &str,
+    metrics: &super::OperatorMetrics,
+    failure: impl FnOnce() -> super::OpError,
+) -> Result<(), super::OpError> {
     use crate::config::OnError;
     super::OperatorMetrics::add(&metrics.records_dropped, 1);
     match on_error {
-        OnError::Fail => Err(super::OpError::Data(format!("bad record at {place}: {reason}: {}", truncate(text, 200)))),
+        OnError::Fail => Err(failure()),
         OnError::Skip => Ok(()),
         OnError::DeadLetter(_) => {
             let dl = dead_letter.expect("dead letter opened for on_error: dead_letter");
-            dl.write(&format!("{who}@{place}"), reason, text)
-                .map_err(|e| super::OpError::io(format!("writing dead letter {}", dl.path().display()), e))?;
+            dl.write(origin, reason, text).map_err(|e| super::OpError::io(format!("writing dead letter {}", dl.path().display()), e))?;
             super::OperatorMetrics::add(&metrics.dead_lettered, 1);
             Ok(())
         }

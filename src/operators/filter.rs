@@ -60,18 +60,11 @@ pub(crate) fn refuse(
     reason: &str,
     metrics: &OperatorMetrics,
 ) -> OpResult {
-    OperatorMetrics::add(&metrics.records_dropped, 1);
-    match on_error {
-        OnError::Fail => {
-            let shown: String = text.chars().take(200).collect();
-            Err(OpError::Data(format!("operator `{name}` failed on a record: {reason}: {shown}")))
-        }
-        OnError::Skip => Ok(()),
-        OnError::DeadLetter(_) => {
-            let dl = dead_letter.expect("dead letter opened for on_error: dead_letter");
-            dl.write(name, reason, text).map_err(|e| OpError::io(format!("writing dead letter {}", dl.path().display()), e))
-        }
-    }
+    let failure = || {
+        let shown: String = text.chars().take(200).collect();
+        OpError::Data(format!("operator `{name}` failed on a record: {reason}: {shown}"))
+    };
+    super::dead_letter::drop_bad(on_error, dead_letter, name, text, reason, metrics, failure)
 }
 
 #[cfg(test)]

@@ -156,6 +156,19 @@ impl BundleArbiter {
         Ok(decisions)
     }
 
+    /// The members that have not voted for checkpoint `id` yet (none once
+    /// it is decided).
+    pub fn waiting_for(&self, id: CheckpointId) -> Vec<TaskId> {
+        if self.decided.is_some_and(|d| d >= id) {
+            return Vec::new();
+        }
+        match &self.round {
+            Some(r) if r.id == id => self.members.iter().filter(|m| !r.prepared.contains_key(m)).copied().collect(),
+            Some(r) if r.id > id => Vec::new(),
+            _ => self.members.iter().copied().collect(),
+        }
+    }
+
     /// The coordinator's timeout for checkpoint `id`.
     pub fn on_timeout(&mut self, id: CheckpointId) -> Vec<ArbiterDecision> {
         self.on_abort(id, AbortReason::Timeout)
@@ -259,6 +272,22 @@ mod tests {
         let files = vec![file("sub-0.bin"), file("sub-1.bin"), file("sub-2.bin")];
         let voters = vec![task(0), task(1), task(2)];
         assert_eq!(a.on_vote(prepared(1, 1)).unwrap(), vec![Commit { id: 1, voters, files }]);
+    }
+
+    #[test]
+    fn waiting_for_names_the_members_that_have_not_voted() {
+        let mut a = arbiter();
+        assert_eq!(a.waiting_for(1), vec![task(0), task(1), task(2)], "no vote yet");
+        a.on_vote(prepared(1, 1)).unwrap();
+        assert_eq!(a.waiting_for(1), vec![task(0), task(2)]);
+        a.on_vote(prepared(1, 0)).unwrap();
+        a.on_vote(prepared(1, 2)).unwrap();
+        assert_eq!(a.waiting_for(1), Vec::<TaskId>::new(), "committed");
+        a.on_vote(prepared(3, 0)).unwrap();
+        assert_eq!(a.waiting_for(2), Vec::<TaskId>::new(), "superseded by a newer round");
+        assert_eq!(a.waiting_for(3), vec![task(1), task(2)]);
+        a.on_timeout(3);
+        assert_eq!(a.waiting_for(3), Vec::<TaskId>::new(), "aborted");
     }
 
     #[test]

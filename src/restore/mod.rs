@@ -609,7 +609,11 @@ fn is_url(path: &Path) -> bool {
 
 fn log_skipped(skipped: &[(CheckpointId, validate::Invalid)]) {
     for (id, why) in skipped {
-        tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint.");
+        match why.is_unfinished() {
+            // The normal leftover of a crash: the cleanup removes it (and says so).
+            true => tracing::info!(checkpoint = id, "Skipping a checkpoint that was not finished (no _metadata); it is removed."),
+            false => tracing::warn!(checkpoint = id, reason = %why, "Skipping an invalid checkpoint."),
+        }
     }
 }
 

@@ -72,6 +72,8 @@ pub struct Built {
     pub controls: Vec<mpsc::UnboundedSender<Control>>,
     /// The tasks of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
+    /// Each task's name in the log (`head[subtask]`).
+    pub task_names: std::collections::BTreeMap<TaskId, String>,
     /// Native (incremental) RocksDB checkpoints: each bundle's rendezvous.
     pub rendezvous: Vec<Arc<Rendezvous>>,
     /// Times the restore (None: a fresh start).
@@ -165,6 +167,7 @@ pub fn build(
     let mut controls = Vec::new();
     let bundle_size = plan.pipeline.bundle_size;
     let mut bundles: Vec<Vec<TaskId>> = vec![Vec::new(); plan.pipeline.bundles() as usize];
+    let mut task_names = std::collections::BTreeMap::new();
     let alignment = plan.pipeline.checkpoint.as_ref().map(|c| match c.alignment {
         Alignment::Aligned => AlignmentMode::Aligned,
         Alignment::Unaligned => AlignmentMode::Unaligned,
@@ -197,6 +200,7 @@ pub fn build(
             ops.append(&mut dead_letters.commits);
             let task_name = format!("{}[{i}]", plan.pipeline.nodes[head].name);
             let task_id = TaskId { chain: c as u32, subtask: i };
+            task_names.insert(task_id, task_name.clone());
             let bundle = (i / bundle_size) as BundleId;
             bundles[bundle as usize].push(task_id);
             let ck = wiring.map(|w| TaskCheckpointing {
@@ -285,7 +289,7 @@ pub fn build(
     details.file_sinks =
         plan.pipeline.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. }))).map(|n| n.name.clone()).collect();
     details.committing_sinks = metrics.iter().filter(|m| m.commits).map(|m| m.name.clone()).collect();
-    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, rendezvous, restore_clock: clock, details })
+    Ok(Built { tasks, metrics, extent: total_extent(&extents), controls, bundles, task_names, rendezvous, restore_clock: clock, details })
 }
 
 fn total_extent(extents: &[Option<Extent>]) -> Option<Extent> {

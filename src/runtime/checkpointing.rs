@@ -64,6 +64,8 @@ pub struct DriverSetup {
     pub cluster: Option<crate::checkpoint::manifest::ClusterRecord>,
     /// Members of each bundle.
     pub bundles: Vec<Vec<TaskId>>,
+    /// Each task's name, for the log.
+    pub task_names: std::collections::BTreeMap<TaskId, String>,
     pub first_id: CheckpointId,
     /// Completed checkpoints already on disk (or in the store), oldest first.
     pub retained: Vec<CheckpointId>,
@@ -156,6 +158,15 @@ struct Stats {
     /// The longest time from the trigger to the first barrier at a task.
     start_delay: Duration,
     in_flight_bytes: u64,
+    /// The checkpoint already warned of as slow.
+    warned_slow: Option<CheckpointId>,
+}
+
+/// A checkpoint running this long gets a warning: 3 intervals, at least 5 s
+/// (a fast interval alone would warn of ordinary ones), and before the
+/// timeout's half (so that the warning comes before the failure).
+fn slow_after(interval: Duration, timeout: Duration) -> Duration {
+    interval.saturating_mul(3).max(Duration::from_secs(5)).min(timeout / 2)
 }
 
 impl Driver {
@@ -178,6 +189,7 @@ impl Driver {
         };
         let first_completed = *completed.borrow();
         setup.metrics.tolerable_failures.store(u64::from(setup.spec.tolerable_failures), std::sync::atomic::Ordering::Relaxed);
+        setup.metrics.on_started(setup.spec.timeout);
         let coordinator = Coordinator::new(config, setup.first_id, setup.retained.clone(), Instant::now());
         let arbiters = setup.bundles.iter().enumerate().map(|(b, m)| BundleArbiter::new(b as BundleId, m.iter().copied())).collect();
         Driver {
@@ -232,6 +244,7 @@ impl Driver {
                 self.final_queued = true;
             }
             let wake = self.coordinator.deadline().unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let wake = self.slow_warning_at().map_or(wake, |slow| slow.min(wake));
             tokio::select! {
                 event = self.events.recv() => match event {
                     Some(Event::Vote { bundle, vote, stats }) => {
@@ -274,6 +287,7 @@ impl Driver {
                 },
                 _ = tokio::time::sleep_until(wake.into()) => {
                     let now = Instant::now();
+                    self.warn_if_slow(now);
                     if let Some(outcome) = self.coordinator.on_timeout(now) {
                         self.aborted(outcome, FailureReason::Timeout)?;
                     }
@@ -288,6 +302,38 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// When the running checkpoint becomes worth a warning, if not warned of yet.
+    fn slow_warning_at(&self) -> Option<Instant> {
+        let id = self.coordinator.running()?;
+        (self.stats.id == id && self.stats.warned_slow != Some(id)).then_some(())?;
+        Some(self.stats.triggered? + slow_after(self.setup.spec.interval, self.setup.spec.timeout))
+    }
+
+    /// A checkpoint still running after [`slow_after`]: say so once, naming
+    /// the tasks that have not acknowledged it (a stuck checkpoint is not silent).
+    fn warn_if_slow(&mut self, now: Instant) {
+        if !self.slow_warning_at().is_some_and(|at| now >= at) {
+            return;
+        }
+        let id = self.stats.id;
+        self.stats.warned_slow = Some(id);
+        let waiting: Vec<String> = self
+            .arbiters
+            .iter()
+            .flat_map(|a| a.waiting_for(id))
+            .map(|t| self.setup.task_names.get(&t).cloned().unwrap_or_else(|| t.to_string()))
+            .collect();
+        let running_s = self.stats.triggered.map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        tracing::warn!(
+            checkpoint = id,
+            running_s = format!("{running_s:.1}"),
+            timeout_s = self.setup.spec.timeout.as_secs_f64(),
+            waiting = waiting.len(),
+            tasks = %waiting.join(", "),
+            "Checkpoint is slow: these tasks have not acknowledged it yet (a barrier not through, an alignment, a flush or an upload)."
+        );
     }
 
     /// Make the running checkpoint the final one when it covers the whole
@@ -501,8 +547,11 @@ impl Driver {
                 )
             };
         }
-        // With a progress bar on screen the bar shows each checkpoint.
-        if self.quiet && kind == Kind::Checkpoint {
+        // With a progress bar on screen the bar shows each checkpoint; a
+        // slow one is a warning wherever it is shown.
+        if done.duration >= slow_after(self.setup.spec.interval, self.setup.spec.timeout) {
+            completed!(tracing::Level::WARN);
+        } else if self.quiet && kind == Kind::Checkpoint {
             completed!(tracing::Level::DEBUG);
         } else {
             completed!(tracing::Level::INFO);

@@ -23,6 +23,10 @@ pub struct Totals {
     pub records_in: u64,
     pub records_out: u64,
     pub records_dropped: u64,
+    /// Of the dropped: late ones (the rest were bad input).
+    pub dropped_late: u64,
+    /// Dropped records written to a dead letter.
+    pub dead_lettered: u64,
     pub bytes_in: u64,
     pub records_committed: u64,
 }
@@ -44,6 +48,8 @@ impl NodeMetrics {
             t.records_in += m.records_in.load(Ordering::Relaxed);
             t.records_out += m.records_out.load(Ordering::Relaxed);
             t.records_dropped += m.records_dropped.load(Ordering::Relaxed);
+            t.dropped_late += m.dropped_late.load(Ordering::Relaxed);
+            t.dead_lettered += m.dead_lettered.load(Ordering::Relaxed);
             t.bytes_in += m.bytes_in.load(Ordering::Relaxed);
             t.records_committed += m.records_committed.load(Ordering::Relaxed);
         }
@@ -95,6 +101,72 @@ pub struct CheckpointMetrics {
     pub restored_id: AtomicU64,
     /// When this process saw its newest checkpoint complete (for `/ready`).
     last_seen: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the checkpoint driver started, and its `checkpoint.timeout` (for `/live`).
+    started: std::sync::Mutex<Option<std::time::Instant>>,
+    pub timeout_ms: AtomicU64,
+    /// Every completed checkpoint's duration, size and alignment, so that
+    /// one slow checkpoint between two scrapes is not lost (the `last_*`
+    /// gauges only hold the newest).
+    pub duration_histogram: Histogram,
+    pub size_histogram: Histogram,
+    pub alignment_histogram: Histogram,
+}
+
+/// Bucket bounds of the duration histograms, in microseconds: 5 ms to 10 min.
+pub const DURATION_BOUNDS_US: [u64; 16] = [
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    30_000_000,
+    60_000_000,
+    120_000_000,
+    300_000_000,
+    600_000_000,
+];
+
+/// Bucket bounds of the size histogram, in bytes: 1 KiB to 1 TiB by fours.
+pub const SIZE_BOUNDS: [u64; 16] = {
+    let mut b = [0u64; 16];
+    let mut i = 0;
+    while i < 16 {
+        b[i] = 1024 << (2 * i);
+        i += 1;
+    }
+    b
+};
+
+/// A Prometheus histogram of whole units (microseconds, bytes) over 16
+/// fixed bounds, lock-free.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative): values up to its bound and above the
+    /// previous one; the last holds those above every bound.
+    counts: [AtomicU64; 17],
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, bounds: &[u64; 16], v: u64) {
+        let i = bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        let _ = self.sum.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s.saturating_add(v)));
+    }
+
+    /// (sum, count, per-bucket counts with their bounds, the last +Inf),
+    /// the values times `scale` (1e-6: microseconds to seconds).
+    pub fn read(&self, bounds: &[u64; 16], scale: f64) -> (f64, u64, Vec<(f64, u64)>) {
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let buckets = bounds.iter().map(|&b| b as f64 * scale).chain([f64::INFINITY]).zip(counts.iter().copied()).collect();
+        (self.sum.load(Ordering::Relaxed) as f64 * scale, counts.iter().sum(), buckets)
+    }
 }
 
 /// The "Checkpoint complete." numbers of one checkpoint.
@@ -162,6 +234,10 @@ impl CheckpointMetrics {
         set(&self.last_reused_bytes, c.reused_bytes);
         set(&self.last_start_delay_ms, ms(c.start_delay));
         set(&self.last_in_flight_bytes, c.in_flight_bytes);
+        let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.duration_histogram.observe(&DURATION_BOUNDS_US, us(c.duration));
+        self.alignment_histogram.observe(&DURATION_BOUNDS_US, us(c.alignment));
+        self.size_histogram.observe(&SIZE_BOUNDS, c.bytes);
         self.completed.fetch_add(1, Ordering::Relaxed);
         *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     }
@@ -178,6 +254,18 @@ impl CheckpointMetrics {
     /// How long ago this process saw a checkpoint complete (None: never).
     pub fn since_last(&self) -> Option<std::time::Duration> {
         self.last_seen.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
+    }
+
+    /// The driver starts now, with this `checkpoint.timeout`.
+    pub fn on_started(&self, timeout: std::time::Duration) {
+        self.timeout_ms.store(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        *self.started.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// How long checkpoints have made no progress: since the newest one
+    /// completed, or since the driver started if none has (None: not started).
+    pub fn without_progress(&self) -> Option<std::time::Duration> {
+        self.since_last().or_else(|| self.started.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed()))
     }
 }
 
@@ -212,5 +300,7 @@ pub struct Exported {
     pub checkpoint_interval: std::time::Duration,
     /// Set while the tasks run (after the build and restore, until the end).
     pub running: Arc<std::sync::atomic::AtomicBool>,
+    /// Restarts of the pipeline in this process (`restart:`), set by the CLI.
+    pub restarts: Arc<std::sync::atomic::AtomicU64>,
     pub details: Arc<Details>,
 }

@@ -43,7 +43,29 @@ pub enum RuntimeError {
     Checkpoint(#[from] checkpointing::DriverError),
     #[error("task {task} panicked: {message}")]
     Panicked { task: String, message: String },
+    #[error(
+        "tasks {tasks} did not end within {}s of the last checkpoint and were cut off; \
+         what they had not committed yet is committed by the next restore (--restore latest)",
+        ENDING_GRACE.as_secs()
+    )]
+    CutOff { tasks: String },
+    #[error("{error} (tasks {tasks} did not stop after it and were cut off)")]
+    Stuck { error: Box<RuntimeError>, tasks: String },
 }
+
+/// `WEIR_FAULTS=end_stall=D`: a task that hangs once done (a client
+/// that does not close), to test that the end of a run is bounded.
+fn stall_at_end<T>(result: T) -> T {
+    if let Some(d) = crate::faults::get().end_stall {
+        crate::blocking::call(|| std::thread::sleep(d));
+    }
+    result
+}
+
+/// The name the checkpoint driver's task goes by.
+const DRIVER: &str = "checkpoint driver";
+/// How long the tasks may take to end after the last checkpoint is decided.
+const ENDING_GRACE: Duration = Duration::from_secs(30);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +129,7 @@ impl Engine {
                 checkpoint_interval: plan.pipeline.checkpoint.as_ref().map_or(Duration::ZERO, |c| c.interval),
                 checkpoints,
                 running: Default::default(),
+                restarts: Default::default(),
                 details: std::sync::Arc::new(built.1.clone()),
             }
         };
@@ -156,6 +179,7 @@ impl Engine {
             keys: plan.pipeline.state_keys(),
             cluster: plan.pipeline.cluster_record(),
             bundles: built.bundles,
+            task_names: built.task_names,
             first_id: start.first_id,
             retained: start.retained,
             retained_stored: start.retained_stored,
@@ -241,12 +265,12 @@ impl Engine {
         let checkpointing = self.driver.is_some();
         if let Some(driver) = self.driver {
             let handle = set.spawn(async move { driver.run().await.map(|()| TaskEnd::Finished).map_err(RuntimeError::from) });
-            names.insert(handle.id(), "checkpoint driver".to_string());
+            names.insert(handle.id(), DRIVER.to_string());
         }
         for (name, task) in self.tasks {
             let handle = match task {
-                Task::Source(t) => set.spawn(async move { t.run().await.map_err(RuntimeError::from) }),
-                Task::Operator(t) => set.spawn(async move { t.run().await.map_err(RuntimeError::from) }),
+                Task::Source(t) => set.spawn(async move { stall_at_end(t.run().await.map_err(RuntimeError::from)) }),
+                Task::Operator(t) => set.spawn(async move { stall_at_end(t.run().await.map_err(RuntimeError::from)) }),
             };
             names.insert(handle.id(), name);
         }
@@ -258,15 +282,38 @@ impl Engine {
                 Some(d) => match tokio::time::timeout_at(d.into(), set.join_next_with_id()).await {
                     Ok(n) => n,
                     Err(_) => {
-                        // Tasks that did not wind down after a failure are cut off.
+                        // Tasks that did not wind down after a failure, or
+                        // after a stop's last checkpoint, are cut off.
+                        let mut left: Vec<String> = names.values().cloned().collect();
+                        left.sort_unstable();
+                        let left = left.join(", ");
+                        tracing::warn!(tasks = %left, "Tasks did not end in time; cutting them off.");
+                        first_error = Some(match first_error.take() {
+                            None => RuntimeError::CutOff { tasks: left },
+                            Some(e) => RuntimeError::Stuck { error: Box::new(e), tasks: left },
+                        });
+                        // Not waited for: a task blocked in a call is not
+                        // at an await point, where an abort takes effect.
                         set.abort_all();
-                        deadline = None;
-                        continue;
+                        set.detach_all();
+                        break;
                     }
                 },
                 None => set.join_next_with_id().await,
             };
             let Some(joined) = next else { break };
+            let id = match &joined {
+                Ok((id, _)) => *id,
+                Err(e) => e.id(),
+            };
+            let task = names.remove(&id).unwrap_or_default();
+            if task == DRIVER && first_error.is_none() && deadline.is_none() {
+                // The driver ends once the last checkpoint is decided: what
+                // is left of the tasks is ending (a sink's commit, which a
+                // restore would also finish; a client closing), and must not
+                // hold the process forever.
+                deadline = Some(Instant::now() + ENDING_GRACE);
+            }
             let failure = match joined {
                 Ok((_, Ok(TaskEnd::Finished))) => None,
                 Ok((_, Ok(TaskEnd::Stopped))) => {
@@ -276,7 +323,6 @@ impl Engine {
                 Ok((_, Err(e))) => Some(e),
                 Err(e) if e.is_cancelled() => None,
                 Err(e) => {
-                    let task = names.get(&e.id()).cloned().unwrap_or_default();
                     let message = panic_message(e.into_panic());
                     Some(RuntimeError::Panicked { task, message })
                 }
@@ -290,9 +336,8 @@ impl Engine {
                         // A failure is a crash: the next run restores from the
                         // last checkpoint, so nothing is drained or committed.
                         set.abort_all();
-                    } else {
-                        deadline = Some(Instant::now() + Duration::from_secs(5));
                     }
+                    deadline = Some(Instant::now() + Duration::from_secs(5));
                 }
             }
         }

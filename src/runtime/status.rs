@@ -289,6 +289,7 @@ mod tests {
             checkpoints: Some(Arc::<CheckpointMetrics>::default()),
             checkpoint_interval: Duration::from_secs(1),
             running: Default::default(),
+            restarts: Default::default(),
             details: Default::default(),
         }
     }

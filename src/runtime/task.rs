@@ -635,6 +635,10 @@ impl OperatorTask {
                 if let Some(d) = injected_stall(self.chain.ops.iter().map(|op| &op.info)) {
                     tokio::time::sleep(d).await;
                 }
+                if let Some(info) = self.chain.ops.iter().map(|op| &op.info).find(|i| faults::get().fail_now(&i.operator, i.index)) {
+                    let why = format!("injected failure at checkpoint {id} (WEIR_FAULTS fail=)");
+                    return Err(TaskStop::Failed(TaskError::new(info, crate::operators::OpError::Data(why))));
+                }
                 if !unaligned {
                     // Aligned: what was emitted before goes out before the barrier.
                     self.output.flush().await.map_err(|_| TaskStop::Disconnected)?;

@@ -20,7 +20,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::runtime::control::{Command, Request, Response};
+use crate::runtime::control::{Command, Request, Response, Status};
 use crate::runtime::status::Snapshot;
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +144,56 @@ fn set_owner_only(path: &Path) -> std::io::Result<()> {
 struct Handles {
     commands: mpsc::UnboundedSender<Command>,
     live: Option<watch::Receiver<Snapshot>>,
+}
+
+/// Where the status document comes from: the checkpoint driver (with
+/// checkpoints) and the engine's newest sample. The control socket
+/// (`weir status`, `--json`) and `GET /status` answer with this one document.
+#[derive(Clone)]
+pub struct StatusSource {
+    commands: Option<mpsc::UnboundedSender<Command>>,
+    live: watch::Receiver<Snapshot>,
+    parallelism: u16,
+}
+
+impl StatusSource {
+    pub fn new(commands: Option<mpsc::UnboundedSender<Command>>, live: watch::Receiver<Snapshot>, parallelism: u16) -> StatusSource {
+        StatusSource { commands, live, parallelism }
+    }
+
+    /// The document, as the control socket's response line has it.
+    pub async fn document(&self) -> Response {
+        let snapshot = self.live.borrow().clone();
+        let Some(commands) = &self.commands else {
+            // No driver: what the engine's sample knows.
+            let status = Status {
+                pipeline: snapshot.pipeline.clone(),
+                parallelism: self.parallelism,
+                last_checkpoint: 0,
+                running: None,
+                savepoint_in_progress: false,
+                stopping: snapshot.state == "stopping",
+                live: Some(snapshot),
+            };
+            return Response::Status { ok: true, status };
+        };
+        driver_status(commands, Some(snapshot)).await
+    }
+}
+
+/// Ask the driver for its status, and add the engine's sample to it.
+async fn driver_status(commands: &mpsc::UnboundedSender<Command>, live: Option<Snapshot>) -> Response {
+    let (reply, rx) = oneshot::channel();
+    if commands.send(Command::Status { reply }).is_err() {
+        return Response::error("the pipeline is shutting down");
+    }
+    match rx.await {
+        Ok(mut status) => {
+            status.live = live;
+            Response::Status { ok: true, status }
+        }
+        Err(_) => Response::error("the pipeline is shutting down"),
+    }
 }
 
 async fn serve(listener: UnixListener, handles: Handles, mut stop: watch::Receiver<bool>, limits: Limits) {
@@ -330,19 +380,7 @@ async fn answer(line: &str, handles: &Handles) -> Response {
                 Err(_) => Response::error("the pipeline ended before the savepoint completed"),
             }
         }
-        Request::Status(_) => {
-            let (reply, rx) = oneshot::channel();
-            if commands.send(Command::Status { reply }).is_err() {
-                return gone();
-            }
-            match rx.await {
-                Ok(mut status) => {
-                    status.live = handles.live.as_ref().map(|l| l.borrow().clone());
-                    Response::Status { ok: true, status }
-                }
-                Err(_) => gone(),
-            }
-        }
+        Request::Status(_) => driver_status(commands, handles.live.as_ref().map(|l| l.borrow().clone())).await,
     }
 }
 

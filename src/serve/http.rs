@@ -37,6 +37,8 @@ pub enum MetricsError {
 
 /// `/ready` wants a checkpoint completed within this many intervals.
 pub const READY_INTERVALS: u32 = 3;
+/// `/live` fails after this many checkpoint timeouts (and intervals) without a completed checkpoint.
+pub const LIVE_TIMEOUTS: u32 = 3;
 
 /// Bind `address` now (before anything is written), so a taken port is an
 /// error at start; `MetricsServer::start` serves it once the runtime runs.
@@ -55,12 +57,16 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Serve on `listener` (from [`bind`]); must be called within a tokio runtime.
-    pub fn start(listener: std::net::TcpListener, exported: Exported) -> Result<MetricsServer, MetricsError> {
+    pub fn start(
+        listener: std::net::TcpListener,
+        exported: Exported,
+        status: Option<super::control::StatusSource>,
+    ) -> Result<MetricsServer, MetricsError> {
         let address = listener.local_addr().map_err(|source| MetricsError::Bind { address: ([0, 0, 0, 0], 0).into(), source })?;
         let listener = TcpListener::from_std(listener).map_err(|source| MetricsError::Bind { address, source })?;
         let mut registry = Registry::default();
         registry.register_collector(Box::new(WeirCollector(exported.clone())));
-        let site = Arc::new(Site { registry, exported });
+        let site = Arc::new(Site { registry, exported, status });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, site, stop_rx, Limits::default()));
         tracing::info!(%address, "Metrics endpoint listening.");
@@ -76,6 +82,8 @@ impl MetricsServer {
 struct Site {
     registry: Registry,
     exported: Exported,
+    /// `GET /status`: the document `weir status --json` prints.
+    status: Option<super::control::StatusSource>,
 }
 
 async fn serve(listener: TcpListener, site: Arc<Site>, mut stop: watch::Receiver<bool>, limits: Limits) {
@@ -117,7 +125,15 @@ async fn connection(mut stream: TcpStream, site: Arc<Site>, limits: Limits) {
         Err(_) => response(408, "text/plain", "request timeout\n", true),
         Ok(Err(_)) => return,
         Ok(Ok(None)) => response(431, "text/plain", "request head too large\n", true),
-        Ok(Ok(Some(head))) => answer(&site, &head),
+        Ok(Ok(Some(head))) => match (status_asked(&head), &site.status) {
+            (Some(with_body), Some(source)) => {
+                let document = source.document().await;
+                let code = if matches!(document, crate::runtime::control::Response::Status { .. }) { 200 } else { 503 };
+                let json = serde_json::to_string(&document).unwrap_or_else(|_| r#"{"ok":false,"error":"encoding"}"#.into());
+                response(code, "application/json", &format!("{json}\n"), with_body)
+            }
+            _ => answer(&site, &head),
+        },
     };
     let _ = tokio::time::timeout(limits.idle, async {
         let _ = stream.write_all(&reply).await;
@@ -162,6 +178,20 @@ async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Option
     }
 }
 
+/// `GET /status` (Some(true)) or `HEAD /status` (Some(false)).
+fn status_asked(head: &[u8]) -> Option<bool> {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next()?, parts.next()?);
+    (target.split('?').next() == Some("/status")).then_some(())?;
+    match method {
+        "GET" => Some(true),
+        "HEAD" => Some(false),
+        _ => None,
+    }
+}
+
 /// Route the request line `METHOD PATH HTTP/x`.
 fn answer(site: &Site, head: &[u8]) -> Vec<u8> {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
@@ -188,12 +218,37 @@ fn answer(site: &Site, head: &[u8]) -> Vec<u8> {
             }
         }
         "/healthz" => response(200, "text/plain", "ok\n", with_body),
+        "/live" => match not_live(&site.exported) {
+            None => response(200, "text/plain", "live\n", with_body),
+            Some(why) => response(503, "text/plain", &format!("not live: {why}\n"), with_body),
+        },
         "/ready" => match not_ready(&site.exported) {
             None => response(200, "text/plain", "ready\n", with_body),
             Some(why) => response(503, "text/plain", &format!("not ready: {why}\n"), with_body),
         },
-        _ => response(404, "text/plain", "not found: try /metrics, /healthz or /ready\n", with_body),
+        _ => response(404, "text/plain", "not found: try /metrics, /status, /healthz, /live or /ready\n", with_body),
     }
+}
+
+/// Why `/live` says 503, if it does: a running pipeline whose checkpoints
+/// made no progress for [`LIVE_TIMEOUTS`] times (timeout + interval), the
+/// longest a healthy one goes without completing one. Wedged: only a
+/// restart helps. Without checkpoints, and while starting or ending, live.
+pub fn not_live(e: &Exported) -> Option<String> {
+    let c = e.checkpoints.as_ref()?;
+    if !e.running.load(Ordering::Relaxed) {
+        return None;
+    }
+    let timeout = Duration::from_millis(c.timeout_ms.load(Ordering::Relaxed));
+    let limit = timeout.saturating_add(e.checkpoint_interval).saturating_mul(LIVE_TIMEOUTS);
+    let stuck = c.without_progress()?;
+    (stuck > limit).then(|| {
+        format!(
+            "no checkpoint completed for {:.1}s, more than {LIVE_TIMEOUTS} checkpoint timeouts and intervals ({:.1}s)",
+            stuck.as_secs_f64(),
+            limit.as_secs_f64()
+        )
+    })
 }
 
 /// Why `/ready` says 503, if it does.
@@ -272,6 +327,8 @@ impl Collector for WeirCollector {
                         records_in: sub.records_in.load(Ordering::Relaxed),
                         records_out: sub.records_out.load(Ordering::Relaxed),
                         records_dropped: sub.records_dropped.load(Ordering::Relaxed),
+                        dropped_late: 0,
+                        dead_lettered: 0,
                         bytes_in: sub.bytes_in.load(Ordering::Relaxed),
                         records_committed: sub.records_committed.load(Ordering::Relaxed),
                     };
@@ -281,6 +338,13 @@ impl Collector for WeirCollector {
                 }
             }
         }
+        counter(
+            &mut enc,
+            "weir_restarts",
+            "Restarts of the pipeline in this process after a failure (`restart:`), from its latest checkpoint.",
+            &pipeline,
+            e.restarts.load(Ordering::Relaxed),
+        )?;
         dropped(&mut enc, e)?;
 
         subtask_load(&mut enc, e)?;
@@ -295,6 +359,17 @@ impl Collector for WeirCollector {
         counter(&mut enc, "weir_checkpoints_completed", "Checkpoints completed by this process.", &pipeline, load(&c.completed))?;
         checkpoint_failures(&mut enc, &e.pipeline, c)?;
         counter(&mut enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
+        use crate::runtime::metrics::{DURATION_BOUNDS_US, SIZE_BOUNDS};
+        let histograms = [
+            ("weir_checkpoint_duration_seconds", "Trigger to `_metadata` written, of every completed checkpoint.", &c.duration_histogram, &DURATION_BOUNDS_US, 1e-6),
+            ("weir_checkpoint_alignment_duration_seconds", "The longest barrier alignment over the tasks, of every completed checkpoint.", &c.alignment_histogram, &DURATION_BOUNDS_US, 1e-6),
+            ("weir_checkpoint_size_bytes", "Bytes written by every completed checkpoint (state files, in-flight records).", &c.size_histogram, &SIZE_BOUNDS, 1.0),
+        ];
+        for (name, help, h, bounds, scale) in histograms {
+            let (sum, count, buckets) = h.read(bounds, scale);
+            let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Histogram)?;
+            m.encode_family(&pipeline)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)?;
+        }
         let seconds: [(&str, &str, f64); 7] = [
             (
                 "weir_checkpoint_last_duration_seconds",
@@ -849,6 +924,7 @@ mod tests {
             checkpoints: checkpoints.then(Arc::<CheckpointMetrics>::default),
             checkpoint_interval: Duration::from_secs(60),
             running: Default::default(),
+            restarts: Default::default(),
             details: Default::default(),
         }
     }
@@ -856,7 +932,7 @@ mod tests {
     fn site(e: Exported) -> Site {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(WeirCollector(e.clone())));
-        Site { registry, exported: e }
+        Site { registry, exported: e, status: None }
     }
 
     fn text(reply: &[u8]) -> String {

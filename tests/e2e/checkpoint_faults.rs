@@ -43,6 +43,23 @@ fn a_stall_longer_than_the_timeout_aborts_that_checkpoint_only() {
     assert_exactly_once("stall 1s with timeout 300ms", job.lines());
 }
 
+/// A checkpoint held up by a stalled subtask is not silent: once it runs
+/// for half its timeout a WARN names the task that has not acknowledged
+/// it, and its completion is a WARN too; checkpoints after it are INFO.
+#[test]
+fn a_slow_checkpoint_warns_naming_the_task_it_waits_for() {
+    let job = Job::new();
+    let o = job.cmd().set("checkpoint.timeout", "4s").env("WEIR_FAULTS", "stall=per_user:1:3s").ok();
+    let slow: Vec<&str> = o.stderr.lines().filter(|l| l.contains("Checkpoint is slow")).collect();
+    assert_eq!(slow.len(), 1, "one warning for the one slow checkpoint:\n{}", o.stderr);
+    assert!(slow[0].contains(" WARN ") && slow[0].contains("tasks=per_user[1]") && slow[0].contains("waiting=1"), "{}", slow[0]);
+    let id = slow[0].split("checkpoint=").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
+    let done = o.stderr.lines().find(|l| l.contains("Checkpoint complete.") && l.contains(&format!("checkpoint={id} "))).unwrap();
+    assert!(done.contains(" WARN "), "the slow checkpoint's completion is a warning: {done}");
+    assert!(o.stderr.lines().any(|l| l.contains(" INFO ") && l.contains("Checkpoint complete.")), "{}", o.stderr);
+    assert_exactly_once("stall 3s with timeout 4s", job.lines());
+}
+
 #[test]
 fn a_stalled_sink_chained_after_an_operator_stalls_its_task_and_that_checkpoint_times_out() {
     // `out` is the only consumer of `per_user` (a forward edge): it runs

@@ -107,3 +107,19 @@ fn runtime_failure_exits_1_and_names_the_operator() {
     o.expect_code(1);
     o.expect_stderr_contains("`out`");
 }
+
+/// `--log-format json`: every log line is one JSON object with the time,
+/// the level, the message and the event's fields at the top level.
+#[test]
+fn json_logs_are_one_object_per_line_with_the_fields() {
+    let dir = tmp();
+    let o = weir_run("pipelines/dedup.yaml", 2).set("sinks.out.path", dir.path().join("out")).arg("--log-format").arg("json").ok();
+    let logs: Vec<serde_json::Value> = o.stderr.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let started = logs.iter().find(|v| v["message"] == "Pipeline started.").unwrap_or_else(|| panic!("no start line:\n{}", o.stderr));
+    assert_eq!((started["level"].as_str(), started["pipeline"].as_str()), (Some("INFO"), Some("dedup")), "{started}");
+    assert_eq!(started["parallelism"], 2, "{started}");
+    assert!(started["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{started}");
+    // Nothing else is a log line: the end-of-run summary only.
+    let other: Vec<&str> = o.stderr.lines().filter(|l| !l.starts_with('{')).collect();
+    assert!(other.len() <= 1, "lines that are not JSON objects: {other:?}");
+}

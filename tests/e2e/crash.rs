@@ -205,3 +205,31 @@ fn unaligned_finished_run_publishes_everything() {
         assert_exactly_once(&format!("unaligned clean run {i}"), job.lines());
     }
 }
+
+/// A checkpoint records a file source's files by absolute path: a restore
+/// run from another working directory (the pipeline's paths given
+/// absolute there) reads on where the killed run stopped, exactly once.
+/// (They were recorded as given, relative, and the restore failed, exit 1.)
+#[test]
+fn a_restore_from_another_working_directory_reads_on_exactly_once() {
+    let job = Job::new();
+    let mut run = job.cmd().spawn();
+    let checkpointed = super::util::wait_until(std::time::Duration::from_secs(30), || {
+        job.checkpoints().iter().any(|c| c.join("_metadata").exists())
+    });
+    run.child.kill().expect("kill -9 weir");
+    run.child.wait().expect("reaping weir");
+    assert!(checkpointed, "no checkpoint within 30 s");
+    let elsewhere = tmp();
+    let pipeline = abs(super::ckpt::PIPELINE);
+    let o = weir_run(&pipeline, 2)
+        .cwd(elsewhere.path())
+        .set("state.dir", &job.state)
+        .set("sinks.out.path", &job.out)
+        .set("sources.events.path", abs("testdata/inputs/events/*.jsonl"))
+        .arg("--restore")
+        .arg("latest")
+        .ok();
+    assert!(restored_from(&o.stderr).is_some(), "{}", o.stderr);
+    assert_exactly_once("restored from another working directory", job.lines());
+}

@@ -26,6 +26,7 @@ mod metrics;
 mod proxy;
 mod records;
 mod reference;
+mod restart;
 #[path = "../common/rng.rs"]
 #[allow(dead_code)]
 mod rng;
@@ -36,6 +37,8 @@ mod savepoint;
 mod signals;
 mod state_dir;
 mod terminal;
+#[cfg(feature = "rocksdb")]
+mod tour;
 mod transform;
 mod util;
 mod validate;

@@ -42,11 +42,12 @@ fn filter_errors_fail_skip_or_go_to_the_dead_letter_always_counted() {
     let o = weir_run(&pipeline(d, &filter("on_error: skip")), 2).run();
     o.expect_code(0);
     assert_eq!(super::util::sink_lines(&d.join("out")), [r#"{"id": 1, "amount": 150, "user": {"country": "FR"}}"#]);
-    o.expect_stderr_contains("(2 dropped)");
+    o.expect_stderr_contains("(2 dropped: 2 bad)");
 
     let dl = d.join("dead.jsonl");
     let o = weir_run(&pipeline(d, &filter(&format!("on_error: dead_letter, dead_letter: {}", dl.display()))), 2).run();
     o.expect_code(0);
+    o.expect_stderr_contains("(2 dropped: 2 bad, all written to the dead letter)");
     let entries: Vec<serde_json::Value> = std::fs::read_to_string(&dl).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let mut ids: Vec<i64> = entries
         .iter()
@@ -73,7 +74,7 @@ fn map_errors_follow_on_error_and_unchanged_records_keep_their_text() {
         lines,
         [r#"{"id":1,"amount":150,"user":{"country": "FR"},"double":300}"#, r#"{"id":3,"amount":50,"user":{"country": "NL"},"double":100}"#]
     );
-    o.expect_stderr_contains("(2 dropped)");
+    o.expect_stderr_contains("(2 dropped: 2 bad)");
     // A map that changes nothing in a record passes its text as it was.
     let o = weir_run(&pipeline(d, "{name: op, type: map, input: src, drop: [nothing], rename: {x: y}}"), 1).run();
     o.expect_code(0);

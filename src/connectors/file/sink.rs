@@ -215,6 +215,13 @@ impl FileSink {
     }
 }
 
+/// How many published parts `dir` holds (0 when it does not exist): a run
+/// that starts afresh adds its own next to them.
+pub fn published_parts(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else { return 0 };
+    entries.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| parse_part_name(n).is_some())).count()
+}
+
 /// (subtask, sequence number) of a part name: published
 /// `part-CHECKPOINT-SUBTASK-SEQ-RUN`, a hidden part's stem
 /// `part-SUBTASK-SEQ-RUN`, or `part-SUBTASK-SEQ` as weir 0.1 named them.

@@ -285,7 +285,9 @@ impl Source for FileSource {
         let mut p = Vec::new();
         p.put_u32(rest.len() as u32);
         for (s, _) in &rest {
-            p.put_str(&s.path.to_string_lossy());
+            // Absolute: a restore may run in another working directory.
+            let path = std::path::absolute(&s.path).unwrap_or_else(|_| s.path.clone());
+            p.put_str(&path.to_string_lossy());
             p.put_u64(s.start);
             p.put_u64(s.end);
             p.put_u8(s.at_line_start as u8);

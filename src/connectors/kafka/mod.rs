@@ -129,6 +129,32 @@ impl WeirContext {
     }
 }
 
+/// The brokers' metadata at start, within `bound` (`broker_timeout`). A
+/// first short try is silent; if it gets no answer, the wait says at once
+/// what it waits for and for how long, instead of `bound` of silence.
+pub fn fetch_metadata_at_start<C: ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: Option<&str>,
+    bound: Duration,
+    who: &str,
+    brokers: &str,
+) -> Result<rdkafka::metadata::Metadata, String> {
+    let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{brokers}` within {bound:?} (broker_timeout): {e}");
+    let first = FIRST_METADATA_TRY.min(bound);
+    match client.fetch_metadata(topic, first) {
+        Ok(m) => Ok(m),
+        Err(e) if bound > first && e.rdkafka_error_code().is_none_or(is_connectivity) => {
+            let left = bound - first;
+            tracing::warn!(%who, %brokers, waited = ?first, gives_up_after = ?left, error = %e, "No answer from the Kafka brokers yet; still waiting.");
+            client.fetch_metadata(topic, left).map_err(unreachable)
+        }
+        Err(e) => Err(unreachable(e)),
+    }
+}
+
+/// The silent first try of [`fetch_metadata_at_start`].
+const FIRST_METADATA_TRY: Duration = Duration::from_secs(2);
+
 /// Errors that mean "cannot reach the brokers" rather than a bad request.
 pub fn is_connectivity(code: RDKafkaErrorCode) -> bool {
     matches!(

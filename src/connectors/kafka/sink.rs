@@ -435,6 +435,12 @@ impl KafkaSink {
             marker_config.set(k, v);
         }
         if spec.delivery == Delivery::ExactlyOnce {
+            // The user's `transaction.timeout.ms` (validated against the
+            // checkpoint interval and timeout) is the one the producer gets:
+            // `message.timeout.ms` must not exceed it, or librdkafka refuses
+            // the configuration.
+            let chosen = spec.properties.iter().find(|(k, _)| k == "transaction.timeout.ms").and_then(|(_, v)| v.parse::<u64>().ok());
+            let transaction_timeout = chosen.map_or(transaction_timeout, Duration::from_millis);
             let ms = transaction_timeout.as_millis().to_string();
             config.set("transactional.id", &txn_id).set("transaction.timeout.ms", &ms);
             if spec.broker_timeout > transaction_timeout {
@@ -449,9 +455,8 @@ impl KafkaSink {
         let producer: ThreadedProducer<SinkContext> =
             config.create_with_context(context).map_err(|e| format!("creating the Kafka producer: {e}"))?;
         let t = spec.broker_timeout;
-        let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{}` within {t:?} (broker_timeout): {e}", spec.brokers);
         // Fail early and clearly when no broker answers.
-        producer.client().fetch_metadata(Some(&spec.topic), t).map_err(unreachable)?;
+        super::fetch_metadata_at_start(producer.client(), Some(&spec.topic), t, &who, &spec.brokers)?;
         let mut fenced = Vec::new();
         let txn = match spec.delivery {
             Delivery::AtLeastOnce => None,

@@ -201,8 +201,8 @@ impl KafkaSource {
         let consumer: BaseConsumer<WeirContext> =
             config.create_with_context(context).map_err(|e| format!("creating the Kafka consumer: {e}"))?;
         let t = spec.broker_timeout;
+        let metadata = super::fetch_metadata_at_start(consumer.client(), None, t, &who, &spec.brokers)?;
         let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{}` within {t:?} (broker_timeout): {e}", spec.brokers);
-        let metadata = consumer.fetch_metadata(None, t).map_err(unreachable)?;
         let mut all: Vec<Tp> = Vec::new();
         match &spec.topics {
             KafkaTopics::Names(names) => {
@@ -300,7 +300,9 @@ impl KafkaSource {
             match resolve_out_of_range(part.next, low, high, self.on_out_of_range) {
                 Ok(None) => {}
                 Ok(Some(resume)) => {
-                    tracing::error!(who = %self.who, topic = %topic, partition, offset, low, high, what, resume, policy,
+                    // The user's choice, so not an error; a warning still:
+                    // records between `offset` and `resume` are skipped or read again.
+                    tracing::warn!(who = %self.who, topic = %topic, partition, offset, low, high, what, resume, policy,
                         "Kafka offset out of range (topic recreated, or records removed by retention); going on as on_offset_out_of_range says.");
                     part.next = resume;
                     // A bounded read's end from before the change is no end of this partition.
