@@ -160,6 +160,8 @@ struct Stats {
     in_flight_bytes: u64,
     /// The checkpoint already warned of as slow.
     warned_slow: Option<CheckpointId>,
+    /// Why its directory could not be created (a read-only or full disk).
+    dir_error: Option<String>,
 }
 
 /// A checkpoint running this long gets a warning: 3 intervals, at least 5 s
@@ -351,15 +353,18 @@ impl Driver {
 
     fn trigger(&mut self, t: Trigger) {
         // The driver's file system work runs off the workers (see `blocking`).
-        crate::blocking::call(|| {
+        let dir_error = crate::blocking::call(|| {
+            let mut first = None;
             for b in 0..self.setup.bundles.len() {
                 let dir = self.setup.layout.bundle_dir(t.id, b as BundleId);
                 if let Err(e) = std::fs::create_dir_all(&dir) {
                     tracing::warn!(checkpoint = t.id, error = %e, dir = %dir.display(), "Cannot create the checkpoint directory.");
+                    first.get_or_insert_with(|| format!("cannot create {}: {e}", dir.display()));
                 }
             }
+            first
         });
-        self.stats = Stats { id: t.id, triggered: Some(Instant::now()), ..Stats::default() };
+        self.stats = Stats { id: t.id, triggered: Some(Instant::now()), dir_error, ..Stats::default() };
         self.setup.metrics.in_progress.store(t.id, std::sync::atomic::Ordering::Relaxed);
         if self.final_wanted {
             self.final_id = Some(t.id);
@@ -743,7 +748,15 @@ impl Driver {
         m.consecutive_failures.store(u64::from(self.coordinator.consecutive_failures()), std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn aborted(&mut self, outcome: AbortOutcome, why: FailureReason) -> Result<(), DriverError> {
+    fn aborted(&mut self, mut outcome: AbortOutcome, why: FailureReason) -> Result<(), DriverError> {
+        // A checkpoint directory that could not be created is the cause of
+        // what the tasks then report (ENOENT on their files): name it.
+        if let Some(cause) = self.stats.dir_error.take() {
+            let (AbortOutcome::Aborted { id, reason, .. } | AbortOutcome::Fail { id, reason, .. }) = &mut outcome;
+            if *id == self.stats.id {
+                *reason = format!("{reason} (cause: {cause})");
+            }
+        }
         let (id, reason, savepoint) = match &outcome {
             AbortOutcome::Aborted { id, reason, kind } => (*id, reason.clone(), *kind == Kind::Savepoint),
             AbortOutcome::Fail { id, reason, .. } => (*id, reason.clone(), false),

@@ -227,3 +227,27 @@ fn an_incremental_rocksdb_checkpoint_restores_only_as_it_was_taken() {
     let o = fast(job.cmd()).arg("--restore").arg(chk.display().to_string()).ok();
     o.expect_stderr_contains("Rebuilt the bundle's RocksDB.");
 }
+
+/// A checkpoint directory that cannot be created (here a file stands in its
+/// way; a read-only or full disk alike) aborts that checkpoint naming that
+/// cause, not only the error the tasks then meet writing into it; later
+/// checkpoints complete and the output is exactly once.
+#[test]
+fn a_checkpoint_directory_that_cannot_be_created_is_named_as_the_cause() {
+    let job = Job::new();
+    let run = job.cmd().set("checkpoint.tolerable_failures", "10").spawn();
+    let first = || job.checkpoints().into_iter().rev().find(|c| c.join("_metadata").exists());
+    assert!(wait_until(Duration::from_secs(30), || first().is_some()), "no checkpoint completed");
+    let done: u64 = first().unwrap().file_name().unwrap().to_string_lossy()["chk-".len()..].parse().unwrap();
+    let blocked: Vec<u64> = (done + 3..done + 6).collect();
+    for id in &blocked {
+        std::fs::write(job.state.join(format!("checkpoints/chk-{id:07}")), b"in the way").unwrap();
+    }
+    let o = run.wait_for(Duration::from_secs(60));
+    o.expect_code(0);
+    let aborted: Vec<&str> = o.stderr.lines().filter(|l| l.contains("Checkpoint aborted.") && l.contains("(cause: cannot create")).collect();
+    assert!(!aborted.is_empty(), "no abort names the directory it could not create:\n{}", o.stderr);
+    assert!(aborted.iter().all(|l| blocked.iter().any(|id| l.contains(&format!("chk-{id:07}")))), "{aborted:?}");
+    assert!(completed(&o.stderr).iter().any(|id| *id > blocked[2]), "no checkpoint completed after:\n{}", o.stderr);
+    assert_exactly_once("checkpoint directories in the way", job.lines());
+}

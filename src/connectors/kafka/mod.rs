@@ -47,7 +47,13 @@ struct Outage {
     since: Option<Instant>,
     last_error: String,
     last_logged: Option<Instant>,
+    /// The newest failure: an answer soon after it does not end the outage
+    /// (one broker answering while another fails is no recovery).
+    last_failed: Option<Instant>,
 }
+
+/// How long after the last failure an answer ends an outage.
+const RECOVERED_AFTER: Duration = Duration::from_secs(1);
 
 /// The client context of every weir Kafka client.
 pub struct WeirContext {
@@ -81,6 +87,7 @@ impl WeirContext {
         let since = *o.since.get_or_insert(now);
         self.down.store(true, Ordering::Relaxed);
         o.last_error = error.to_string();
+        o.last_failed = Some(now);
         if o.last_logged.is_none_or(|t| now - t >= OUTAGE_LOG_EVERY) {
             o.last_logged = Some(now);
             tracing::warn!(
@@ -100,6 +107,9 @@ impl WeirContext {
             return;
         }
         let mut o = self.outage.lock().expect("outage lock");
+        if o.last_failed.is_some_and(|t| t.elapsed() < RECOVERED_AFTER) {
+            return;
+        }
         if let Some(since) = o.since.take() {
             self.down.store(false, Ordering::Relaxed);
             o.last_logged = None;
@@ -176,7 +186,9 @@ pub fn is_connectivity(code: RDKafkaErrorCode) -> bool {
 impl ClientContext for WeirContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            // During a known outage its own lines say it every few seconds;
+            // librdkafka's (one per connection attempt) would bury them.
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error if !self.is_down() => {
                 tracing::warn!(who = %self.who, facility = fac, "librdkafka: {log_message}")
             }
             _ => tracing::debug!(who = %self.who, facility = fac, "librdkafka: {log_message}"),
@@ -256,7 +268,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(80));
         let err = cx.check().unwrap_err().to_string();
         assert!(err.contains("127.0.0.1:1") && err.contains("Connection refused"), "{err}");
+        // An answer right after a failure (another broker, a retry) is no recovery.
         cx.broker_ok();
-        assert!(cx.check().is_ok(), "reachable again");
+        assert!(cx.is_down() && cx.check().is_err(), "flapping does not end the outage");
+        std::thread::sleep(RECOVERED_AFTER + Duration::from_millis(20));
+        cx.broker_ok();
+        assert!(!cx.is_down() && cx.check().is_ok(), "reachable again");
     }
 }
