@@ -193,9 +193,10 @@ mod tests {
 
     #[test]
     fn parses_every_fault() {
-        let f =
-            Faults::parse("state_write_fail=0.3, crash=after_manifest:2, stall=agg:1:50ms, barrier_delay=10ms, restore_stall=2s, end_stall=3s")
-                .unwrap();
+        let f = Faults::parse(
+            "state_write_fail=0.3, crash=after_manifest:2, stall=agg:1:50ms, barrier_delay=10ms, restore_stall=2s, end_stall=3s",
+        )
+        .unwrap();
         assert_eq!(f.restore_stall, Some(Duration::from_secs(2)));
         assert_eq!(f.end_stall, Some(Duration::from_secs(3)));
         assert_eq!(f.crash, Some(("after_manifest".into(), 2)));

@@ -45,7 +45,9 @@ fn state_dir(layout: &Layout) -> (String, bool) {
     for (label, dir) in dirs {
         let (kind, created, operators, bundles, groups, bytes, valid) = match validate::validate_dir(&dir) {
             // Not damaged: a checkpoint the run did not finish; the next start removes it.
-            Err(e) if e.is_unfinished() => ("?".into(), "?".into(), 0, 0, 0, 0, "unfinished (no _metadata; the next start removes it)".into()),
+            Err(e) if e.is_unfinished() => {
+                ("?".into(), "?".into(), 0, 0, 0, 0, "unfinished (no _metadata; the next start removes it)".into())
+            }
             Ok(v) => {
                 let bytes: u64 = v.manifests.iter().flat_map(|m| &m.files).map(|f| f.size).sum();
                 let md = &v.metadata;

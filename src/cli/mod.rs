@@ -271,12 +271,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{report}");
             Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        Command::Restore(args) if is_yaml_file(&args.savepoint) && !is_yaml_file(&args.options.pipeline.pipeline) => Err(UsageError(format!(
-            "`weir restore` takes the savepoint first, then the pipeline: weir restore {} {}",
-            args.options.pipeline.pipeline.display(),
-            args.savepoint.display()
-        ))
-        .into()),
+        Command::Restore(args) if is_yaml_file(&args.savepoint) && !is_yaml_file(&args.options.pipeline.pipeline) => {
+            Err(UsageError(format!(
+                "`weir restore` takes the savepoint first, then the pipeline: weir restore {} {}",
+                args.options.pipeline.pipeline.display(),
+                args.savepoint.display()
+            ))
+            .into())
+        }
         Command::Restore(args) => run::run_pipeline(RunArgs { restore: vec![args.savepoint.display().to_string()], options: args.options }),
         Command::Savepoint(command) => savepoint_command(command),
         Command::Status(args) => status_command(args),

@@ -59,12 +59,7 @@ mod tests {
     use super::*;
 
     fn policy(attempts: u32) -> RestartPolicy {
-        RestartPolicy {
-            attempts,
-            backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(5),
-            window: Duration::from_secs(60),
-        }
+        RestartPolicy { attempts, backoff: Duration::from_secs(1), max_backoff: Duration::from_secs(5), window: Duration::from_secs(60) }
     }
 
     #[test]

@@ -287,8 +287,9 @@ sources:
             window: std::time::Duration::from_secs(600),
         };
         assert_eq!(p.restart, Some(want));
-        let p = load_with_env(&format!("{}{ck}restart: {{attempts: 5, backoff: 200ms, window: 1h}}\n", with(SINK)), "t.yaml", &[], &test_env)
-            .unwrap();
+        let p =
+            load_with_env(&format!("{}{ck}restart: {{attempts: 5, backoff: 200ms, window: 1h}}\n", with(SINK)), "t.yaml", &[], &test_env)
+                .unwrap();
         assert_eq!(p.restart.map(|r| (r.attempts, r.backoff.as_millis(), r.window.as_secs())), Some((5, 200, 3600)));
         assert_eq!(load_with_env(&with(SINK), "t.yaml", &[], &test_env).unwrap().restart, None);
         let text = format!("{}restart: {{attempts: 2}}\n", with(SINK));
@@ -651,10 +652,14 @@ sinks:
         // A transaction timeout below the default message timeout (the
         // broker timeout, 30 s) is what the producer gets; a message timeout
         // above it the client would refuse, so validate does, where it is.
-        let short = format!("name: k\ncheckpoint: {{interval: 1s, timeout: 10s}}\n{src}{}", sink(", properties: {transaction.timeout.ms: 20000}"));
+        let short =
+            format!("name: k\ncheckpoint: {{interval: 1s, timeout: 10s}}\n{src}{}", sink(", properties: {transaction.timeout.ms: 20000}"));
         assert!(errors(&short).is_empty(), "{:?}", errors(&short));
         let text = short.replace("20000}", "20000, message.timeout.ms: 25000}");
-        assert_one(&text, &format!("{}: `message.timeout.ms` (25000) must not exceed `transaction.timeout.ms` (20000)", place_of(&text, "25000")));
+        assert_one(
+            &text,
+            &format!("{}: `message.timeout.ms` (25000) must not exceed `transaction.timeout.ms` (20000)", place_of(&text, "25000")),
+        );
         // Both or neither of topics and topic_pattern; weir's own settings stay weir's.
         let both = "name: k\nsources:\n  - {name: in, type: kafka, brokers: 'h:1', topics: [a], topic_pattern: 'a.*', properties: {enable.auto.commit: true}}\nsinks:\n  - {name: out, type: stdout, input: in}\n";
         let err = errors(both);

@@ -361,9 +361,27 @@ impl Collector for WeirCollector {
         counter(&mut enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
         use crate::runtime::metrics::{DURATION_BOUNDS_US, SIZE_BOUNDS};
         let histograms = [
-            ("weir_checkpoint_duration_seconds", "Trigger to `_metadata` written, of every completed checkpoint.", &c.duration_histogram, &DURATION_BOUNDS_US, 1e-6),
-            ("weir_checkpoint_alignment_duration_seconds", "The longest barrier alignment over the tasks, of every completed checkpoint.", &c.alignment_histogram, &DURATION_BOUNDS_US, 1e-6),
-            ("weir_checkpoint_size_bytes", "Bytes written by every completed checkpoint (state files, in-flight records).", &c.size_histogram, &SIZE_BOUNDS, 1.0),
+            (
+                "weir_checkpoint_duration_seconds",
+                "Trigger to `_metadata` written, of every completed checkpoint.",
+                &c.duration_histogram,
+                &DURATION_BOUNDS_US,
+                1e-6,
+            ),
+            (
+                "weir_checkpoint_alignment_duration_seconds",
+                "The longest barrier alignment over the tasks, of every completed checkpoint.",
+                &c.alignment_histogram,
+                &DURATION_BOUNDS_US,
+                1e-6,
+            ),
+            (
+                "weir_checkpoint_size_bytes",
+                "Bytes written by every completed checkpoint (state files, in-flight records).",
+                &c.size_histogram,
+                &SIZE_BOUNDS,
+                1.0,
+            ),
         ];
         for (name, help, h, bounds, scale) in histograms {
             let (sum, count, buckets) = h.read(bounds, scale);

@@ -245,7 +245,8 @@ fn a_checkpoint_directory_that_cannot_be_created_is_named_as_the_cause() {
     }
     let o = run.wait_for(Duration::from_secs(60));
     o.expect_code(0);
-    let aborted: Vec<&str> = o.stderr.lines().filter(|l| l.contains("Checkpoint aborted.") && l.contains("(cause: cannot create")).collect();
+    let aborted: Vec<&str> =
+        o.stderr.lines().filter(|l| l.contains("Checkpoint aborted.") && l.contains("(cause: cannot create")).collect();
     assert!(!aborted.is_empty(), "no abort names the directory it could not create:\n{}", o.stderr);
     assert!(aborted.iter().all(|l| blocked.iter().any(|id| l.contains(&format!("chk-{id:07}")))), "{aborted:?}");
     assert!(completed(&o.stderr).iter().any(|id| *id > blocked[2]), "no checkpoint completed after:\n{}", o.stderr);

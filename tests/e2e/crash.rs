@@ -214,9 +214,8 @@ fn unaligned_finished_run_publishes_everything() {
 fn a_restore_from_another_working_directory_reads_on_exactly_once() {
     let job = Job::new();
     let mut run = job.cmd().spawn();
-    let checkpointed = super::util::wait_until(std::time::Duration::from_secs(30), || {
-        job.checkpoints().iter().any(|c| c.join("_metadata").exists())
-    });
+    let checkpointed =
+        super::util::wait_until(std::time::Duration::from_secs(30), || job.checkpoints().iter().any(|c| c.join("_metadata").exists()));
     run.child.kill().expect("kill -9 weir");
     run.child.wait().expect("reaping weir");
     assert!(checkpointed, "no checkpoint within 30 s");

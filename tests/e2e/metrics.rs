@@ -226,11 +226,7 @@ fn live_fails_while_checkpoints_make_no_progress_and_recovers() {
     let ck = "checkpoint: {interval: 100ms, timeout: 300ms, tolerable_failures: 10000}\n";
     let pipeline = write_pipeline(dir.path(), &datagen_pipeline(ck, None));
     let port = free_port();
-    let run = weir_run(&pipeline, 1)
-        .arg("--metrics-addr")
-        .arg(format!("127.0.0.1:{port}"))
-        .env("WEIR_FAULTS", "stall=unique:0:6s")
-        .spawn();
+    let run = weir_run(&pipeline, 1).arg("--metrics-addr").arg(format!("127.0.0.1:{port}")).env("WEIR_FAULTS", "stall=unique:0:6s").spawn();
     assert!(wait_until(Duration::from_secs(20), || get(port, "/live").is_some_and(|r| r.0 == 503)), "/live stayed 200");
     let (_, body) = get(port, "/live").unwrap();
     assert!(body.starts_with("not live: no checkpoint completed for ") && body.ends_with("(1.2s)\n"), "{body}");
@@ -891,7 +887,10 @@ fn status_document_over_http_equals_weir_status_json_and_histograms_count_checkp
     let keys = |v: &serde_json::Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
     assert_eq!(keys(&http), keys(&socket));
     assert_eq!(keys(&http["live"]), keys(&socket["live"]));
-    assert_eq!((&http["ok"], &http["pipeline"], &http["parallelism"]), (&serde_json::json!(true), &serde_json::json!("metered"), &serde_json::json!(2)));
+    assert_eq!(
+        (&http["ok"], &http["pipeline"], &http["parallelism"]),
+        (&serde_json::json!(true), &serde_json::json!("metered"), &serde_json::json!(2))
+    );
     let names = |v: &serde_json::Value| v["live"]["operators"].as_array().unwrap().iter().map(|o| o["name"].clone()).collect::<Vec<_>>();
     assert_eq!(names(&http), names(&socket));
     assert_eq!(names(&http), [serde_json::json!("events"), serde_json::json!("unique"), serde_json::json!("out")]);
