@@ -45,15 +45,32 @@ impl NodeMetrics {
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();
         for m in &self.subtasks {
-            t.records_in += m.records_in.load(Ordering::Relaxed);
-            t.records_out += m.records_out.load(Ordering::Relaxed);
-            t.records_dropped += m.records_dropped.load(Ordering::Relaxed);
-            t.dropped_late += m.dropped_late.load(Ordering::Relaxed);
-            t.dead_lettered += m.dead_lettered.load(Ordering::Relaxed);
-            t.bytes_in += m.bytes_in.load(Ordering::Relaxed);
-            t.records_committed += m.records_committed.load(Ordering::Relaxed);
+            let s = Totals::of(m);
+            t.records_in += s.records_in;
+            t.records_out += s.records_out;
+            t.records_dropped += s.records_dropped;
+            t.dropped_late += s.dropped_late;
+            t.dead_lettered += s.dead_lettered;
+            t.bytes_in += s.bytes_in;
+            t.records_committed += s.records_committed;
         }
         t
+    }
+}
+
+impl Totals {
+    /// One subtask's counters, now.
+    pub fn of(m: &OperatorMetrics) -> Totals {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Totals {
+            records_in: load(&m.records_in),
+            records_out: load(&m.records_out),
+            records_dropped: load(&m.records_dropped),
+            dropped_late: load(&m.dropped_late),
+            dead_lettered: load(&m.dead_lettered),
+            bytes_in: load(&m.bytes_in),
+            records_committed: load(&m.records_committed),
+        }
     }
 }
 

@@ -125,14 +125,16 @@ async fn connection(mut stream: TcpStream, site: Arc<Site>, limits: Limits) {
         Err(_) => response(408, "text/plain", "request timeout\n", true),
         Ok(Err(_)) => return,
         Ok(Ok(None)) => response(431, "text/plain", "request head too large\n", true),
-        Ok(Ok(Some(head))) => match (status_asked(&head), &site.status) {
-            (Some(with_body), Some(source)) => {
+        Ok(Ok(Some(head))) => match (request_line(&head), &site.status) {
+            // The one route that waits (for the driver's answer).
+            (Ok((with_body, path)), Some(source)) if path == "/status" => {
                 let document = source.document().await;
                 let code = if matches!(document, crate::runtime::control::Response::Status { .. }) { 200 } else { 503 };
                 let json = serde_json::to_string(&document).unwrap_or_else(|_| r#"{"ok":false,"error":"encoding"}"#.into());
                 response(code, "application/json", &format!("{json}\n"), with_body)
             }
-            _ => answer(&site, &head),
+            (Ok((with_body, path)), _) => answer(&site, with_body, &path),
+            (Err(refused), _) => refused,
         },
     };
     let _ = tokio::time::timeout(limits.idle, async {
@@ -178,34 +180,25 @@ async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Option
     }
 }
 
-/// `GET /status` (Some(true)) or `HEAD /status` (Some(false)).
-fn status_asked(head: &[u8]) -> Option<bool> {
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next()?, parts.next()?);
-    (target.split('?').next() == Some("/status")).then_some(())?;
-    match method {
-        "GET" => Some(true),
-        "HEAD" => Some(false),
-        _ => None,
-    }
-}
-
-/// Route the request line `METHOD PATH HTTP/x`.
-fn answer(site: &Site, head: &[u8]) -> Vec<u8> {
+/// The request line `METHOD PATH HTTP/x`: (with a body: GET, not HEAD;
+/// the path without its query), or the response that refuses it.
+fn request_line(head: &[u8]) -> Result<(bool, String), Vec<u8>> {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return response(400, "text/plain", "bad request\n", true);
+        return Err(response(400, "text/plain", "bad request\n", true));
     };
     let with_body = match method {
         "GET" => true,
         "HEAD" => false,
-        _ => return response(405, "text/plain", "only GET and HEAD\n", true),
+        _ => return Err(response(405, "text/plain", "only GET and HEAD\n", true)),
     };
-    let path = target.split('?').next().unwrap_or_default();
+    Ok((with_body, target.split('?').next().unwrap_or_default().to_string()))
+}
+
+/// Answer a request for `path`.
+fn answer(site: &Site, with_body: bool, path: &str) -> Vec<u8> {
     match path {
         "/metrics" => {
             let mut text = String::new();
@@ -323,15 +316,7 @@ impl Collector for WeirCollector {
             let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
             for node in e.nodes.iter().filter(|n| applies(n.kind)) {
                 for (i, sub) in node.subtasks.iter().enumerate() {
-                    let t = crate::runtime::Totals {
-                        records_in: sub.records_in.load(Ordering::Relaxed),
-                        records_out: sub.records_out.load(Ordering::Relaxed),
-                        records_dropped: sub.records_dropped.load(Ordering::Relaxed),
-                        dropped_late: 0,
-                        dead_lettered: 0,
-                        bytes_in: sub.bytes_in.load(Ordering::Relaxed),
-                        records_committed: sub.records_committed.load(Ordering::Relaxed),
-                    };
+                    let t = crate::runtime::Totals::of(sub);
                     let subtask = i.to_string();
                     let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
                     ConstCounter::new(pick(&t)).encode(m.encode_family(&labels)?)?;
@@ -947,6 +932,14 @@ mod tests {
         }
     }
 
+    /// What a connection answers to `head` (the routes that do not wait).
+    fn route(site: &Site, head: &[u8]) -> Vec<u8> {
+        match request_line(head) {
+            Ok((with_body, path)) => answer(site, with_body, &path),
+            Err(refused) => refused,
+        }
+    }
+
     fn site(e: Exported) -> Site {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(WeirCollector(e.clone())));
@@ -970,7 +963,7 @@ mod tests {
         let _ = agg.outputs.set(vec![tx.probe()]);
         let sent = async { tx.send(crate::runtime::message::Message::Idle).await };
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(sent).unwrap();
-        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        let body = text(&route(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
         let value = |prefix: &str| -> f64 {
             let line = body.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{body}"));
             line.rsplit(' ').next().unwrap().parse().unwrap()
@@ -996,7 +989,7 @@ mod tests {
         agg.records_dropped.store(5, Ordering::Relaxed);
         agg.dropped_late.store(2, Ordering::Relaxed);
         agg.dead_lettered.store(1, Ordering::Relaxed);
-        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        let body = text(&route(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
         let at = r#"pipeline="p",operator="agg",subtask="0""#;
         for want in [
             format!(r#"weir_records_dropped_total{{{at},reason="late"}} 2"#),
@@ -1041,18 +1034,18 @@ mod tests {
     #[test]
     fn routes_methods_and_head_without_body() {
         let s = site(exported(false));
-        assert!(text(&answer(&s, b"GET /healthz HTTP/1.1\r\n\r\n")).ends_with("\r\n\r\nok\n"));
-        assert!(text(&answer(&s, b"GET /nope HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404 "));
-        assert!(text(&answer(&s, b"POST /metrics HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 405 "));
-        assert!(text(&answer(&s, b"\r\n\r\n")).starts_with("HTTP/1.1 400 "));
-        let head = text(&answer(&s, b"HEAD /metrics HTTP/1.1\r\n\r\n"));
+        assert!(text(&route(&s, b"GET /healthz HTTP/1.1\r\n\r\n")).ends_with("\r\n\r\nok\n"));
+        assert!(text(&route(&s, b"GET /nope HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404 "));
+        assert!(text(&route(&s, b"POST /metrics HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 405 "));
+        assert!(text(&route(&s, b"\r\n\r\n")).starts_with("HTTP/1.1 400 "));
+        let head = text(&route(&s, b"HEAD /metrics HTTP/1.1\r\n\r\n"));
         assert!(head.starts_with("HTTP/1.1 200 ") && head.ends_with("\r\n\r\n"), "{head}");
-        assert!(text(&answer(&s, b"GET /ready HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 503 "));
+        assert!(text(&route(&s, b"GET /ready HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 503 "));
     }
 
     #[test]
     fn metrics_text_has_one_series_per_subtask_and_checkpoints_only_when_on() {
-        let body = text(&answer(&site(exported(false)), b"GET /metrics?x=1 HTTP/1.1\r\n\r\n"));
+        let body = text(&route(&site(exported(false)), b"GET /metrics?x=1 HTTP/1.1\r\n\r\n"));
         assert!(body.contains(r#"weir_records_in_total{pipeline="p",operator="agg",subtask="1"} 7"#), "{body}");
         assert!(body.contains(r#"weir_records_in_total{pipeline="p",operator="agg",subtask="0"} 0"#), "{body}");
         assert!(!body.contains(r#"weir_records_in_total{pipeline="p",operator="src""#), "sources have no records in");
@@ -1063,7 +1056,7 @@ mod tests {
         c.on_completed(&Completed { id: 4, bytes: 1234, duration: Duration::from_millis(1500), created_ms: 2500, ..Completed::default() });
         c.on_failed(false, FailureReason::Timeout);
         c.on_failed(true, FailureReason::Declined);
-        let body = text(&answer(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        let body = text(&route(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
         #[cfg(target_os = "linux")]
         for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_start_time_seconds "] {
             assert!(body.lines().any(|l| l.starts_with(name)), "no {name} in\n{body}");
