@@ -751,11 +751,9 @@ impl Driver {
     fn aborted(&mut self, mut outcome: AbortOutcome, why: FailureReason) -> Result<(), DriverError> {
         // A checkpoint directory that could not be created is the cause of
         // what the tasks then report (ENOENT on their files): name it.
-        if let Some(cause) = self.stats.dir_error.take() {
-            let (AbortOutcome::Aborted { id, reason, .. } | AbortOutcome::Fail { id, reason, .. }) = &mut outcome;
-            if *id == self.stats.id {
-                *reason = format!("{reason} (cause: {cause})");
-            }
+        let (AbortOutcome::Aborted { id, reason, .. } | AbortOutcome::Fail { id, reason, .. }) = &mut outcome;
+        if let Some(cause) = self.stats.dir_error.take_if(|_| *id == self.stats.id) {
+            *reason = format!("{reason} (cause: {cause})");
         }
         let (id, reason, savepoint) = match &outcome {
             AbortOutcome::Aborted { id, reason, kind } => (*id, reason.clone(), *kind == Kind::Savepoint),
