@@ -71,6 +71,8 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let name = pipeline.name.clone();
     let mut budget = pipeline.restart.map(restart::Budget::new);
     let mut restore = restore;
+    // The failure a restart follows (reported if the restart is refused).
+    let mut failed: Option<anyhow::Error> = None;
     let (outcome, held, rt) = loop {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
         let listener = match &metrics_listener {
@@ -78,7 +80,15 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
             None => None,
         };
         let restarts = budget.as_ref().map_or(0, |b| b.total);
-        let (outcome, held) = run_once(&rt, &args.options, pipeline.clone(), restore.as_ref(), listener, &stop, restarts);
+        let (mut outcome, held) = run_once(&rt, &args.options, pipeline.clone(), restore.as_ref(), listener, &stop, restarts);
+        if let (Err(refusal), Some(cause)) = (&outcome, failed.take()) {
+            if exit_status(refusal) == 2 {
+                // The failure stands: a restart refused (the storage taken
+                // by another process, say) ends with the failure itself.
+                tracing::error!(refusal = %format!("{refusal:#}"), "The restart was refused; giving up (restart:).");
+                outcome = Err(cause);
+            }
+        }
         let Err(e) = &outcome else { break (outcome, held, Some(rt)) };
         let Some(b) = budget.as_mut().filter(|_| restartable(e) && !stop.asked()) else { break (outcome, held, Some(rt)) };
         let policy = b.policy();
@@ -127,6 +137,7 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         if restored {
             restore = Some(RestoreFrom::Latest);
         }
+        failed = outcome.err();
     };
     let status = match &outcome {
         Ok(_) if stop.savepoint_failure().is_some() => 1,
@@ -160,13 +171,15 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
 type Held = Option<(crate::checkpoint::lock::StateDirLock, Option<crate::checkpoint::lease::Lease>)>;
 
 /// Whether a failed run may restart: not when the user's input is wrong
-/// (exit 2), and not when tasks of it were cut off (they may still run: a
-/// restart in this process would run beside them).
+/// (exit 2), not when tasks of it were cut off (they may still run: a
+/// restart in this process would run beside them), and not when another
+/// process took the checkpoint storage over (it is the owner now).
 fn restartable(e: &anyhow::Error) -> bool {
+    use crate::runtime::{checkpointing::DriverError, RuntimeError};
     exit_status(e) == 1
         && !matches!(
-            e.downcast_ref::<crate::runtime::RuntimeError>(),
-            Some(crate::runtime::RuntimeError::CutOff { .. } | crate::runtime::RuntimeError::Stuck { .. })
+            e.downcast_ref::<RuntimeError>(),
+            Some(RuntimeError::CutOff { .. } | RuntimeError::Stuck { .. } | RuntimeError::Checkpoint(DriverError::OwnershipLost(_)))
         )
 }
 

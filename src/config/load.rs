@@ -498,6 +498,14 @@ sources:
         );
         // Errors in an overridden value are blamed on the override.
         assert_eq!(errors_with(&with(SINK), &["parallelism=0"]), vec!["--set parallelism=0: `parallelism` must be at least 1, got 0"]);
+        // Issue 34 #7: a section the file lacks is created; a misspelt one is refused.
+        let p = load_with_env(&with(SINK), "t.yaml", &["state.backend=rocksdb".into(), "state.dir=s".into()], &test_env).unwrap();
+        assert!(
+            matches!(p.state.backend, crate::config::Backend::RocksDb(_)) && p.state.dir == std::path::Path::new("s"),
+            "--set made the `state` section"
+        );
+        let errs = errors_with(&with(SINK), &["sate.backend=rocksdb"]);
+        assert!(errs.len() == 1 && errs[0].starts_with("--set sate.backend=rocksdb:") && errs[0].contains("state"), "{errs:?}");
     }
 
     #[test]

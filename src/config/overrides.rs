@@ -1,9 +1,10 @@
 //! `--set KEY=VALUE` overrides, applied to the YAML tree before it is typed.
 //!
 //! KEY is a dotted path: `parallelism`, `sources.0.path`, or a list element
-//! by its `name`: `sources.orders.rate_limit`. The last step may create a new
-//! key in an existing mapping; every other step must exist. VALUE is read as
-//! a YAML scalar, so `4` is a number and `true` a boolean.
+//! by its `name`: `sources.orders.rate_limit`. Missing keys of mappings are
+//! created (`state.backend=rocksdb` on a pipeline without `state:`); list
+//! elements must exist. VALUE is read as a YAML scalar, so `4` is a number
+//! and `true` a boolean.
 
 use serde_yaml::{Mapping, Value};
 
@@ -33,13 +34,22 @@ fn apply_one(doc: &mut Value, spec: &str) -> Result<YPath, String> {
     }
     let mut path = YPath::new();
     let mut node = doc;
+    let mut first_created = None;
     for (i, step) in steps.iter().enumerate() {
-        let last = i + 1 == steps.len();
         let here = steps[..i].join(".");
+        if node.is_null() {
+            // `state:` with nothing under it, or a mapping created below.
+            *node = Value::Mapping(Mapping::new());
+        }
         node = match node {
             Value::Mapping(m) => {
                 path.push(Seg::Key(step.to_string()));
-                map_step(m, step, last, &here)?
+                let mut created = false;
+                let next = map_step(m, step, &mut created);
+                if created && first_created.is_none() {
+                    first_created = Some(path.len());
+                }
+                next
             }
             Value::Sequence(items) => {
                 let at = list_index(items, step).ok_or_else(|| {
@@ -52,18 +62,19 @@ fn apply_one(doc: &mut Value, spec: &str) -> Result<YPath, String> {
         };
     }
     *node = scalar(raw);
+    // What this override created is its own: an error anywhere in it (an
+    // unknown section name) is blamed on the override.
+    path.truncate(first_created.unwrap_or(path.len()));
     Ok(path)
 }
 
-fn map_step<'v>(m: &'v mut Mapping, step: &str, last: bool, here: &str) -> Result<&'v mut Value, String> {
-    if !m.contains_key(step) {
-        if !last {
-            let within = if here.is_empty() { "the pipeline".to_string() } else { format!("`{here}`") };
-            return Err(format!("{within} has no key `{step}`"));
-        }
-        m.insert(Value::String(step.to_string()), Value::Null);
-    }
-    m.get_mut(step).ok_or_else(|| format!("`{step}` could not be set"))
+/// The value at `step` of a mapping, created (null) if absent: a missing
+/// section (`state.backend` without `state:`) is created on the way, and an
+/// unknown name is then refused by validation like one in the file.
+fn map_step<'v>(m: &'v mut Mapping, step: &str, created: &mut bool) -> &'v mut Value {
+    let key = Value::String(step.to_string());
+    *created = !m.contains_key(&key);
+    m.entry(key).or_insert(Value::Null)
 }
 
 /// A list element by position (`0`) or by its `name` field (`orders`).
@@ -111,9 +122,20 @@ mod tests {
     fn reports_paths_that_do_not_exist() {
         let e = set("sources.nope.path=x").unwrap_err();
         assert_eq!(e, "--set sources.nope.path=x: `sources` has no element `nope`: expected an index below 1 or the `name` of an element");
-        assert!(set("state.dir=x").unwrap_err().contains("the pipeline has no key `state`"));
         assert!(set("name.x=1").unwrap_err().contains("`name` is a single value"));
         assert!(set("parallelism").unwrap_err().contains("expected KEY=VALUE"));
+    }
+
+    #[test]
+    fn creates_missing_sections() {
+        // Issue 34 #7: `state.backend=rocksdb` failed without a `state:` section.
+        let d = set("state.backend=rocksdb").unwrap();
+        assert_eq!(d["state"]["backend"], Value::from("rocksdb"));
+        let d = set("checkpoint.storage.options.region=eu").unwrap();
+        assert_eq!(d["checkpoint"]["storage"]["options"]["region"], Value::from("eu"));
+        let mut d: Value = serde_yaml::from_str("name: p\nstate:\n").unwrap();
+        apply(&mut d, &["state.dir=/x".to_string()]);
+        assert_eq!(d["state"]["dir"], Value::from("/x"), "an empty section is a mapping to fill");
     }
 
     #[test]

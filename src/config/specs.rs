@@ -741,8 +741,8 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                 Some(d) => cx.duration_in(at, "emit_interval", d, PROCESSING).unwrap_or(DEFAULT_EMIT_INTERVAL),
                 None => DEFAULT_EMIT_INTERVAL,
             };
-            check_key_vs_window_bounds(cx, &child(at, "key"), &key, windowed);
-            let aggregates = aggregate_fns(cx, &child(at, "aggregates"), aggregates, &key, windowed);
+            let key_names = key_output_names(cx, &child(at, "key"), &key, windowed);
+            let aggregates = aggregate_fns(cx, &child(at, "aggregates"), aggregates, &key_names, windowed);
             NodeKind::Aggregate(AggregateSpec {
                 key,
                 window,
@@ -885,24 +885,36 @@ fn event_span(cx: &mut Cx, base: &[Seg], key: &str, text: &str, positive: bool) 
     None
 }
 
-/// Output fields are the key fields, then (windowed) `window_start` and
-/// `window_end`: a key field with a window bound's name would give the
-/// output object two members of that name.
-fn check_key_vs_window_bounds(cx: &mut Cx, at: &[Seg], key: &[String], windowed: bool) {
-    if !windowed {
-        return;
-    }
+/// The member names of an aggregate's key fields in its output (see
+/// `FieldPath::output_name`), in key order. Output fields are these, then
+/// (windowed) `window_start` and `window_end`, then the aggregates: two
+/// fields of one name would give an output object duplicate members, so a
+/// clash is refused here, where the second is written.
+fn key_output_names(cx: &mut Cx, at: &[Seg], key: &[String], windowed: bool) -> Vec<String> {
+    let mut names: Vec<String> = Vec::with_capacity(key.len());
     for (i, k) in key.iter().enumerate() {
-        if k == WINDOW_START || k == WINDOW_END {
+        let name = crate::format::path::FieldPath::parse(k).map_or_else(|_| k.clone(), |p| p.output_name().to_string());
+        if windowed && (name == WINDOW_START || name == WINDOW_END) {
             cx.err(
                 &item(at, i),
-                format!("key field `{k}` clashes with the window bound `{k}` that a windowed aggregate's output carries: expected another key field"),
+                format!("key field `{k}` clashes with the window bound `{name}` that a windowed aggregate's output carries: expected another key field"),
+            );
+        } else if let Some(first) = names.iter().position(|n| *n == name).filter(|&j| key[j] != *k) {
+            cx.err(
+                &item(at, i),
+                format!(
+                    "key fields `{}` and `{k}` would both be the output field `{name}`: expected fields with distinct output names",
+                    key[first]
+                ),
             );
         }
+        names.push(name);
     }
+    names
 }
 
-fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], windowed: bool) -> Vec<AggregateFn> {
+/// `key_names`: the key fields' output names (`key_output_names`).
+fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key_names: &[String], windowed: bool) -> Vec<AggregateFn> {
     if raw.is_empty() {
         cx.err(at, "`aggregates` is empty: expected at least one, e.g. `[{fn: count, as: n}]`");
     }
@@ -931,7 +943,7 @@ fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key: &[String], 
             cx.err(&alias_at, "`as` is empty: expected the output field name");
         } else if let Some((_, line)) = seen.iter().find(|(s, _)| *s == alias) {
             cx.err(&alias_at, format!("duplicate output name `as: {alias}` (first on line {line}): expected distinct names"));
-        } else if key.iter().any(|k| k == alias) {
+        } else if key_names.iter().any(|k| k == alias) {
             cx.err(&alias_at, format!("`as: {alias}` clashes with the key field `{alias}`: expected a different output name"));
         } else if windowed && (alias == WINDOW_START || alias == WINDOW_END) {
             cx.err(&alias_at, format!("`as: {alias}` is reserved for the window bounds: expected another output name"));

@@ -210,7 +210,7 @@ impl Expression {
         let mut variables: Vec<String> = program.references().variables().into_iter().map(str::to_string).collect();
         variables.sort();
         variables.dedup();
-        let needs = variables.iter().map(|v| (v.clone(), FieldNeed { required: true, numeric: false })).collect();
+        let needs = variables.iter().map(|v| (v.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect();
         let scalars = JsonParser::new(needs, None);
         let fast = fast::Node::compile(program.expression(), &variables).map(Arc::new);
         let every_slot = (0..variables.len()).map(Some).collect();

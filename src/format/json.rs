@@ -18,6 +18,9 @@ pub struct FieldNeed {
     pub required: bool,
     /// An aggregated field: must be a number or null when present.
     pub numeric: bool,
+    /// Only whether it is present and not null matters (every use is a
+    /// `count` of the field): an array or object counts like any value.
+    pub presence: bool,
 }
 
 /// A parser for one source's records.
@@ -211,6 +214,45 @@ impl JsonParser {
         !self.nested.is_empty() && self.nested.iter().any(|(_, p)| p.head() == key)
     }
 
+    /// The value of field `name` (projection `slot`) from its raw text: a
+    /// scalar, or for a field only counted (`FieldNeed::presence`) a
+    /// marker (`true`) for any other value.
+    fn value_of(&self, raw: &str, name: &str, slot: Option<usize>, is_time: bool) -> Result<Value, String> {
+        scalar::<serde_json::Error>(raw, name).map_err(|e| e.to_string()).or_else(|e| match slot {
+            Some(i) if !is_time && self.fields[i].1.presence => Ok(Value::Bool(true)),
+            _ => Err(e),
+        })
+    }
+
+    /// A member for `slot` and/or the event time: of duplicate members the
+    /// last counts, so what an earlier one stored (or its error) is
+    /// replaced, by nothing if this one lacks the field.
+    #[allow(clippy::too_many_arguments)]
+    fn replace(
+        &self,
+        slot: Option<usize>,
+        is_time: bool,
+        v: Result<Option<Value>, String>,
+        values: &mut [Value],
+        seen: &mut Seen,
+        event_time: &mut Option<Result<Millis, String>>,
+        pending: &mut Vec<(Option<usize>, bool, String)>,
+    ) {
+        pending.retain(|(s, t, _)| !((slot.is_some() && *s == slot) || (is_time && *t)));
+        if is_time {
+            *event_time = None;
+        }
+        if let Some(i) = slot {
+            values[i] = Value::Null;
+            seen.unset(i);
+        }
+        match v {
+            Ok(Some(v)) => self.store_at(slot, is_time, v, values, seen, event_time),
+            Ok(None) => {}
+            Err(e) => pending.push((slot, is_time, e)),
+        }
+    }
+
     fn store_at(
         &self,
         slot: Option<usize>,
@@ -249,6 +291,13 @@ impl Seen {
         match self {
             Seen::Bits(b) => *b |= 1 << i,
             Seen::Many(v) => v[i] = true,
+        }
+    }
+
+    fn unset(&mut self, i: usize) {
+        match self {
+            Seen::Bits(b) => *b &= !(1 << i),
+            Seen::Many(v) => v[i] = false,
         }
     }
 
@@ -367,11 +416,11 @@ fn integer(b: &[u8], i: usize) -> Option<(i64, usize)> {
     let mut j = start;
     let mut n: i64 = 0;
     while let Some(&c @ b'0'..=b'9') = b.get(j) {
-        n = n * 10 + (c - b'0') as i64;
-        j += 1;
-        if j - start > 18 {
+        if j - start == 18 {
             return None;
         }
+        n = n * 10 + (c - b'0') as i64;
+        j += 1;
     }
     let digits = j - start;
     // `0` alone is fine, a leading zero or `-0` is left to serde_json.
@@ -419,36 +468,42 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // Of duplicate members the last counts, at every level: an earlier
+        // member's value, or why it could not be read, is replaced by the
+        // last one's (`replace`); the errors that stand end the record.
+        let mut pending = Vec::new();
+        let p = self.parser;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let (slot, is_time) = self.parser.lookup(&key);
-            let head = self.parser.is_head(&key);
-            let extra = self.parser.is_extra(&key);
+            let (slot, is_time) = p.lookup(&key);
+            let head = p.is_head(&key);
+            let extra = p.is_extra(&key);
             if slot.is_none() && !is_time && !head && !extra {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
             let raw = map.next_value::<&'de RawValue>()?;
-            if slot.is_some() || is_time {
-                let v = scalar(raw.get(), &key)?;
-                if extra {
-                    self.parser.store_extras(&key, Some(v.clone()), self.values);
-                }
-                self.parser.store_at(slot, is_time, v, self.values, self.seen, self.event_time);
-            } else if extra {
+            if extra {
                 // Not a scalar (or a number beyond f64): null, no error.
-                let v = scalar::<A::Error>(raw.get(), &key).ok();
-                self.parser.store_extras(&key, v, self.values);
+                p.store_extras(&key, scalar::<A::Error>(raw.get(), &key).ok(), self.values);
+            }
+            if slot.is_some() || is_time {
+                let v = p.value_of(raw.get(), &key, slot, is_time).map(Some);
+                p.replace(slot, is_time, v, self.values, self.seen, self.event_time, &mut pending);
             }
             if head {
-                for (target, path) in self.parser.nested.iter().filter(|(_, p)| p.head() == key) {
-                    if let Some(found) = descend(raw, path.rest()).map_err(de::Error::custom)? {
-                        let v = scalar(found.get(), path.text())?;
-                        self.parser.store_at(*target, target.is_none(), v, self.values, self.seen, self.event_time);
-                    }
+                for (target, path) in p.nested.iter().filter(|(_, path)| path.head() == key) {
+                    let v = match descend(raw, path.rest()).map_err(de::Error::custom)? {
+                        Some(found) => p.value_of(found.get(), path.text(), *target, target.is_none()).map(Some),
+                        None => Ok(None),
+                    };
+                    p.replace(*target, target.is_none(), v, self.values, self.seen, self.event_time, &mut pending);
                 }
             }
         }
-        Ok(())
+        match pending.into_iter().next() {
+            Some((_, _, e)) => Err(de::Error::custom(e)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -518,8 +573,8 @@ mod tests {
     fn parser() -> JsonParser {
         JsonParser::new(
             vec![
-                ("user".into(), FieldNeed { required: true, numeric: false }),
-                ("amount".into(), FieldNeed { required: false, numeric: true }),
+                ("user".into(), FieldNeed { required: true, ..FieldNeed::default() }),
+                ("amount".into(), FieldNeed { numeric: true, ..FieldNeed::default() }),
             ],
             Some("ts".into()),
         )
@@ -563,6 +618,42 @@ mod tests {
             let err = p.parse(line).unwrap_err();
             assert!(err.contains(want), "{line}: got {err}, want {want}");
         }
+    }
+
+    /// Issue 34 #2: of duplicate members the last counts, for nested paths
+    /// too: an earlier duplicate neither lends its nested value nor its
+    /// error to the record.
+    #[test]
+    fn the_last_of_duplicate_members_counts_at_every_level() {
+        let need = FieldNeed { required: true, ..FieldNeed::default() };
+        let nested = JsonParser::new(vec![("u.id".into(), need)], None);
+        let err = nested.parse(r#"{"u":{"id":"early"},"u":5}"#).unwrap_err();
+        assert!(err.contains("missing key field `u.id`"), "{err}");
+        assert_eq!(nested.parse(r#"{"u":5,"u":{"id":"late"}}"#).unwrap().fields, vec![Value::Str("late".into())]);
+        assert_eq!(nested.parse(r#"{"u":{"id":[1]},"u":{"id":2}}"#).unwrap().fields, vec![Value::Int(2)]);
+        let err = nested.parse(r#"{"u":{"id":2},"u":{"id":[1]}}"#).unwrap_err();
+        assert!(err.contains("must be a scalar"), "{err}");
+        let flat = JsonParser::new(vec![("k".into(), need)], Some("t".into()));
+        assert_eq!(flat.parse(r#"{"k":[1],"k":"x","t":1}"#).unwrap().fields, vec![Value::Str("x".into())]);
+        assert!(flat.parse(r#"{"k":"x","k":{},"t":1}"#).unwrap_err().contains("field `k` must be a scalar"));
+        assert_eq!(flat.parse(r#"{"k":1,"t":"no","t":5}"#).unwrap().event_time, Some(5));
+        let timed = JsonParser::new(vec![("k".into(), need)], Some("m.t".into()));
+        assert!(timed.parse(r#"{"k":1,"m":{"t":5},"m":{}}"#).unwrap_err().contains("missing event-time field `m.t`"));
+    }
+
+    /// Issue 34 #3: a field only counted is present with any value, arrays
+    /// and objects too; used otherwise as well, it must be a scalar.
+    #[test]
+    fn a_counted_field_may_hold_any_value() {
+        let counted = FieldNeed { presence: true, ..FieldNeed::default() };
+        let p = JsonParser::new(vec![("v".into(), counted), ("w.x".into(), counted)], None);
+        for line in [r#"{"v":[1,2],"w":{"x":{"a":1}}}"#, r#"{"v":{"a":1},"w":{"x":[]}}"#, r#"{"v":[],"w":{"x":1e999}}"#] {
+            let r = p.parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(r.fields.iter().all(|v| *v != Value::Null), "{line}: {:?}", r.fields);
+        }
+        assert_eq!(p.parse(r#"{"v":null}"#).unwrap().fields, vec![Value::Null, Value::Null]);
+        let used = JsonParser::new(vec![("v".into(), FieldNeed::default())], None);
+        assert!(used.parse(r#"{"v":[1]}"#).unwrap_err().contains("must be a scalar"));
     }
 
     /// Parse with the scanner and with serde_json alone: same result, and
@@ -688,7 +779,7 @@ mod tests {
     #[test]
     fn many_projected_fields() {
         let names: Vec<String> = (0..70).map(|i| format!("f{i}")).collect();
-        let p = JsonParser::new(names.iter().map(|n| (n.clone(), FieldNeed { required: true, numeric: false })).collect(), None);
+        let p = JsonParser::new(names.iter().map(|n| (n.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect(), None);
         let line = format!("{{{}}}", names.iter().enumerate().map(|(i, n)| format!("\"{n}\":{i}")).collect::<Vec<_>>().join(","));
         let (r, took) = both(&p, &line);
         assert!(took);

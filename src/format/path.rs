@@ -159,6 +159,17 @@ impl FieldPath {
         self.segments.len() == 1
     }
 
+    /// The member name of this key field in an aggregate's output: a
+    /// top-level key as itself (`"a.b"` is the member `a.b`), a nested path
+    /// by its canonical text (`a.b`). So two spellings may share a name.
+    pub fn output_name(&self) -> &str {
+        if self.is_top_level() {
+            self.head()
+        } else {
+            self.text()
+        }
+    }
+
     /// A path of one top-level key, taken as it is (no syntax).
     pub fn key(name: &str) -> FieldPath {
         let segments = vec![Segment::Key(name.to_string())];

@@ -355,7 +355,7 @@ impl Appending {
             }
             targets.push(k.into_iter().next().expect("one key"));
         }
-        let need = FieldNeed { required: false, numeric: false };
+        let need = FieldNeed::default();
         let fields = targets.iter().map(|k| (FieldPath::key(k).to_string(), need)).collect();
         let keys = targets.iter().map(|k| Json::String(k.clone()).to_string()).collect();
         let presence = targets.iter().map(|k| input.presence(k)).collect();
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn output_is_projected_for_downstream_and_errors_are_refused() {
-        let need = vec![("uid".to_string(), FieldNeed { required: true, numeric: false })];
+        let need = vec![("uid".to_string(), FieldNeed { required: true, ..FieldNeed::default() })];
         let m = map(&[], &[], &[("uid", "user.id")], need);
         let r = m.process_one(Record::new(vec![], r#"{"user": {"id": "u7"}}"#.into(), None)).ok().unwrap();
         assert_eq!(r.fields, vec![Value::Str("u7".into())]);

@@ -7,7 +7,7 @@
 
 pub mod cluster;
 
-use crate::config::{NodeId, NodeKind, Pipeline};
+use crate::config::{AggFunc, NodeId, NodeKind, Pipeline};
 use crate::format::json::FieldNeed;
 use crate::format::path::FieldPath;
 
@@ -231,17 +231,19 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
     let mut needs: Vec<(String, FieldNeed)> = Vec::new();
     match &node.kind {
         NodeKind::Dedup(d) => {
-            merge_needs(&mut needs, d.key.iter().map(|k| (k.clone(), FieldNeed { required: true, numeric: false })).collect())
+            merge_needs(&mut needs, d.key.iter().map(|k| (k.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect())
         }
         NodeKind::Aggregate(a) => {
-            merge_needs(&mut needs, a.key.iter().map(|k| (k.clone(), FieldNeed { required: true, numeric: false })).collect());
-            // `count` counts non-null values of any type (SQL `COUNT(field)`), as do
-            // count_distinct, first, last and collect; the other functions need numbers.
-            let fields = a.aggregates.iter().filter_map(|f| Some((f.field.clone()?, f.func.needs_number())));
-            merge_needs(&mut needs, fields.map(|(f, numeric)| (f, FieldNeed { required: false, numeric })).collect());
+            merge_needs(&mut needs, a.key.iter().map(|k| (k.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect());
+            // `count` counts non-null values of any type (SQL `COUNT(field)`),
+            // arrays and objects too; count_distinct, first, last and collect
+            // take any scalar; the other functions need numbers.
+            let fields = a.aggregates.iter().filter_map(|f| Some((f.field.clone()?, f.func)));
+            let need = |func: AggFunc| FieldNeed { numeric: func.needs_number(), presence: func == AggFunc::Count, ..FieldNeed::default() };
+            merge_needs(&mut needs, fields.map(|(f, func)| (f, need(func))).collect());
         }
         NodeKind::Sink(crate::config::SinkSpec::Kafka(k)) => {
-            merge_needs(&mut needs, k.key.iter().map(|k| (k.clone(), FieldNeed { required: false, numeric: false })).collect())
+            merge_needs(&mut needs, k.key.iter().map(|k| (k.clone(), FieldNeed::default())).collect())
         }
         _ => return None,
     }
@@ -327,6 +329,8 @@ fn merge_needs(into: &mut Vec<(String, FieldNeed)>, needs: Vec<(String, FieldNee
             Some((_, n)) => {
                 n.required |= need.required;
                 n.numeric |= need.numeric;
+                // A marker stands for the value only if every use is a count.
+                n.presence &= need.presence;
             }
             None => into.push((f, need)),
         }
@@ -398,9 +402,9 @@ sinks:
         assert_eq!(
             fields,
             [
-                ("id", FieldNeed { required: true, numeric: false }),
-                ("user", FieldNeed { required: true, numeric: false }),
-                ("amount", FieldNeed { required: false, numeric: true }),
+                ("id", FieldNeed { required: true, ..FieldNeed::default() }),
+                ("user", FieldNeed { required: true, ..FieldNeed::default() }),
+                ("amount", FieldNeed { numeric: true, ..FieldNeed::default() }),
             ]
         );
         assert_eq!(p.schemas[3], ["user", "total"], "an aggregate emits its own schema");
@@ -433,7 +437,13 @@ sinks:
         let src: Vec<&str> = p.projections[0].iter().map(|(f, _)| f.as_str()).collect();
         assert_eq!(src, ["id"], "fields after the map come from the map's output");
         let map: Vec<(&str, FieldNeed)> = p.projections[4].iter().map(|(f, n)| (f.as_str(), *n)).collect();
-        assert_eq!(map, [("who", FieldNeed { required: true, numeric: false }), ("double", FieldNeed { required: false, numeric: true })]);
+        assert_eq!(
+            map,
+            [
+                ("who", FieldNeed { required: true, ..FieldNeed::default() }),
+                ("double", FieldNeed { numeric: true, ..FieldNeed::default() })
+            ]
+        );
         assert_eq!(p.schemas[4], ["who", "double"]);
     }
 
@@ -482,7 +492,7 @@ sinks:
         );
         let p = plan(&yaml);
         let needs: Vec<(&str, FieldNeed)> = p.projections[0].iter().map(|(f, n)| (f.as_str(), *n)).collect();
-        assert!(needs.contains(&("user", FieldNeed { required: true, numeric: false })), "{needs:?}");
-        assert!(needs.contains(&("amount", FieldNeed { required: false, numeric: true })), "max needs a number: {needs:?}");
+        assert!(needs.contains(&("user", FieldNeed { required: true, ..FieldNeed::default() })), "{needs:?}");
+        assert!(needs.contains(&("amount", FieldNeed { numeric: true, ..FieldNeed::default() })), "max needs a number: {needs:?}");
     }
 }

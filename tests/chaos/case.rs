@@ -34,6 +34,8 @@ pub struct Case {
     /// An operator was removed: every later restore passes
     /// `--allow-non-restored-state` (an older checkpoint may still hold it).
     pub dropped_state: bool,
+    /// The current run's `--allow-non-restored-state`.
+    pub run_allows_dropping: bool,
     /// Sinks changed by an edit, with every input they ever had.
     touched: BTreeMap<String, BTreeSet<String>>,
     pub kill_points: usize,
@@ -41,6 +43,8 @@ pub struct Case {
     pub killed: bool,
     /// Runs whose drawn stall was injected ("Injected stall." in the log).
     pub stalls_fired: usize,
+    /// In-process restarts (`restart:`) the runs logged.
+    pub restarts_fired: usize,
     pub refused: usize,
     pub savepoints: usize,
     /// Savepoints created in the case's `--target` parent, to check each is new.
@@ -103,9 +107,11 @@ impl Case {
             expected,
             touched: BTreeMap::new(),
             dropped_state: false,
+            run_allows_dropping: false,
             kill_points: 0,
             killed: false,
             stalls_fired: 0,
+            restarts_fired: 0,
             refused: 0,
             savepoints: 0,
             targeted: Vec::new(),

@@ -291,6 +291,14 @@ pub fn draw(rng: &mut Rng, shape: &Shape) -> Vec<Attempt> {
         if rng.chance(0.1) {
             faults.push(format!("barrier_delay={}ms", rng.range(5, 60)));
         }
+        // With `restart:`, a run left to finish may fail once at an
+        // operator's barrier and restart in the process (its own stream:
+        // older seeds draw as before).
+        let mut side = Rng::new(shape.side_seed.wrapping_add(i as u64));
+        if shape.restart && matches!(action, Action::Finish) && !shape.operators.is_empty() && side.chance(0.5) {
+            let op = side.pick(&shape.operators).name.clone();
+            faults.push(format!("fail={op}:{}:{}", side.range(0, shape.parallelism as u64 - 1), side.range(1, 6)));
+        }
         // Changes apply to a restore, never to the first run.
         let rescale = (i > 0 && rng.chance(0.25)).then(|| rng.range(1, 4) as u32);
         let edit = (i > 0 && rng.chance(0.25))

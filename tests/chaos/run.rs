@@ -82,6 +82,7 @@ impl Case {
     /// One run with its action and faults.
     pub fn run_once(&mut self, n: usize, a: &Attempt, start: &Start, parallelism: u32, allow: bool, may_refuse: bool) -> Ended {
         self.run_parallelism = parallelism;
+        self.run_allows_dropping = allow;
         self.taker_parallelism = None;
         let mut cmd = self.command(start, parallelism, allow);
         if !a.faults.is_empty() {
@@ -140,6 +141,7 @@ impl Case {
         if a.faults.iter().any(|f| f.starts_with("stall=")) && exit.stderr.contains("Injected stall.") {
             self.stalls_fired += 1;
         }
+        self.restarts_fired += exit.stderr.matches("restarting from the latest checkpoint (restart:)").count();
         if exit.signal != Some(9) {
             // Sent as it exited: the run ended on its own, no kill point.
             self.killed = false;
@@ -409,7 +411,10 @@ impl Case {
         // not completed: the taker restores at the parallelism of what it
         // finds, as an operator would after the refusal says which.
         let mut parallelism = self.shape.parallelism;
-        let mut cmd = self.command(&Start::Latest, parallelism, self.dropped_state);
+        // With the stale run's flags: its restore may have dropped state
+        // (and the lineage may lead the taker to the same checkpoint).
+        let allow = self.dropped_state || self.run_allows_dropping;
+        let mut cmd = self.command(&Start::Latest, parallelism, allow);
         let mut taker = None;
         let deadline = Instant::now() + SHORT_LIMIT;
         while taker.is_none() {
@@ -424,7 +429,7 @@ impl Case {
             if other_p && parallelism != self.run_parallelism {
                 parallelism = self.run_parallelism;
                 self.log.note(format!("the latest checkpoint is the stale run's: take over at -p {parallelism}"));
-                cmd = self.command(&Start::Latest, parallelism, self.dropped_state);
+                cmd = self.command(&Start::Latest, parallelism, allow);
                 continue;
             }
             if !held || Instant::now() > deadline {

@@ -161,10 +161,18 @@ pub struct Shape {
     pub alignment: Alignment,
     pub interval_ms: u64,
     pub retain: u32,
+    /// `restart:` in the pipeline (a failed run restarts in the process);
+    /// drawn from a stream of its own so that older seeds draw as before.
+    pub restart: bool,
+    /// The seed of that stream (also for the `fail=` faults of the attempts).
+    pub side_seed: u64,
     pub sources: Vec<Source>,
     pub operators: Vec<Operator>,
     pub sinks: Vec<Sink>,
 }
+
+/// Mixed into a case's seed for draws added later (their own stream).
+const SIDE_STREAM: u64 = 0x7265_7374_6172_7421;
 
 impl Shape {
     pub fn draw(rng: &mut Rng, seed: u64) -> Shape {
@@ -184,6 +192,8 @@ impl Shape {
             alignment,
             interval_ms: rng.range(60, 300),
             retain: rng.range(1, 3) as u32,
+            restart: Rng::new(seed ^ SIDE_STREAM).chance(0.5),
+            side_seed: seed ^ SIDE_STREAM,
             sources: Vec::new(),
             operators: Vec::new(),
             sinks: Vec::new(),
@@ -397,6 +407,9 @@ impl Shape {
             "checkpoint: {{interval: {}ms, {mode}, timeout: 20s, retain: {}, tolerable_failures: 1000}}\nbundles: {{size: {}}}",
             self.interval_ms, self.retain, self.bundle
         );
+        if self.restart {
+            y.push_str("restart: {attempts: 3, backoff: 50ms, max_backoff: 200ms}\n");
+        }
         y.push_str("sources:\n");
         for s in &self.sources {
             let _ = writeln!(y, "  - name: {}\n    rate_limit: {}", s.name, s.rate);

@@ -11,6 +11,7 @@ pub struct Stats {
     pub runs: usize,
     pub kill_points: usize,
     pub stalls_fired: usize,
+    pub restarts_fired: usize,
     pub faults: BTreeMap<String, usize>,
     pub records: usize,
     pub lost: usize,
@@ -34,6 +35,7 @@ impl Stats {
         self.runs += c.runs;
         self.kill_points += c.kill_points;
         self.stalls_fired += c.stalls_fired;
+        self.restarts_fired += c.restarts_fired;
         for k in &c.faults {
             *self.faults.entry(k.clone()).or_default() += 1;
         }
@@ -77,6 +79,7 @@ impl Stats {
             row(&mut t, &format!("  fault: {k}"), n.to_string());
         }
         row(&mut t, "stalls injected (runs)", format!("{} (\"Injected stall.\" logged)", self.stalls_fired));
+        row(&mut t, "in-process restarts", format!("{} (restart:, after an injected failure)", self.restarts_fired));
         row(&mut t, "savepoints taken", self.savepoints.to_string());
         row(&mut t, "cases with checkpoints on S3", self.on_s3.to_string());
         row(&mut t, "  moves to a new machine", self.machines.to_string());

@@ -147,6 +147,34 @@ fn count_of_a_string_field_counts_its_non_null_values() {
 }
 
 #[test]
+fn count_of_a_field_counts_arrays_and_objects_too() {
+    // Issue 34 #3: n=3, nv=1 and 3 dead letters ("must be a scalar"), instead of n=6, nv=4.
+    let input = [
+        r#"{"k":"a","v":[1,2]}"#,
+        r#"{"k":"a","v":{"a":1}}"#,
+        r#"{"k":"a","v":[]}"#,
+        r#"{"k":"a","v":1}"#,
+        r#"{"k":"a","v":null}"#,
+        r#"{"k":"a"}"#,
+    ];
+    let r = run("type: aggregate, key: [k], aggregates: [{fn: count, as: n}, {fn: count, field: v, as: nv}]", &input, false, 1);
+    ok(&r);
+    assert!(r.dead.is_empty(), "{:?}", r.dead);
+    assert_eq!(r.out.last().map(String::as_str), Some(r#"{"k":"a","n":6,"nv":4}"#), "{:?}", r.out);
+}
+
+#[test]
+fn a_nested_key_follows_the_last_of_duplicate_members() {
+    // Issue 34 #2: grouped under u.id = "early" although the last `u` has no `id`.
+    let input = [r#"{"u":{"id":"early"},"u":5}"#, r#"{"u":5,"u":{"id":"late"}}"#, r#"{"k":[1],"k":"x","u":{"id":"late"}}"#];
+    let r = run("type: aggregate, key: [u.id], aggregates: [{fn: count, as: n}, {fn: count, field: k, as: nk}]", &input, false, 1);
+    ok(&r);
+    assert_eq!(r.dead.len(), 1, "{:?}", r.dead);
+    assert!(r.dead[0].to_string().contains("missing key field `u.id`"), "{:?}", r.dead);
+    assert_eq!(r.out.last().map(String::as_str), Some(r#"{"u.id":"late","n":2,"nk":1}"#), "{:?}", r.out);
+}
+
+#[test]
 fn times_before_1970_floor_like_floats_do() {
     // Issue 18 #9: the RFC 3339 time landed in [0, 1) while the float -0.5 floored into [-1, 0).
     let input = [r#"{"k":"a","ts":"1969-12-31T23:59:59.9995Z"}"#, r#"{"k":"a","ts":-0.5}"#];

@@ -422,7 +422,7 @@ mod tests {
         let size = std::fs::metadata(path).unwrap().len();
         let mut lines = Vec::new();
         for s in 0..p {
-            let parser = JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+            let parser = JsonParser::new(vec![("k".into(), FieldNeed { required: true, ..FieldNeed::default() })], None);
             let mut src = FileSource::new("t", (s, p), splits_for(&[(path.into(), size)], p, s, false), parser, OnError::Fail, None);
             let m = OperatorMetrics::default();
             let mut out = Vec::new();
@@ -486,7 +486,7 @@ mod tests {
         let text: String = (0..5000).map(|i| format!("{{\"k\":{i}}}\n")).collect();
         std::fs::write(&path, &text).unwrap();
         let files = [(path.clone(), text.len() as u64)];
-        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, ..FieldNeed::default() })], None);
         let m = OperatorMetrics::default();
         for cut in [0, 1, 777, 4999, 5000] {
             let mut a = FileSource::new("t", (0, 1), splits_for(&files, 1, 0, false), parser(), OnError::Fail, None);
@@ -516,7 +516,7 @@ mod tests {
             files.push((path, text.len() as u64));
         }
         want.sort();
-        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, ..FieldNeed::default() })], None);
         let m = OperatorMetrics::default();
         for (old_p, new_p) in [(3, 2), (1, 4), (4, 1), (2, 5)] {
             let mut got = Vec::new();
@@ -589,7 +589,7 @@ mod tests {
     fn bad_line_numbers_are_right_in_every_split_and_counted_once() {
         let dir = tempfile::tempdir().unwrap();
         let (path, size, bad) = ten_percent_bad(dir.path());
-        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, ..FieldNeed::default() })], None);
         for p in [1u16, 2, 3] {
             let dl_path = dir.path().join(format!("dl-{p}.jsonl"));
             let dl = crate::operators::dead_letter::DeadLetters::default().get(&dl_path).unwrap();
@@ -616,7 +616,7 @@ mod tests {
     fn bad_line_numbers_are_right_after_a_restore_mid_file() {
         let dir = tempfile::tempdir().unwrap();
         let (path, size, bad) = ten_percent_bad(dir.path());
-        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let parser = || JsonParser::new(vec![("k".into(), FieldNeed { required: true, ..FieldNeed::default() })], None);
         let dl_path = dir.path().join("dl.jsonl");
         let dl = crate::operators::dead_letter::DeadLetters::default().get(&dl_path).unwrap();
         let on_error = OnError::DeadLetter(dl_path.clone());
@@ -657,7 +657,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.jsonl");
         std::fs::write(&path, "{\"k\":1}\n\n{\"x\":2}\n").unwrap();
-        let parser = JsonParser::new(vec![("k".into(), FieldNeed { required: true, numeric: false })], None);
+        let parser = JsonParser::new(vec![("k".into(), FieldNeed { required: true, ..FieldNeed::default() })], None);
         let mut src = FileSource::new("t", (0, 1), splits_for(&[(path.clone(), 17)], 1, 0, false), parser, OnError::Fail, None);
         let err = src.poll(10, &mut Vec::new(), &OperatorMetrics::default()).unwrap_err().to_string();
         assert!(err.contains(&format!("{}:3: missing key field `k`", path.display())), "{err}");

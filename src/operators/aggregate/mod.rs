@@ -331,10 +331,8 @@ impl Aggregate {
             .enumerate()
             .map(|(i, name)| {
                 let mut b = vec![if i == 0 { b'{' } else { b',' }];
-                // A key field given as one quoted key (`"shop.region"`) is
-                // that key in the output; a nested path keeps its text.
                 let name = match crate::format::path::FieldPath::parse(name) {
-                    Ok(p) if i < spec.key.len() && p.is_top_level() => p.head().to_string(),
+                    Ok(p) if i < spec.key.len() => p.output_name().to_string(),
                     _ => name.clone(),
                 };
                 let _ = serde_json::to_writer(&mut b, &name);
