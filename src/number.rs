@@ -11,6 +11,8 @@
 //! that exact value (`Value::encode_key`), are equal exactly when the
 //! values are.
 
+use std::cmp::Ordering;
+
 /// An exact number as a literal reads: the integer, the f64 whose shortest
 /// decimal it is, or else its canonical decimal text. (`types::Value` has
 /// one variant for each.)
@@ -185,6 +187,107 @@ pub fn f64_as_i64(x: f64) -> Option<i64> {
     canonical_i64(&canonical_f64(x))
 }
 
+/// The total order on numbers (`Int`, `Float`, `Decimal` as `Number`s):
+/// by exact value first (a `Float` stands for its shortest decimal), then,
+/// for equal values, by type: `Int` < `Decimal` < `Float`, and `-0.0` <
+/// `0.0`. So `max(100, 1e2)` is `1e2` and `min(0, -0.0, 0.0)` is `0`
+/// whatever the order of the inputs.
+pub fn total_cmp(a: &Number, b: &Number) -> Ordering {
+    value_cmp(a, b).then_with(|| rank(a).cmp(&rank(b))).then_with(|| match (a, b) {
+        (Number::Float(x), Number::Float(y)) => x.is_sign_positive().cmp(&y.is_sign_positive()),
+        _ => Ordering::Equal,
+    })
+}
+
+fn rank(n: &Number) -> u8 {
+    match n {
+        Number::Int(_) => 0,
+        Number::Decimal(_) => 1,
+        Number::Float(_) => 2,
+    }
+}
+
+/// The f64 nearest to a number (a `Decimal` is within the f64 range).
+fn approx(n: &Number) -> f64 {
+    match n {
+        Number::Int(i) => *i as f64,
+        Number::Float(x) => *x,
+        Number::Decimal(d) => d.parse().unwrap_or(0.0),
+    }
+}
+
+/// The order of exact values. Rounding to f64 is monotone, so unequal
+/// approximations decide; equal ones compare the canonical decimals.
+fn value_cmp(a: &Number, b: &Number) -> Ordering {
+    match (a, b) {
+        (Number::Int(x), Number::Int(y)) => return x.cmp(y),
+        (Number::Float(x), Number::Float(y)) => return x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        _ => {}
+    }
+    let (x, y) = (approx(a), approx(b));
+    if x != y {
+        return x.partial_cmp(&y).unwrap_or(Ordering::Equal);
+    }
+    canonical_cmp(&canonical_of(a), &canonical_of(b))
+}
+
+fn canonical_of(n: &Number) -> String {
+    match n {
+        Number::Int(i) => i.to_string(),
+        Number::Float(x) => canonical_f64(*x),
+        Number::Decimal(d) => d.to_string(),
+    }
+}
+
+/// Compare two canonical decimal texts (`0`, plain digits, `d.ddde±N`) by value.
+fn canonical_cmp(a: &str, b: &str) -> Ordering {
+    let (an, ad, ae) = sci(a);
+    let (bn, bd, be) = sci(b);
+    let (a_zero, b_zero) = (ad.is_empty(), bd.is_empty());
+    let sign = |neg: bool, zero: bool| {
+        if zero {
+            0
+        } else if neg {
+            -1
+        } else {
+            1
+        }
+    };
+    let (sa, sb) = (sign(an, a_zero), sign(bn, b_zero));
+    if sa != sb || sa == 0 {
+        return sa.cmp(&sb);
+    }
+    // Same sign: magnitude by the leading digit's exponent, then the digits
+    // (no trailing zeros, so a proper prefix is smaller).
+    let magnitude = ae.cmp(&be).then_with(|| ad.cmp(&bd));
+    if sa < 0 {
+        magnitude.reverse()
+    } else {
+        magnitude
+    }
+}
+
+/// (negative, significant digits without trailing zeros, exponent of the
+/// leading digit) of a canonical text; no digits for zero.
+fn sci(t: &str) -> (bool, Vec<u8>, i64) {
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
+    let (mant, exp) = match t.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i64>().unwrap_or(0)),
+        None => (t, t.len() as i64 - 1),
+    };
+    let mut digits: Vec<u8> = mant.bytes().filter(u8::is_ascii_digit).collect();
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.first() == Some(&b'0') {
+        digits.clear();
+    }
+    (neg, digits, exp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +339,45 @@ mod tests {
         for t in ["", "-", "01", "1.", ".5", "+1", "1e", "1e+", "0x10", "1 ", "inf", "NaN", "1e400", "-1e309", "1e-99999999999"] {
             assert_eq!(parse(t), None, "{t}");
         }
+    }
+
+    #[test]
+    fn numbers_have_one_total_order() {
+        // Issue 34 #1: exact value first, then Int < Decimal < Float, -0.0 < 0.0.
+        let ascending = [
+            v("-1e300"),
+            v("-9223372036854775809"),
+            I(i64::MIN),
+            v("-1"),
+            v("-1.0"),
+            v("-0.10000000000000000001"),
+            v("-0.1"),
+            v("-1e-400"),
+            I(0),
+            F(-0.0),
+            F(0.0),
+            v("1e-400"),
+            v("0.1"),
+            v("0.10000000000000000001"),
+            I(100),
+            F(100.0),
+            I(9007199254740992),
+            F(9007199254740992.0),
+            I(9007199254740993),
+            I(i64::MAX),
+            v("9223372036854775808"),
+            v("9223372036854775809"),
+            // 2^63 as an f64 prints (and is) 9223372036854776000.
+            F(9223372036854775808.0),
+            v("1e300"),
+        ];
+        for (i, a) in ascending.iter().enumerate() {
+            for (j, b) in ascending.iter().enumerate() {
+                assert_eq!(total_cmp(a, b), i.cmp(&j), "{a:?} vs {b:?}");
+            }
+        }
+        // A Float stands for its shortest decimal: 2^60 as an f64 is 1152921504606847000.
+        assert_eq!(total_cmp(&I(1152921504606846976), &F(1152921504606846976.0)), Ordering::Less);
     }
 
     #[test]

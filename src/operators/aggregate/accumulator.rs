@@ -1,41 +1,45 @@
 //! Aggregate accumulators, kept and updated directly in their byte encoding.
 //!
 //! A key's (or window's) accumulators are one byte string: one fixed-width
-//! slot per aggregate function, in the order of `spec.aggregates`. All-zero
-//! bytes are the empty state of every slot, so a new accumulator is just
-//! `width()` zeros. The layout is fixed (no version byte); the one layout
-//! before it (`legacy_width()`, 9-byte sums and 16-byte avgs) is still read
-//! and upgraded by `adopt`. Numbers are little-endian.
+//! slot per aggregate function, in the order of `spec.aggregates`, then the
+//! variable payloads, then the exact tails (below). All-zero bytes are the
+//! empty state of every part, so a new accumulator is just `width()` zeros.
+//! There is no version byte: the two layouts before this one are told apart
+//! by length and still read (`adopt`). Numbers are little-endian.
 //!
 //! | function | width | layout |
 //! |---|---|---|
 //! | count | 8 | u64 count |
-//! | min, max | 9 | tag u8 (0 = no value yet, 1 = Int, 2 = Float) + i64 or f64 bits |
+//! | min, max | 9 | tag u8 (0 = no value yet, 1 = Int, 2 = Float, 3 = Decimal: its text in the exact tail) + i64 or f64 bits (a Decimal's nearest f64) |
 //! | sum | 33 | tag u8 (0 = no value yet, 1 = integers only, 2 = a float seen) + `Sum` |
 //! | avg | 40 | u64 count + `Sum` |
 //!
-//! `Sum` (32 bytes) is an i128 sum of the integer inputs (exact: no order of
-//! inputs can overflow it) + an f64 sum of the other inputs and its
-//! Neumaier compensation (f64 bits).
-//!
-//! Semantics: count counts records (with a field: its non-null values, of
-//! any type); sum is an exact integer while every input is an integer (an
-//! `Int` if it fits an i64, else an exact `Decimal`), otherwise the float
-//! nearest to the integer part plus the compensated float sum; min/max keep
-//! the input's type (Int stays Int); avg is Float (exact integer sum divided
+//! `Sum` (32 bytes) is an i128 sum of the integer inputs + the float part
+//! (`exact::FloatPart`: the exact sum of the other inputs while it fits 16
+//! bytes). What does not fit either goes to the slot's exact tail, so the
+//! whole sum is exact: an integer at any size while every input is an
+//! integer, else the f64 nearest to the exact sum (rounded once, whatever
+//! the order). min/max keep the input's type and pick by the total order on
+//! numbers (`number::total_cmp`); avg is Float (the exact sum divided
 //! once). Nulls and non-numbers are skipped; over no values the result is
 //! Null (count gives 0). A float sum outside the f64 range is infinite
 //! (printed as the string `"Infinity"` or `"-Infinity"`).
 //!
 //! **Variable-width functions** (`count_distinct`, `first`, `last`,
 //! `collect`; see `variable.rs`) come after the fixed slots, each as
-//! `u64 LE length ++ payload`, in spec order. A spec with none of them has
-//! exactly the fixed layout above (and its fast paths); with some, the
-//! empty state is still all zeros (`width()` bytes: each length 0). Such
-//! specs are newer than the legacy layout, so `adopt` only checks them.
+//! `u64 LE length ++ payload`, in spec order. **Exact tails** follow, one per
+//! sum, avg, min and max in spec order, framed the same way: empty, or a
+//! sum's overflow (`exact::Exact`), or a min/max Decimal's canonical text.
+//!
+//! Older layouts (`adopt`): before exact tails ("v2") the same fixed slots
+//! and variable payloads with nothing after them, and the float part was an
+//! f64 sum and its Neumaier compensation; before that ("v1", fixed slots
+//! only) a sum was 9 bytes and an avg 16 (`legacy_width()`).
 
+use super::exact::{Exact, FloatPart};
 use super::variable::{self, Kind};
 use crate::config::{AggFunc, AggregateFn};
+use crate::number::{total_cmp, Number};
 use crate::types::{Millis, Value};
 
 /// The slots of one aggregate spec: where each function reads and writes.
@@ -46,6 +50,8 @@ pub struct Accumulators {
     fixed: usize,
     /// The variable-width slots, in spec order: (kind, input field).
     vars: Vec<(Kind, usize)>,
+    /// How many slots have an exact tail (sum, avg, min, max).
+    exact: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +61,8 @@ struct Slot {
     input: Option<usize>,
     /// Byte offset of a fixed slot; index in `vars` of a variable one.
     offset: usize,
+    /// Index of its exact tail (sum, avg, min, max).
+    tail: usize,
 }
 
 fn kind_of(func: AggFunc) -> Option<Kind> {
@@ -67,6 +75,10 @@ fn kind_of(func: AggFunc) -> Option<Kind> {
     }
 }
 
+fn has_tail(func: AggFunc) -> bool {
+    matches!(func, AggFunc::Sum | AggFunc::Avg | AggFunc::Min | AggFunc::Max)
+}
+
 /// The payload at `at` of a variable tail and the offset after it.
 fn payload_at(acc: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let len = usize::try_from(u64::from_le_bytes(acc.get(at..at + 8)?.try_into().ok()?)).ok()?;
@@ -74,49 +86,15 @@ fn payload_at(acc: &[u8], at: usize) -> Option<(&[u8], usize)> {
     Some((acc.get(at + 8..end)?, end))
 }
 
-/// A number read from input or from a min/max slot.
-#[derive(Debug, Clone, Copy)]
-enum Num {
-    Int(i64),
-    Float(f64),
+fn push_payload(p: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(p.len() as u64).to_le_bytes());
+    out.extend_from_slice(p);
 }
 
-impl Num {
-    fn of(v: &Value) -> Option<Num> {
-        match v {
-            Value::Int(i) => Some(Num::Int(*i)),
-            Value::Float(f) => Some(Num::Float(*f)),
-            Value::Decimal(_) => v.as_f64().map(Num::Float),
-            _ => None,
-        }
-    }
-
-    fn f64(self) -> f64 {
-        match self {
-            Num::Int(i) => i as f64,
-            Num::Float(f) => f,
-        }
-    }
-
-    fn value(self) -> Value {
-        match self {
-            Num::Int(i) => Value::Int(i),
-            Num::Float(f) => Value::Float(f),
-        }
-    }
-
-    /// True if `self` is strictly less than `other`.
-    fn lt(self, other: Num) -> bool {
-        match (self, other) {
-            (Num::Int(a), Num::Int(b)) => a < b,
-            (a, b) => a.f64() < b.f64(),
-        }
-    }
-}
-
-/// What a sum or avg adds: integers exactly, everything else as f64.
+/// What a sum or avg adds: integers exactly (beyond i128 as `Exact`), floats as f64.
 enum Addend {
     Int(i128),
+    Big(Exact),
     Float(f64),
 }
 
@@ -127,19 +105,26 @@ impl Addend {
             Value::Float(f) => Some(Addend::Float(*f)),
             Value::Decimal(d) => match d.parse::<i128>() {
                 Ok(i) => Some(Addend::Int(i)),
-                Err(_) => v.as_f64().map(Addend::Float),
+                Err(_) => match Exact::parse_integer(d) {
+                    Some(e) => Some(Addend::Big(e)),
+                    // A fraction with more digits than an f64 holds: its nearest f64.
+                    None => v.as_f64().map(Addend::Float),
+                },
             },
             _ => None,
         }
     }
+
+    fn is_int(&self) -> bool {
+        !matches!(self, Addend::Float(_))
+    }
 }
 
-/// The `Sum` part of a sum or avg slot: exact integer part, compensated float part.
+/// The `Sum` part of a sum or avg slot.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Sum {
     int: i128,
-    float: f64,
-    comp: f64,
+    float: FloatPart,
 }
 
 const SUM_WIDTH: usize = 32;
@@ -148,71 +133,63 @@ impl Sum {
     fn read(b: &[u8], at: usize) -> Sum {
         let mut i = [0u8; 16];
         i.copy_from_slice(&b[at..at + 16]);
-        Sum { int: i128::from_le_bytes(i), float: f64::from_bits(rd_u64(b, at + 16)), comp: f64::from_bits(rd_u64(b, at + 24)) }
+        Sum { int: i128::from_le_bytes(i), float: FloatPart::read(&b[at + 16..at + 32]) }
     }
 
     fn write(self, b: &mut [u8], at: usize) {
         b[at..at + 16].copy_from_slice(&self.int.to_le_bytes());
-        wr_u64(b, at + 16, self.float.to_bits());
-        wr_u64(b, at + 24, self.comp.to_bits());
+        self.float.write(&mut b[at + 16..at + 32]);
     }
 
-    /// Neumaier's compensated addition of `x` to the float part.
-    fn add_float(&mut self, x: f64) {
-        let t = self.float + x;
-        if !t.is_finite() {
-            // Overflow (or an infinite input): the compensation means nothing any more.
-            self.float = t;
-            self.comp = 0.0;
-            return;
-        }
-        if self.float.abs() >= x.abs() {
-            self.comp += (self.float - t) + x;
-        } else {
-            self.comp += (x - t) + self.float;
-        }
-        self.float = t;
-    }
-
-    fn add(&mut self, a: Addend) {
+    /// Add `a`; what does not fit goes to `spill` (the exact tail).
+    fn add(&mut self, a: Addend, spill: &mut Option<Exact>) {
         match a {
-            // 2^64 inputs of at most 2^63 each stay below 2^127: never saturates.
-            Addend::Int(i) => self.int = self.int.saturating_add(i),
-            Addend::Float(f) => self.add_float(f),
+            Addend::Int(i) => match self.int.checked_add(i) {
+                Some(s) => self.int = s,
+                None => {
+                    add_spill(spill, Exact::int(self.int));
+                    self.int = i;
+                }
+            },
+            Addend::Big(e) => add_spill(spill, e),
+            Addend::Float(f) => {
+                if let Some(e) = self.float.add(f) {
+                    add_spill(spill, e);
+                }
+            }
         }
     }
 
-    fn merge(&mut self, other: Sum) {
-        self.int = self.int.saturating_add(other.int);
-        self.add_float(other.float);
-        self.add_float(other.comp);
-    }
-
-    /// The f64 nearest to the whole sum (float part rounded once more).
-    fn total(self) -> f64 {
-        let hi = self.int as f64;
-        let lo = (self.int - hi as i128) as f64;
-        let mut s = Sum { int: 0, float: self.float, comp: self.comp };
-        s.add_float(hi);
-        s.add_float(lo);
-        s.float + s.comp
-    }
-
-    /// The mean over `n` values.
-    fn mean(self, n: u64) -> f64 {
-        let n128 = n as i128;
-        if self.float == 0.0 && self.comp == 0.0 {
-            // Integers only: divide exactly, round once.
-            let (q, r) = (self.int / n128, self.int % n128);
-            return q as f64 + r as f64 / n as f64;
+    fn merge(&mut self, other: Sum, spill: &mut Option<Exact>) {
+        self.add(Addend::Int(other.int), spill);
+        if let Some(e) = self.float.merge(other.float) {
+            add_spill(spill, e);
         }
-        self.total() / n as f64
+    }
+
+    /// The exact total with the tail `tail` (Err: the f64 of a non-finite float part).
+    fn total(self, tail: &[u8]) -> Result<Exact, f64> {
+        if let Some(x) = self.float.non_finite_value() {
+            return Err(x);
+        }
+        let mut t = Exact::decode(tail).unwrap_or_else(Exact::zero);
+        t.add(&Exact::int(self.int));
+        t.add(&self.float.exact());
+        Ok(t)
+    }
+}
+
+fn add_spill(spill: &mut Option<Exact>, e: Exact) {
+    match spill {
+        Some(s) => s.add(&e),
+        None => *spill = Some(e),
     }
 }
 
 // Slot tags; 0 (all-zero bytes) means no value yet.
 const TAG_INT: u8 = 1;
 const TAG_FLOAT: u8 = 2;
+const TAG_DECIMAL: u8 = 3;
 
 fn width_of(func: AggFunc) -> usize {
     match func {
@@ -225,7 +202,7 @@ fn width_of(func: AggFunc) -> usize {
     }
 }
 
-/// The width of a slot in the layout before exact sums.
+/// The width of a slot in the v1 layout.
 fn legacy_width_of(func: AggFunc) -> usize {
     match func {
         // Never in the legacy layout.
@@ -246,29 +223,77 @@ fn wr_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-fn rd_num(b: &[u8], at: usize) -> Option<Num> {
+/// The number in a min/max slot (a Decimal's text read from its tail).
+fn rd_num(b: &[u8], at: usize, tail: &[u8]) -> Option<Number> {
     let bits = rd_u64(b, at + 1);
     match b[at] {
-        TAG_INT => Some(Num::Int(bits as i64)),
-        TAG_FLOAT => Some(Num::Float(f64::from_bits(bits))),
+        TAG_INT => Some(Number::Int(bits as i64)),
+        TAG_FLOAT => Some(Number::Float(f64::from_bits(bits))),
+        TAG_DECIMAL => Some(Number::Decimal(std::str::from_utf8(tail).ok()?.into())),
         _ => None,
     }
 }
 
-fn wr_num(b: &mut [u8], at: usize, n: Num) {
-    let (tag, bits) = match n {
-        Num::Int(i) => (TAG_INT, i as u64),
-        Num::Float(f) => (TAG_FLOAT, f.to_bits()),
-    };
-    b[at] = tag;
-    wr_u64(b, at + 1, bits);
+/// A number from input.
+fn num_of(v: &Value) -> Option<Number> {
+    match v {
+        Value::Int(i) => Some(Number::Int(*i)),
+        Value::Float(f) => Some(Number::Float(*f)),
+        Value::Decimal(d) => Some(Number::Decimal(d.clone())),
+        _ => None,
+    }
+}
+
+/// What a record or merge changes in the exact tails, by tail index.
+#[derive(Default)]
+struct TailEdits(Vec<(usize, TailEdit)>);
+
+enum TailEdit {
+    /// Add to a sum's exact value.
+    Add(Exact),
+    /// Replace a min/max tail (a Decimal's text, or empty).
+    Set(Box<[u8]>),
+}
+
+impl TailEdits {
+    fn add(&mut self, tail: usize, e: Option<Exact>) {
+        if let Some(e) = e {
+            self.0.push((tail, TailEdit::Add(e)));
+        }
+    }
+
+    /// The tail `i` after the edits, from its old payload.
+    fn apply(&self, i: usize, old: &[u8], out: &mut Vec<u8>) {
+        let mut value: Option<Exact> = None;
+        let mut bytes: &[u8] = old;
+        for (t, edit) in &self.0 {
+            if *t != i {
+                continue;
+            }
+            match edit {
+                TailEdit::Add(e) => {
+                    let v = value.get_or_insert_with(|| Exact::decode(old).unwrap_or_else(Exact::zero));
+                    v.add(e);
+                }
+                TailEdit::Set(b) => bytes = b,
+            }
+        }
+        match value {
+            Some(v) => {
+                let mut p = Vec::new();
+                v.encode(&mut p);
+                push_payload(&p, out);
+            }
+            None => push_payload(bytes, out),
+        }
+    }
 }
 
 impl Accumulators {
     /// Resolve each function's input field in `input_fields`.
     pub fn new(aggregates: &[AggregateFn], input_fields: &[String]) -> Result<Accumulators, String> {
         let mut slots = Vec::with_capacity(aggregates.len());
-        let mut width = 0;
+        let (mut width, mut exact) = (0, 0);
         let mut vars = Vec::new();
         for a in aggregates {
             let input = match &a.field {
@@ -280,27 +305,28 @@ impl Accumulators {
             };
             match (kind_of(a.func), input) {
                 (Some(kind), Some(i)) => {
-                    slots.push(Slot { func: a.func, input, offset: vars.len() });
+                    slots.push(Slot { func: a.func, input, offset: vars.len(), tail: 0 });
                     vars.push((kind, i));
                 }
                 _ => {
-                    slots.push(Slot { func: a.func, input, offset: width });
+                    slots.push(Slot { func: a.func, input, offset: width, tail: exact });
                     width += width_of(a.func);
+                    exact += has_tail(a.func) as usize;
                 }
             }
         }
-        Ok(Accumulators { slots, fixed: width, vars })
+        Ok(Accumulators { slots, fixed: width, vars, exact })
     }
 
     /// The byte length of the empty accumulator set; of every set when
     /// `is_fixed()`.
     pub fn width(&self) -> usize {
-        self.fixed + 8 * self.vars.len()
+        self.fixed + 8 * (self.vars.len() + self.exact)
     }
 
-    /// True if every set has the same length (no variable-width function).
+    /// True if every set has the same length (count alone).
     pub fn is_fixed(&self) -> bool {
-        self.vars.is_empty()
+        self.vars.is_empty() && self.exact == 0
     }
 
     /// Which outputs (in spec order) are JSON text to write as is (`collect`'s arrays).
@@ -315,8 +341,22 @@ impl Accumulators {
         if bytes.len() < at {
             return None;
         }
-        for _ in &self.vars {
+        for _ in 0..self.vars.len() + self.exact {
             at = payload_at(bytes, at)?.1;
+        }
+        Some(at)
+    }
+
+    /// The length of a set of the v2 layout (no exact tails) at the start of `bytes`.
+    pub fn v2_len(&self, bytes: &[u8]) -> Option<usize> {
+        let mut at = self.fixed;
+        if bytes.len() < at {
+            return None;
+        }
+        for _ in &self.vars {
+            let (p, next) = payload_at(bytes, at)?;
+            variable::items(p)?;
+            at = next;
         }
         Some(at)
     }
@@ -327,13 +367,34 @@ impl Accumulators {
             return acc.len() == self.fixed;
         }
         let mut at = self.fixed;
-        for _ in &self.vars {
+        for i in 0..self.vars.len() + self.exact {
             match payload_at(acc, at) {
-                Some((p, next)) if variable::items(p).is_some() => at = next,
+                Some((p, next)) if i >= self.vars.len() || variable::items(p).is_some() => at = next,
                 _ => return false,
             }
         }
         at == acc.len() && acc.len() >= self.fixed
+    }
+
+    /// True if `acc` is one set of this layout or of an older one (`adopt` takes it).
+    pub fn is_known(&self, acc: &[u8]) -> bool {
+        self.is_valid(acc) || self.v2_len(acc) == Some(acc.len()) || (self.vars.is_empty() && acc.len() == self.legacy_width())
+    }
+
+    /// The start of each exact tail's payload and its end, in `acc` (a
+    /// well-formed set).
+    fn tails<'a>(&self, acc: &'a [u8]) -> Vec<&'a [u8]> {
+        let mut at = self.fixed;
+        for _ in &self.vars {
+            at = payload_at(acc, at).map_or(acc.len(), |(_, next)| next);
+        }
+        let mut out = Vec::with_capacity(self.exact);
+        for _ in 0..self.exact {
+            let (p, next) = payload_at(acc, at).unwrap_or((&[][..], acc.len()));
+            out.push(p);
+            at = next;
+        }
+        out
     }
 
     /// Reset `buf` to the empty accumulators.
@@ -344,8 +405,12 @@ impl Accumulators {
 
     /// Fold one record (its fields and event time) into the well-formed set `acc`.
     pub fn add(&self, acc: &mut Vec<u8>, fields: &[Value], ts: Option<Millis>) {
-        self.add_in_place(&mut acc[..], fields);
-        if self.vars.is_empty() {
+        let mut edits = TailEdits::default();
+        {
+            let (fixed, rest) = acc.split_at_mut(self.fixed);
+            self.add_fixed(fixed, rest, fields, &mut edits);
+        }
+        if self.vars.is_empty() && edits.0.is_empty() {
             return;
         }
         // Without event time (a running aggregate's input may have none) values order by their JSON text alone.
@@ -368,13 +433,25 @@ impl Accumulators {
             tail[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
             at = next;
         }
+        for i in 0..self.exact {
+            let Some((payload, next)) = payload_at(acc, at) else { return };
+            edits.apply(i, payload, &mut tail);
+            at = next;
+        }
         acc.truncate(self.fixed);
         acc.extend_from_slice(&tail);
     }
 
-    /// Fold one record's fields into the fixed slots of `acc`: all of it
-    /// when `is_fixed()`, which may then be a slice of a session list.
+    /// Fold one record's fields into the fixed slots of `acc` (count
+    /// alone: `is_fixed()`), which may then be a slice of a session list.
     pub fn add_in_place(&self, acc: &mut [u8], fields: &[Value]) {
+        let mut edits = TailEdits::default();
+        self.add_fixed(acc, &[], fields, &mut edits);
+    }
+
+    /// Fold one record into the fixed slots; `rest`: the set after them
+    /// (read for min/max Decimals); what the tails must take, into `edits`.
+    fn add_fixed(&self, acc: &mut [u8], rest: &[u8], fields: &[Value], edits: &mut TailEdits) {
         for s in &self.slots {
             let input = s.input.and_then(|i| fields.get(i));
             let at = s.offset;
@@ -387,34 +464,91 @@ impl Accumulators {
                 }
                 AggFunc::Sum => {
                     if let Some(a) = input.and_then(Addend::of) {
-                        acc[at] = acc[at].max(if matches!(a, Addend::Int(_)) { TAG_INT } else { TAG_FLOAT });
-                        let mut sum = Sum::read(acc, at + 1);
-                        sum.add(a);
+                        acc[at] = acc[at].max(if a.is_int() { TAG_INT } else { TAG_FLOAT });
+                        let (mut sum, mut spill) = (Sum::read(acc, at + 1), None);
+                        sum.add(a, &mut spill);
                         sum.write(acc, at + 1);
+                        edits.add(s.tail, spill);
                     }
                 }
                 AggFunc::Avg => {
                     if let Some(a) = input.and_then(Addend::of) {
                         wr_u64(acc, at, rd_u64(acc, at).wrapping_add(1));
-                        let mut sum = Sum::read(acc, at + 8);
-                        sum.add(a);
+                        let (mut sum, mut spill) = (Sum::read(acc, at + 8), None);
+                        sum.add(a, &mut spill);
                         sum.write(acc, at + 8);
+                        edits.add(s.tail, spill);
                     }
                 }
                 AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
-                func => {
-                    if let Some(n) = input.and_then(Num::of) {
-                        self.fold(func, acc, at, n);
+                AggFunc::Min | AggFunc::Max => {
+                    if let Some(n) = input.and_then(num_of) {
+                        self.fold(s, acc, rest, n, edits);
                     }
                 }
             }
         }
     }
 
+    /// Fold the number `n` into the min or max slot `s`.
+    fn fold(&self, s: &Slot, acc: &mut [u8], rest: &[u8], n: Number, edits: &mut TailEdits) {
+        let at = s.offset;
+        let keep = match acc[at] {
+            0 => false,
+            TAG_DECIMAL => {
+                let cur = rd_num(acc, at, self.tail_in_rest(rest, s.tail));
+                cur.is_some_and(|cur| self.keeps(s.func, &cur, &n))
+            }
+            _ => rd_num(acc, at, &[]).is_some_and(|cur| self.keeps(s.func, &cur, &n)),
+        };
+        if keep {
+            return;
+        }
+        let (tag, bits) = match &n {
+            Number::Int(i) => (TAG_INT, *i as u64),
+            Number::Float(f) => (TAG_FLOAT, f.to_bits()),
+            Number::Decimal(d) => (TAG_DECIMAL, d.parse::<f64>().unwrap_or(0.0).to_bits()),
+        };
+        let had_text = acc[at] == TAG_DECIMAL;
+        acc[at] = tag;
+        wr_u64(acc, at + 1, bits);
+        match n {
+            Number::Decimal(d) => edits.0.push((s.tail, TailEdit::Set(d.as_bytes().into()))),
+            _ if had_text => edits.0.push((s.tail, TailEdit::Set(Box::default()))),
+            _ => {}
+        }
+    }
+
+    /// True if the current value `cur` stays (min: not above `n`; max: not below).
+    fn keeps(&self, func: AggFunc, cur: &Number, n: &Number) -> bool {
+        let o = total_cmp(n, cur);
+        match func {
+            AggFunc::Min => o.is_ge(),
+            _ => o.is_le(),
+        }
+    }
+
+    /// Exact tail `i` in `rest`, the bytes of a set after its fixed slots.
+    fn tail_in_rest<'a>(&self, rest: &'a [u8], i: usize) -> &'a [u8] {
+        let mut at = 0;
+        for _ in &self.vars {
+            at = payload_at(rest, at).map_or(rest.len(), |(_, next)| next);
+        }
+        for _ in 0..i {
+            at = payload_at(rest, at).map_or(rest.len(), |(_, next)| next);
+        }
+        payload_at(rest, at).map_or(&[][..], |(p, _)| p)
+    }
+
     /// Merge the well-formed sets `from` into `into`.
     pub fn merge(&self, into: &mut Vec<u8>, from: &[u8]) {
-        self.merge_fixed(&mut into[..], from);
-        if self.vars.is_empty() {
+        let mut edits = TailEdits::default();
+        let from_tails = self.tails(from);
+        {
+            let (fixed, rest) = into.split_at_mut(self.fixed);
+            self.merge_fixed(fixed, rest, from, &from_tails, &mut edits);
+        }
+        if self.is_fixed() {
             return;
         }
         let (mut tail, mut at, mut from_at) = (Vec::new(), self.fixed, self.fixed);
@@ -429,72 +563,72 @@ impl Accumulators {
             tail[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
             (at, from_at) = (next, from_next);
         }
+        for i in 0..self.exact {
+            let Some((payload, next)) = payload_at(into, at) else { return };
+            edits.apply(i, payload, &mut tail);
+            at = next;
+        }
         into.truncate(self.fixed);
         into.extend_from_slice(&tail);
     }
 
-    fn merge_fixed(&self, into: &mut [u8], from: &[u8]) {
+    fn merge_fixed(&self, into: &mut [u8], rest: &[u8], from: &[u8], from_tails: &[&[u8]], edits: &mut TailEdits) {
         for s in &self.slots {
             let at = s.offset;
+            let from_tail = from_tails.get(s.tail).copied().unwrap_or_default();
             match s.func {
                 AggFunc::Count => wr_u64(into, at, rd_u64(into, at).wrapping_add(rd_u64(from, at))),
-                AggFunc::Sum => {
-                    into[at] = into[at].max(from[at]);
-                    let mut sum = Sum::read(into, at + 1);
-                    sum.merge(Sum::read(from, at + 1));
-                    sum.write(into, at + 1);
-                }
-                AggFunc::Avg => {
-                    wr_u64(into, at, rd_u64(into, at).wrapping_add(rd_u64(from, at)));
-                    let mut sum = Sum::read(into, at + 8);
-                    sum.merge(Sum::read(from, at + 8));
-                    sum.write(into, at + 8);
+                AggFunc::Sum | AggFunc::Avg => {
+                    let sum_at = if s.func == AggFunc::Sum { at + 1 } else { at + 8 };
+                    if s.func == AggFunc::Sum {
+                        into[at] = into[at].max(from[at]);
+                    } else {
+                        wr_u64(into, at, rd_u64(into, at).wrapping_add(rd_u64(from, at)));
+                    }
+                    let (mut sum, mut spill) = (Sum::read(into, sum_at), None);
+                    sum.merge(Sum::read(from, sum_at), &mut spill);
+                    sum.write(into, sum_at);
+                    edits.add(s.tail, spill);
+                    if let Some(e) = Exact::decode(from_tail).filter(|e| !e.is_zero()) {
+                        edits.add(s.tail, Some(e));
+                    }
                 }
                 AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
-                func => {
-                    if let Some(n) = rd_num(from, at) {
-                        self.fold(func, into, at, n);
+                AggFunc::Min | AggFunc::Max => {
+                    if let Some(n) = rd_num(from, at, from_tail) {
+                        self.fold(s, into, rest, n, edits);
                     }
                 }
             }
         }
     }
 
-    /// Fold the number `n` into a min or max slot.
-    fn fold(&self, func: AggFunc, acc: &mut [u8], at: usize, n: Num) {
-        match func {
-            AggFunc::Min => match rd_num(acc, at) {
-                Some(cur) if !n.lt(cur) => {}
-                _ => wr_num(acc, at, n),
-            },
-            AggFunc::Max => match rd_num(acc, at) {
-                Some(cur) if !cur.lt(n) => {}
-                _ => wr_num(acc, at, n),
-            },
-            _ => {}
-        }
-    }
-
-    /// The byte length of an accumulator set written in the layout before
-    /// exact sums (9-byte sum, 16-byte avg).
+    /// The byte length of an accumulator set of the v1 layout (9-byte sum,
+    /// 16-byte avg).
     pub fn legacy_width(&self) -> usize {
         self.slots.iter().map(|s| legacy_width_of(s.func)).sum()
     }
 
     /// Make `acc` an accumulator set of this layout: true if it is one, or
-    /// was one of the legacy layout (upgraded in place); false otherwise.
+    /// was one of an older layout (upgraded in place); false otherwise.
     pub fn adopt(&self, acc: &mut Vec<u8>) -> bool {
-        if !self.is_fixed() {
-            return self.is_valid(acc);
-        }
-        if acc.len() == self.fixed {
+        if self.is_valid(acc) {
             return true;
         }
-        if acc.len() != self.legacy_width() {
+        if self.vars.is_empty() && acc.len() == self.legacy_width() && self.legacy_width() != self.fixed {
+            self.v1_to_v2(acc);
+        }
+        if self.v2_len(acc) != Some(acc.len()) {
             return false;
         }
+        self.v2_to_v3(acc);
+        true
+    }
+
+    /// A v1 set (fixed slots only) as a v2 one: sums and avgs widened.
+    fn v1_to_v2(&self, acc: &mut Vec<u8>) {
         let old = std::mem::take(acc);
-        self.init(acc);
+        acc.resize(self.fixed, 0);
         let mut from = 0;
         for s in &self.slots {
             let at = s.offset;
@@ -502,23 +636,50 @@ impl Accumulators {
                 AggFunc::Count => acc[at..at + 8].copy_from_slice(&old[from..from + 8]),
                 AggFunc::Min | AggFunc::Max => acc[at..at + 9].copy_from_slice(&old[from..from + 9]),
                 AggFunc::Sum => {
-                    let sum = match rd_num(&old, from) {
-                        None => (0, Sum::default()),
-                        Some(Num::Int(i)) => (TAG_INT, Sum { int: i as i128, ..Sum::default() }),
-                        Some(Num::Float(f)) => (TAG_FLOAT, Sum { float: f, ..Sum::default() }),
+                    let bits = rd_u64(&old, from + 1);
+                    let (tag, int, float) = match old[from] {
+                        TAG_INT => (TAG_INT, bits as i64 as i128, 0.0),
+                        TAG_FLOAT => (TAG_FLOAT, 0, f64::from_bits(bits)),
+                        _ => (0, 0, 0.0),
                     };
-                    acc[at] = sum.0;
-                    sum.1.write(acc, at + 1);
+                    acc[at] = tag;
+                    write_v2_sum(acc, at + 1, int, float);
                 }
                 AggFunc::Avg => {
                     acc[at..at + 8].copy_from_slice(&old[from..from + 8]);
-                    Sum { float: f64::from_bits(rd_u64(&old, from + 8)), ..Sum::default() }.write(acc, at + 8);
+                    write_v2_sum(acc, at + 8, 0, f64::from_bits(rd_u64(&old, from + 8)));
                 }
                 AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
             }
             from += legacy_width_of(s.func);
         }
-        true
+    }
+
+    /// A v2 set as this layout: each float part (an f64 sum and its
+    /// compensation) made exact, and the exact tails appended.
+    fn v2_to_v3(&self, acc: &mut Vec<u8>) {
+        let mut tails = vec![None; self.exact];
+        for s in &self.slots {
+            let sum_at = match s.func {
+                AggFunc::Sum => s.offset + 1,
+                AggFunc::Avg => s.offset + 8,
+                _ => continue,
+            };
+            let (float, comp) = (f64::from_bits(rd_u64(acc, sum_at + 16)), f64::from_bits(rd_u64(acc, sum_at + 24)));
+            let (mut part, mut spill) = FloatPart::of(float);
+            if let Some(e) = part.add(comp) {
+                add_spill(&mut spill, e);
+            }
+            part.write(&mut acc[sum_at + 16..sum_at + 32]);
+            tails[s.tail] = spill;
+        }
+        for t in tails {
+            let mut p = Vec::new();
+            if let Some(e) = t {
+                e.encode(&mut p);
+            }
+            push_payload(&p, acc);
+        }
     }
 
     /// Append one output value per function, in spec order.
@@ -530,27 +691,61 @@ impl Accumulators {
             payloads.push(p);
             at = next;
         }
+        let tails = self.tails(acc);
         for s in &self.slots {
             let at = s.offset;
             if let Some(kind) = kind_of(s.func) {
                 out.push(variable::finish(kind, payloads.get(at).copied().unwrap_or_default()));
                 continue;
             }
+            let tail = tails.get(s.tail).copied().unwrap_or_default();
             out.push(match s.func {
                 AggFunc::Count => Value::Int(rd_u64(acc, at).min(i64::MAX as u64) as i64),
-                AggFunc::Min | AggFunc::Max => rd_num(acc, at).map_or(Value::Null, Num::value),
-                AggFunc::Sum => match acc[at] {
-                    TAG_INT => crate::number::from_i128(Sum::read(acc, at + 1).int).into(),
-                    TAG_FLOAT => Value::Float(Sum::read(acc, at + 1).total()),
-                    _ => Value::Null,
+                AggFunc::Min | AggFunc::Max => rd_num(acc, at, tail).map_or(Value::Null, Value::from),
+                AggFunc::Sum => match (acc[at], Sum::read(acc, at + 1).total(tail)) {
+                    (0, _) => Value::Null,
+                    (_, Err(x)) => Value::Float(x),
+                    (TAG_INT, Ok(t)) => integer_value(&t),
+                    (_, Ok(t)) => Value::Float(t.to_f64()),
                 },
-                AggFunc::Avg => match rd_u64(acc, at) {
-                    0 => Value::Null,
-                    n => Value::Float(Sum::read(acc, at + 8).mean(n)),
+                AggFunc::Avg => match (rd_u64(acc, at), Sum::read(acc, at + 8).total(tail)) {
+                    (0, _) => Value::Null,
+                    (n, Err(x)) => Value::Float(x / n as f64),
+                    (n, Ok(t)) => Value::Float(mean(&t, n)),
                 },
                 AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => Value::Null,
             });
         }
+    }
+}
+
+/// The v2 `Sum`: i128 ++ f64 sum ++ f64 compensation (zero).
+fn write_v2_sum(b: &mut [u8], at: usize, int: i128, float: f64) {
+    b[at..at + 16].copy_from_slice(&int.to_le_bytes());
+    wr_u64(b, at + 16, float.to_bits());
+    wr_u64(b, at + 24, 0);
+}
+
+/// An exact integer as a value: `Int` when it fits an i64, else the `Decimal` of its digits.
+fn integer_value(t: &Exact) -> Value {
+    match t.as_integer() {
+        Some(i) => crate::number::parse(&i.to_string()).map_or(Value::Null, Value::from),
+        None => Value::Float(t.to_f64()),
+    }
+}
+
+/// The mean of `n` values summing to `t`: an integer sum divided exactly
+/// and rounded once; otherwise the rounded sum divided.
+fn mean(t: &Exact, n: u64) -> f64 {
+    match t.as_integer().and_then(|i| i128::try_from(i).ok()) {
+        // Both exact as f64s: one correctly rounded division.
+        Some(int) if int.unsigned_abs() < 1 << 53 && n < 1 << 53 => int as f64 / n as f64,
+        Some(int) => {
+            let n128 = n as i128;
+            let (q, r) = (int / n128, int % n128);
+            q as f64 + r as f64 / n as f64
+        }
+        _ => t.to_f64() / n as f64,
     }
 }
 
@@ -584,7 +779,7 @@ mod tests {
     #[test]
     fn every_function_over_ints_floats_and_nulls() {
         let a = accs(&[(Count, None), (Count, Some("x")), (Sum, Some("x")), (Min, Some("x")), (Max, Some("x")), (Avg, Some("x"))]);
-        assert_eq!(a.width(), 8 + 8 + 33 + 9 + 9 + 40);
+        assert_eq!(a.width(), 8 + 8 + 33 + 9 + 9 + 40 + 4 * 8, "and an empty exact tail per sum, min, max, avg");
         assert_eq!(run(&a, &[I(3), Null, I(-2), I(5)]), vec![I(4), I(3), I(6), I(-2), I(5), F(2.0)]);
         assert_eq!(run(&a, &[I(3), F(0.5), Null]), vec![I(3), I(2), F(3.5), F(0.5), I(3), F(1.75)]);
         // No non-null values: Null everywhere, counts 0 (count of records still counts).
@@ -634,6 +829,112 @@ mod tests {
         assert_eq!(out, vec![F(f64::INFINITY)]);
         assert_eq!(out[0].to_string(), "\"Infinity\"");
         assert_eq!(run(&a, &[F(-1e308), F(-1e308)])[0].to_string(), "\"-Infinity\"");
+    }
+
+    /// Every order of `xs` (up to 6 values).
+    fn orders(xs: &[Value]) -> Vec<Vec<Value>> {
+        if xs.len() <= 1 {
+            return vec![xs.to_vec()];
+        }
+        let mut out = Vec::new();
+        for i in 0..xs.len() {
+            let mut rest = xs.to_vec();
+            let x = rest.remove(i);
+            for mut o in orders(&rest) {
+                o.insert(0, x.clone());
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    /// The same result in every order, and merged from any split.
+    #[track_caller]
+    fn same_in_every_order(a: &Accumulators, xs: &[Value], want: &[Value]) {
+        for o in orders(xs) {
+            assert_eq!(run(a, &o), want, "{o:?}");
+            for cut in 0..=o.len() {
+                let (mut l, mut r) = (Vec::new(), Vec::new());
+                a.init(&mut l);
+                a.init(&mut r);
+                o[..cut].iter().for_each(|x| a.add(&mut l, &[x.clone(), Null], None));
+                o[cut..].iter().for_each(|x| a.add(&mut r, &[x.clone(), Null], None));
+                a.merge(&mut l, &r);
+                assert!(a.is_valid(&l));
+                let mut out = Vec::new();
+                a.finish(&l, &mut out);
+                assert_eq!(out, want, "{o:?} merged at {cut}");
+            }
+        }
+    }
+
+    fn dec(t: &str) -> Value {
+        crate::number::parse(t).unwrap().into()
+    }
+
+    #[test]
+    fn min_max_follow_the_total_order_on_numbers() {
+        // Issue 34 #1: ties across types went to the first to arrive.
+        let a = accs(&[(Min, Some("x")), (Max, Some("x"))]);
+        same_in_every_order(&a, &[I(9007199254740993), F(9007199254740992.0)], &[F(9007199254740992.0), I(9007199254740993)]);
+        same_in_every_order(&a, &[I(i64::MAX), dec("9223372036854775808")], &[I(i64::MAX), dec("9223372036854775808")]);
+        same_in_every_order(&a, &[I(0), F(-0.0), F(0.0)], &[I(0), F(0.0)]);
+        same_in_every_order(&a, &[I(100), F(100.0)], &[I(100), F(100.0)]);
+        // Decimals are kept exactly, and give way to a later winner.
+        same_in_every_order(&a, &[dec("0.10000000000000000001"), F(0.1), dec("1e-400")], &[dec("1e-400"), dec("0.10000000000000000001")]);
+        same_in_every_order(
+            &a,
+            &[dec("-1e-400"), dec("123456789012345678901234567890"), I(-1), I(5)],
+            &[I(-1), dec("123456789012345678901234567890")],
+        );
+    }
+
+    #[test]
+    fn integer_sums_are_exact_beyond_i128() {
+        // Issue 34 #5: saturated at i128::MAX, or turned into a float.
+        let a = accs(&[(Sum, Some("x")), (Avg, Some("x"))]);
+        let e38 = dec("100000000000000000000000000000000000000");
+        same_in_every_order(&a, &[e38.clone(), e38.clone()], &[dec("200000000000000000000000000000000000000"), F(1e38)]);
+        let max = dec(&i128::MAX.to_string());
+        same_in_every_order(&a, &[max.clone(), I(1), I(-1)], &[max.clone(), F((i128::MAX / 3) as f64 + 1.0 / 3.0)]);
+        let e40 = "10000000000000000000000000000000000000000";
+        same_in_every_order(&a, &[dec(&format!("-{e40}")), dec(e40), I(5)], &[I(5), F(5.0 / 3.0)]);
+        let big = "1500000000000000000000000000000000000000000000000000000001";
+        same_in_every_order(
+            &a,
+            &[dec(big), dec(&format!("-{big}")), I(i64::MIN), I(i64::MIN)],
+            &[dec("-18446744073709551616"), F(-4611686018427387904.0)],
+        );
+    }
+
+    #[test]
+    fn float_sums_are_the_exact_sum_rounded_once() {
+        // Issue 34 #6: Infinity, -Infinity or 1.0 depending on the order.
+        let a = accs(&[(Sum, Some("x")), (Avg, Some("x"))]);
+        same_in_every_order(&a, &[F(1e308), F(1e308), F(-1e308), F(-1e308), F(1.0)], &[F(1.0), F(0.2)]);
+        same_in_every_order(&a, &[F(0.1), F(0.2), F(0.3), I(1)], &[F(1.6), F(0.4)]);
+        same_in_every_order(&a, &[F(1e-300), F(1e300), I(7), F(-1e300)], &[F(7.0), F(1.75)]);
+    }
+
+    #[test]
+    fn sets_without_exact_tails_are_adopted() {
+        // The v2 layout: sum = tag + i128 + f64 sum + f64 compensation; max 9; no tails.
+        let a = accs(&[(Sum, Some("x")), (Max, Some("x")), (Count, None)]);
+        let mut v2 = vec![TAG_FLOAT];
+        v2.extend_from_slice(&5i128.to_le_bytes());
+        v2.extend_from_slice(&1e16f64.to_bits().to_le_bytes());
+        v2.extend_from_slice(&1.0f64.to_bits().to_le_bytes());
+        v2.push(TAG_INT);
+        v2.extend_from_slice(&9i64.to_le_bytes());
+        v2.extend_from_slice(&3u64.to_le_bytes());
+        assert!(!a.is_valid(&v2) && a.is_known(&v2));
+        assert!(a.adopt(&mut v2));
+        assert!(a.is_valid(&v2));
+        a.add(&mut v2, &[F(-1e16), Null], None);
+        let mut out = Vec::new();
+        a.finish(&v2, &mut out);
+        assert_eq!(out, vec![F(6.0), I(9), I(4)]);
+        assert!(!a.is_known(&v2[..v2.len() - 1]), "a set with its last byte cut is no set");
     }
 
     #[test]

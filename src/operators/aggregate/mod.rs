@@ -52,6 +52,7 @@
 //! (`session_spans`).
 
 pub mod accumulator;
+mod exact;
 mod variable;
 pub mod window;
 
@@ -221,7 +222,7 @@ fn add_to_accumulator(
 /// is cut off.
 fn take_flag(accs: &Accumulators, v: &mut Vec<u8>) -> Result<Option<bool>, OpError> {
     if let Some((&flag, set)) = v.split_last() {
-        let flagged = flag <= MARKED && if accs.is_fixed() { set.len() == accs.width() } else { accs.is_valid(set) };
+        let flagged = flag <= MARKED && if accs.is_fixed() { set.len() == accs.width() } else { accs.is_known(set) };
         if flagged {
             v.pop();
             return Ok(Some(flag == MARKED));
@@ -235,41 +236,48 @@ fn take_flag(accs: &Accumulators, v: &mut Vec<u8>) -> Result<Option<bool>, OpErr
 }
 
 /// Make `list` a session list of the current accumulator layout: true if it
-/// is one, or is one of the legacy layout (upgraded in place). A length that
-/// fits both strides is read in the layout whose windows are well-formed
-/// (each start < end, sorted, not overlapping).
+/// is one, or is one of an older layout (each set upgraded in place). The
+/// layouts are tried newest first, each read only if its windows are
+/// well-formed (each start < end, sorted, not overlapping).
 fn adopt_sessions(accs: &Accumulators, list: &mut Vec<u8>) -> bool {
-    if !accs.is_fixed() {
-        return session_spans(accs, list, &mut Vec::new());
+    if accs.is_fixed() {
+        // Counts alone: one layout in every version.
+        return list.len() % (16 + accs.width()) == 0 && spans_by(list, |_| Some(accs.width())).is_some();
     }
-    let (new, old) = (16 + accs.width(), 16 + accs.legacy_width());
-    let fits = |stride: usize| list.len() % stride == 0;
-    let well_formed = |stride: usize| {
-        let mut prev_end = Millis::MIN;
-        list.chunks_exact(stride).all(|c| {
-            let (start, end) = (decode_time(&c[..8]), decode_time(&c[8..16]));
-            let ok = prev_end <= start && start < end;
-            prev_end = end;
-            ok
-        })
-    };
-    if fits(new) && (new == old || !fits(old) || well_formed(new)) {
+    if session_spans(accs, list, &mut Vec::new()) {
         return true;
     }
-    if new == old || !fits(old) || !well_formed(old) {
-        return false;
-    }
-    let mut upgraded = Vec::with_capacity(list.len() / old * new);
-    for entry in list.chunks_exact(old) {
-        let mut acc = entry[16..].to_vec();
+    let older = spans_by(list, |set| accs.v2_len(set)).or_else(|| spans_by(list, |_| Some(accs.legacy_width())));
+    let Some(spans) = older else { return false };
+    let mut upgraded = Vec::with_capacity(list.len() * 2);
+    for span in spans {
+        let mut acc = list[span.clone()].to_vec();
         if !accs.adopt(&mut acc) {
             return false;
         }
-        upgraded.extend_from_slice(&entry[..16]);
+        upgraded.extend_from_slice(&list[span.start - 16..span.start]);
         upgraded.extend_from_slice(&acc);
     }
     *list = upgraded;
     true
+}
+
+/// The sets of a session list whose set lengths `len_of` reads, if the
+/// list is well-formed that way.
+fn spans_by(list: &[u8], len_of: impl Fn(&[u8]) -> Option<usize>) -> Option<Vec<std::ops::Range<usize>>> {
+    let (mut spans, mut at, mut prev_end) = (Vec::new(), 0, Millis::MIN);
+    while at < list.len() {
+        let head = list.get(at..at + 16)?;
+        let (start, end) = (decode_time(&head[..8]), decode_time(&head[8..]));
+        let len = len_of(&list[at + 16..]).filter(|&l| l > 0 && at + 16 + l <= list.len())?;
+        if !(prev_end <= start && start < end) {
+            return None;
+        }
+        prev_end = end;
+        spans.push(at + 16..at + 16 + len);
+        at += 16 + len;
+    }
+    Some(spans)
 }
 
 /// The byte range of each session's accumulators in a session list of a
