@@ -89,7 +89,8 @@ cpu_row() {
   [ -n "$rate" ] || { echo "run failed: $bin $job p=$p" >&2; tail -20 "$log" >&2; exit 1; }
   read -r u s rss <"$log.time"
   n=$(grep -c 'Checkpoint complete' "$log" || true)
-  med=$(sed -n 's/.*Checkpoint complete.* duration_ms=\([0-9]*\).*/\1/p' "$log" | sort -n | sed -n "$(( (n + 1) / 2 ))p")
+  med=""
+  [ "$n" -eq 0 ] || med=$(sed -n 's/.*Checkpoint complete.* duration_ms=\([0-9]*\).*/\1/p' "$log" | sort -n | sed -n "$(( (n + 1) / 2 ))p")
   echo "| $job | $(basename "$bin") | $p | $rate | $(python3 -c "print(int($rows / max($u + $s, 0.01)))") | $((rss / 1024)) | $n | ${med:--} |"
   rm -f "$log" "$log.time"
 }

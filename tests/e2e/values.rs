@@ -146,6 +146,60 @@ fn count_of_a_string_field_counts_its_non_null_values() {
     assert_eq!(r.out.last().map(String::as_str), Some(r#"{"k":"a","n":4,"with_email":2}"#), "{:?}", r.out);
 }
 
+/// Issue 34 #1, #5, #6: ties across types, integers past i128 and float
+/// cancellations give one result in any order and at any parallelism.
+#[test]
+fn min_max_sum_and_avg_do_not_depend_on_order_or_parallelism() {
+    let e40 = "10000000000000000000000000000000000000000";
+    let rows: Vec<String> = [
+        ("a", "9007199254740993"),
+        ("a", "9007199254740992.0"),
+        ("a", "9223372036854775807"),
+        ("a", "9223372036854775808"),
+        ("a", "0"),
+        ("a", "-0.0"),
+        ("a", "0.0"),
+        ("a", "100"),
+        ("a", "1e2"),
+        ("b", "1e308"),
+        ("b", "1e308"),
+        ("b", "-1e308"),
+        ("b", "-1e308"),
+        ("b", "1.0"),
+        ("c", &format!("-{e40}")),
+        ("c", e40),
+        ("c", "5"),
+        ("d", "170141183460469231731687303715884105727"),
+        ("d", "1"),
+        ("d", "-1"),
+    ]
+    .iter()
+    .map(|(k, v)| format!(r#"{{"k":"{k}","v":{v}}}"#))
+    .collect();
+    let op = "type: aggregate, key: [k], aggregates: [{fn: min, field: v, as: lo}, {fn: max, field: v, as: hi}, {fn: sum, field: v, as: s}, {fn: avg, field: v, as: m}]";
+    let want = [
+        // Checked with Python's exact `Fraction`: float(sum) and float(sum / 9).
+        r#"{"k":"a","lo":0,"hi":9223372036854775808,"s":1.8464758472219034e+19,"m":2.0516398302465592e+18}"#,
+        r#"{"k":"b","lo":-1e+308,"hi":1e+308,"s":1.0,"m":0.2}"#,
+        r#"{"k":"c","lo":-1e40,"hi":1e40,"s":5,"m":1.6666666666666667}"#,
+        r#"{"k":"d","lo":-1,"hi":170141183460469231731687303715884105727,"s":170141183460469231731687303715884105727,"m":5.671372782015641e+37}"#,
+    ];
+    let mut reversed = rows.clone();
+    reversed.reverse();
+    for (input, p) in [(&rows, 1), (&reversed, 1), (&rows, 2), (&reversed, 3)] {
+        let input: Vec<&str> = input.iter().map(String::as_str).collect();
+        let r = run(op, &input, false, p);
+        ok(&r);
+        // The lines as written (a JSON parser would round the big numbers).
+        let got: Vec<&str> = ["a", "b", "c", "d"]
+            .iter()
+            .filter_map(|k| r.out.iter().rev().find(|l| l.starts_with(&format!(r#"{{"k":"{k}""#))))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(got, want, "p={p}, first row {}", input[0]);
+    }
+}
+
 #[test]
 fn count_of_a_field_counts_arrays_and_objects_too() {
     // Issue 34 #3: n=3, nv=1 and 3 dead letters ("must be a scalar"), instead of n=6, nv=4.
