@@ -9,6 +9,7 @@ mod checkpoint_faults;
 mod ckpt;
 mod cli;
 mod cluster;
+mod compat;
 mod crash;
 mod damage;
 mod dead_letter;

@@ -225,6 +225,10 @@ fn take_flag(accs: &Accumulators, v: &mut Vec<u8>) -> Result<Option<bool>, OpErr
         let flagged = flag <= MARKED && if accs.is_fixed() { set.len() == accs.width() } else { accs.is_known(set) };
         if flagged {
             v.pop();
+            // A set of an older layout is upgraded like an unflagged one.
+            if !accs.adopt(v) {
+                return Err(corrupt("accumulator"));
+            }
             return Ok(Some(flag == MARKED));
         }
     }
