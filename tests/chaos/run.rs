@@ -170,6 +170,21 @@ impl Case {
             return Ended::Failed(format!("hang: `{}` did not end within {RUN_LIMIT:?}\n{}", exit.line, exit.tail(10)));
         }
         if let Some(taken) = self.taken_over.take() {
+            // With `restart:`, a stale owner failed by the new owner's Kafka
+            // fence restarts in the process and, the new owner being gone
+            // (killed), takes the storage over again, as a restarted pod
+            // would: a checkpoint it then commits is the latest, at its
+            // own parallelism.
+            if let Some((_, after)) = exit.stderr.split_once("restarting from the latest checkpoint (restart:)") {
+                let committed = after.contains("Checkpoint complete.") || after.contains("injected crash at after_metadata");
+                if after.contains("Took the checkpoint storage over") && committed {
+                    self.log.note(format!(
+                        "the stale owner restarted (restart:), took the storage over again and committed: go on at -p {}",
+                        self.run_parallelism
+                    ));
+                    self.taker_parallelism = Some(self.run_parallelism);
+                }
+            }
             // A stale owner must stop, never finish: the new owner decides.
             return match (exit.code, exit.signal) {
                 // Its lease lost (said by the run, or by the lease thread

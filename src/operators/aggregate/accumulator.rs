@@ -367,9 +367,15 @@ impl Accumulators {
             return acc.len() == self.fixed;
         }
         let mut at = self.fixed;
-        for i in 0..self.vars.len() + self.exact {
+        for _ in &self.vars {
             match payload_at(acc, at) {
-                Some((p, next)) if i >= self.vars.len() || variable::items(p).is_some() => at = next,
+                Some((p, next)) if variable::items(p).is_some() => at = next,
+                _ => return false,
+            }
+        }
+        for s in self.slots.iter().filter(|s| has_tail(s.func)) {
+            match payload_at(acc, at) {
+                Some((p, next)) if tail_is_valid(s.func, p) => at = next,
                 _ => return false,
             }
         }
@@ -381,8 +387,7 @@ impl Accumulators {
         self.is_valid(acc) || self.v2_len(acc) == Some(acc.len()) || (self.vars.is_empty() && acc.len() == self.legacy_width())
     }
 
-    /// The start of each exact tail's payload and its end, in `acc` (a
-    /// well-formed set).
+    /// The payload of each exact tail of `acc` (a well-formed set).
     fn tails<'a>(&self, acc: &'a [u8]) -> Vec<&'a [u8]> {
         let mut at = self.fixed;
         for _ in &self.vars {
@@ -717,6 +722,16 @@ impl Accumulators {
             });
         }
     }
+}
+
+/// Whether `p` can be the exact tail of a slot of `func`: a sum's exact
+/// value, or a min/max Decimal's text (empty: none).
+fn tail_is_valid(func: AggFunc, p: &[u8]) -> bool {
+    p.is_empty()
+        || match func {
+            AggFunc::Min | AggFunc::Max => std::str::from_utf8(p).is_ok_and(|t| crate::number::parse(t).is_some()),
+            _ => Exact::decode(p).is_some(),
+        }
 }
 
 /// The v2 `Sum`: i128 ++ f64 sum ++ f64 compensation (zero).

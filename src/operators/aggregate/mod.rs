@@ -222,10 +222,14 @@ fn add_to_accumulator(
 /// is cut off.
 fn take_flag(accs: &Accumulators, v: &mut Vec<u8>) -> Result<Option<bool>, OpError> {
     if let Some((&flag, set)) = v.split_last() {
-        let flagged = flag <= MARKED && if accs.is_fixed() { set.len() == accs.width() } else { accs.is_known(set) };
-        if flagged {
+        let current = flag <= MARKED && if accs.is_fixed() { set.len() == accs.width() } else { accs.is_valid(set) };
+        if current {
             v.pop();
-            // A set of an older layout is upgraded like an unflagged one.
+            return Ok(Some(flag == MARKED));
+        }
+        if flag <= MARKED && accs.is_known(set) {
+            // A set of an older layout, flagged: upgraded like an unflagged one.
+            v.pop();
             if !accs.adopt(v) {
                 return Err(corrupt("accumulator"));
             }
