@@ -234,7 +234,7 @@ fn run_once(
             plan.pipeline.parallelism.try_into().unwrap_or(u16::MAX),
         );
         let server = match metrics_listener {
-            Some(l) => Some(http::MetricsServer::start(l, engine.exported(), Some(status)).context("starting the metrics endpoint")?),
+            Some(l) => Some(http::MetricsServer::start(l, engine.exported(), Some(status.clone())).context("starting the metrics endpoint")?),
             None => None,
         };
         // Without it no savepoint could be taken: a failure to start.
@@ -244,7 +244,21 @@ fn run_once(
                     .await
                     .with_context(|| format!("pipeline `{name}` failed"))?,
             ),
-            None => None,
+            // Without checkpoints, for `weir status` only: best effort.
+            None => {
+                let path = crate::checkpoint::layout::Layout::new(&plan.pipeline.state.dir).control_socket();
+                match crate::serve::control::ControlServer::start_status_only(&path, &status).await {
+                    Ok(Some(server)) => Some(server),
+                    Ok(None) => {
+                        tracing::info!(socket = %path.display(), "Another run of this pipeline answers on the control socket; `weir status` reaches that one.");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "No control socket (`weir status` cannot reach this run).");
+                        None
+                    }
+                }
+            }
         };
         let metrics = engine.metrics();
         if show {

@@ -32,6 +32,8 @@ pub enum ControlError {
 /// The listening socket; `shutdown` stops it and removes the socket file.
 pub struct ControlServer {
     path: PathBuf,
+    /// Directories created for the socket, deepest first.
+    made: Vec<PathBuf>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -71,7 +73,19 @@ impl ControlServer {
         commands: mpsc::UnboundedSender<Command>,
         live: watch::Receiver<Snapshot>,
     ) -> Result<ControlServer, ControlError> {
-        ControlServer::start_with(path, Handles { commands, live: Some(live) }, Limits::default()).await
+        ControlServer::start_with(path, Handles { commands: Some(commands), live: Some(live), parallelism: 0 }, Limits::default()).await
+    }
+
+    /// The socket of a pipeline without checkpoints, which holds no lock on
+    /// its state directory: status only. None, leaving it alone, when a
+    /// running process answers on `path` already (another run of the same
+    /// pipeline); a socket nobody answers on is stale and replaced.
+    pub async fn start_status_only(path: &Path, status: &StatusSource) -> Result<Option<ControlServer>, ControlError> {
+        if SocketPath::new(path).is_ok_and(|a| std::os::unix::net::UnixStream::connect(a.path()).is_ok()) {
+            return Ok(None);
+        }
+        let handles = Handles { commands: None, live: Some(status.live.clone()), parallelism: status.parallelism };
+        ControlServer::start_with(path, handles, Limits::default()).await.map(Some)
     }
 
     /// [`ControlServer::start`] with other limits (tests use short ones).
@@ -80,7 +94,11 @@ impl ControlServer {
         if std::fs::symlink_metadata(path).is_ok() {
             std::fs::remove_file(path).map_err(io)?;
         }
+        // The directories made for the socket (a run without checkpoints
+        // may have no state directory yet), removed again at the end.
+        let mut made = Vec::new();
         if let Some(dir) = path.parent() {
+            made = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         let addr = SocketPath::new(path).map_err(io)?;
@@ -89,7 +107,7 @@ impl ControlServer {
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, handles, stop_rx, limits));
         tracing::debug!(socket = %path.display(), "Control socket listening.");
-        Ok(ControlServer { path: path.to_path_buf(), stop, task })
+        Ok(ControlServer { path: path.to_path_buf(), made, stop, task })
     }
 
     /// Stop accepting, let open connections answer (briefly), remove the socket.
@@ -97,6 +115,10 @@ impl ControlServer {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_millis(500), self.task).await;
         let _ = std::fs::remove_file(&self.path);
+        // Deepest first; one that holds anything now stays.
+        for dir in &self.made {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -139,11 +161,14 @@ fn set_owner_only(path: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }
 
-/// Where requests are answered from: the driver, and the engine's status.
+/// Where requests are answered from: the driver (None without
+/// checkpoints), and the engine's status.
 #[derive(Clone)]
 struct Handles {
-    commands: mpsc::UnboundedSender<Command>,
+    commands: Option<mpsc::UnboundedSender<Command>>,
     live: Option<watch::Receiver<Snapshot>>,
+    /// The pipeline's parallelism, for a status without a driver.
+    parallelism: u16,
 }
 
 /// Where the status document comes from: the checkpoint driver (with
@@ -164,21 +189,25 @@ impl StatusSource {
     /// The document, as the control socket's response line has it.
     pub async fn document(&self) -> Response {
         let snapshot = self.live.borrow().clone();
-        let Some(commands) = &self.commands else {
-            // No driver: what the engine's sample knows.
-            let status = Status {
-                pipeline: snapshot.pipeline.clone(),
-                parallelism: self.parallelism,
-                last_checkpoint: 0,
-                running: None,
-                savepoint_in_progress: false,
-                stopping: snapshot.state == "stopping",
-                live: Some(snapshot),
-            };
-            return Response::Status { ok: true, status };
-        };
-        driver_status(commands, Some(snapshot)).await
+        match &self.commands {
+            Some(commands) => driver_status(commands, Some(snapshot)).await,
+            None => engine_status(snapshot, self.parallelism),
+        }
     }
+}
+
+/// The status without a checkpoint driver: what the engine's sample knows.
+fn engine_status(snapshot: Snapshot, parallelism: u16) -> Response {
+    let status = Status {
+        pipeline: snapshot.pipeline.clone(),
+        parallelism,
+        last_checkpoint: 0,
+        running: None,
+        savepoint_in_progress: false,
+        stopping: snapshot.state == "stopping",
+        live: Some(snapshot),
+    };
+    Response::Status { ok: true, status }
 }
 
 /// Ask the driver for its status, and add the engine's sample to it.
@@ -362,12 +391,18 @@ async fn send<W: AsyncWrite + Unpin>(write: &mut W, response: &Response) -> std:
 }
 
 async fn answer(line: &str, handles: &Handles) -> Response {
-    let commands = &handles.commands;
     let request: Request = match serde_json::from_str(line) {
         Ok(r) => r,
         Err(e) => return Response::error(format!("bad request: {e}")),
     };
     let gone = || Response::error("the pipeline is shutting down");
+    let Some(commands) = &handles.commands else {
+        return match (request, &handles.live) {
+            (Request::Status(_), Some(live)) => engine_status(live.borrow().clone(), handles.parallelism),
+            (Request::Status(_), None) => gone(),
+            (Request::Savepoint(_), _) => Response::error("this pipeline has no `checkpoint:` section, so it takes no savepoints"),
+        };
+    };
     match request {
         Request::Savepoint(request) => {
             let (reply, rx) = oneshot::channel();
@@ -450,7 +485,13 @@ mod tests {
         let read = Arc::new(AtomicUsize::new(0));
         let mut out = Vec::new();
         let (commands, _rx) = mpsc::unbounded_channel();
-        connection(Endless { left: 1 << 20, read: read.clone() }, &mut out, Handles { commands, live: None }, limits).await;
+        connection(
+            Endless { left: 1 << 20, read: read.clone() },
+            &mut out,
+            Handles { commands: Some(commands), live: None, parallelism: 1 },
+            limits,
+        )
+        .await;
         assert_eq!(String::from_utf8(out).unwrap(), "{\"ok\":false,\"error\":\"request too large\"}\n");
         let read = read.load(Ordering::SeqCst);
         assert!(read <= limits.max_request + 1 + READ_BUFFER, "read {read} bytes of an oversize line");
@@ -488,7 +529,7 @@ mod tests {
                 }
             }
         });
-        let server = ControlServer::start_with(&path, Handles { commands: tx, live: None }, limits).await.unwrap();
+        let server = ControlServer::start_with(&path, Handles { commands: Some(tx), live: None, parallelism: 1 }, limits).await.unwrap();
         (dir, path, server)
     }
 

@@ -913,6 +913,23 @@ fn status_document_over_http_equals_weir_status_json_and_histograms_count_checkp
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!((&doc["last_checkpoint"], &doc["running"]), (&serde_json::json!(0), &serde_json::Value::Null), "{doc}");
     assert!(doc["live"]["records"].as_u64() > Some(0), "{doc}");
+    // `weir status` reaches it too (issue 35 #17): its control socket is
+    // opened in the state directory, made for it and removed at the end.
+    let cli = weir(&["status", &pipeline, "--json"]).ok();
+    let socket: serde_json::Value = serde_json::from_str(cli.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", cli.stdout));
+    assert_eq!(keys(&doc), keys(&socket));
+    assert_eq!((&socket["pipeline"], &socket["last_checkpoint"]), (&serde_json::json!("metered"), &serde_json::json!(0)), "{socket}");
+    let state = other.path().join("st");
+    assert!(state.join("control.sock").exists());
+    // A second run of the same pipeline leaves the first one's socket alone.
+    let second = weir_run(&pipeline, 1).spawn();
+    std::thread::sleep(Duration::from_millis(1500));
+    second.terminate();
+    let o = second.wait_for(Duration::from_secs(20));
+    o.expect_code(0);
+    o.expect_stderr_contains("Another run of this pipeline answers on the control socket");
+    assert!(weir(&["status", &pipeline, "--json"]).ok().stdout.contains("\"metered\""), "the first run still answers");
     run.terminate();
     run.wait_for(Duration::from_secs(20)).expect_code(0);
+    assert!(!state.exists(), "the state directory made for the socket is removed");
 }

@@ -213,11 +213,11 @@ fn without_a_terminal_each_checkpoint_stays_an_info_line() {
     o.expect_stderr_contains("INFO Checkpoint complete.");
     assert!(!o.stderr.contains('█') && !o.stderr.contains('░'), "{}", o.stderr);
 
-    // Without checkpoints there is no control socket to ask: refused, exit 2.
+    // Without checkpoints a run has a control socket too: none is running.
     let text = std::fs::read_to_string(&pipeline).unwrap().replace("checkpoint:\n  interval: 200ms\n", "");
     let unchecked = dir.path().join("unchecked.yaml");
     std::fs::write(&unchecked, text).unwrap();
-    let refused = weir(&["status", unchecked.to_str().unwrap()]).run();
-    refused.expect_code(2);
-    refused.expect_stderr_contains("has no `checkpoint:` section");
+    let gone = weir(&["status", unchecked.to_str().unwrap()]).run();
+    gone.expect_code(1);
+    gone.expect_stderr_contains("no running weir process for pipeline `tour`");
 }
