@@ -16,6 +16,7 @@ mod dead_letter;
 mod determinism;
 mod ending;
 mod event_time;
+mod exact_numbers;
 mod examples;
 mod file_sink;
 mod golden;
