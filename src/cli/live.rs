@@ -102,6 +102,11 @@ pub fn table(status: &Status) -> String {
         s.backpressure * 100.0,
         s.backpressured.as_deref().map(|o| format!(" at {o}")).unwrap_or_default()
     );
+    for l in &s.kafka_lag {
+        let worst =
+            l.worst.as_ref().map(|w| format!(" (most behind: {} partition {}, {})", w.topic, w.partition, count(w.records.max(0) as u64)));
+        let _ = writeln!(out, "kafka lag {}: {} records{}", l.operator, count(l.records.max(0) as u64), worst.unwrap_or_default());
+    }
     let header = ["operator", "kind", "par", "in/s", "out/s", "busy", "backpressure", "input watermark", "output watermark"];
     let mut rows = vec![header.map(String::from).to_vec()];
     for o in &s.operators {
@@ -205,7 +210,7 @@ pub fn watermark(ms: Millis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::status::{Checkpoints, LastCheckpoint, OperatorStatus, Progress};
+    use crate::runtime::status::{Checkpoints, LastCheckpoint, OperatorStatus, PartitionLag, Progress, SourceLag};
 
     fn snapshot() -> Snapshot {
         Snapshot {
@@ -238,6 +243,11 @@ mod tests {
                 backpressured: 0.8,
                 input_watermark: Some(1_796_118_166_289),
                 output_watermark: Some(MAX_WATERMARK),
+            }],
+            kafka_lag: vec![SourceLag {
+                operator: "orders".into(),
+                records: 12_345,
+                worst: Some(PartitionLag { topic: "orders".into(), partition: 3, records: 9_000 }),
             }],
         }
     }
@@ -279,6 +289,7 @@ mod tests {
         let t = table(&status);
         assert!(t.starts_with("pipeline orders  running  up 12s  parallelism 2\n"), "{t}");
         assert!(t.contains("last checkpoint 7: 0.4s ago, took 30 ms, 12.00 KiB  (completed 7, failed 0, restored from 3)"), "{t}");
+        assert!(t.contains("\nkafka lag orders: 12,345 records (most behind: orders partition 3, 9,000)\n"), "{t}");
         let row = t.lines().find(|l| l.starts_with("agg ")).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells, ["agg", "aggregate", "2", "1.5k", "2", "25%", "80%", "2026-12-01T09:42:46.289Z", "end"], "{t}");

@@ -112,4 +112,35 @@ impl ClientStats {
     pub fn latest(&self) -> Vec<u8> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// Each assigned partition's lag in the newest statistics (see `consumer_lags`).
+    pub fn consumer_lags(&self) -> Vec<(String, i64, i64)> {
+        consumer_lags(&self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A Kafka source subtask's lag per assigned partition, from librdkafka's
+/// statistics: the partition's end (`ls_offset`, the last stable offset a
+/// `read_committed` consumer can reach, else `hi_offset`) minus the offset
+/// after the last record handed to the source (`app_offset`). librdkafka's
+/// own `consumer_lag` counts from committed offsets, which weir keeps in
+/// checkpoints instead. A partition the source has taken nothing from yet
+/// has no `app_offset` and is left out. (topic, partition, lag), sorted;
+/// nothing from a document that does not parse.
+pub fn consumer_lags(json: &[u8]) -> Vec<(String, i64, i64)> {
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(json) else { return Vec::new() };
+    let mut out = Vec::new();
+    for (topic, t) in doc["topics"].as_object().into_iter().flatten() {
+        for p in t["partitions"].as_object().into_iter().flat_map(|m| m.values()) {
+            let field = |k: &str| p[k].as_i64().unwrap_or(-1);
+            let end = if field("ls_offset") >= 0 { field("ls_offset") } else { field("hi_offset") };
+            let (partition, taken) = (field("partition"), field("app_offset"));
+            // -1: librdkafka's internal unassigned partition; offsets below 0 are unknown.
+            if partition >= 0 && taken >= 0 && end >= 0 {
+                out.push((topic.clone(), partition, end.saturating_sub(taken).max(0)));
+            }
+        }
+    }
+    out.sort();
+    out
 }

@@ -51,6 +51,47 @@ pub struct Snapshot {
     /// The lowest input watermark of the sinks, ms (None: none yet).
     pub watermark: Option<Millis>,
     pub operators: Vec<OperatorStatus>,
+    /// Per Kafka source: how far behind its partitions' ends it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kafka_lag: Vec<SourceLag>,
+}
+
+/// A Kafka source's lag: records of its assigned partitions past its
+/// position (librdkafka's statistics, every 2 s), and the worst partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceLag {
+    pub operator: String,
+    pub records: i64,
+    pub worst: Option<PartitionLag>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i64,
+    pub records: i64,
+}
+
+/// Each Kafka source's lag, summed over its subtasks' partitions.
+fn kafka_lags(e: &Exported) -> Vec<SourceLag> {
+    let mut out: Vec<SourceLag> = Vec::new();
+    for (op, _, stats) in &e.details.kafka_sources {
+        let at = match out.iter().position(|l| l.operator == *op) {
+            Some(i) => i,
+            None => {
+                out.push(SourceLag { operator: op.clone(), records: 0, worst: None });
+                out.len() - 1
+            }
+        };
+        let source = &mut out[at];
+        for (topic, partition, records) in stats.consumer_lags() {
+            source.records = source.records.saturating_add(records);
+            if source.worst.as_ref().is_none_or(|w| records > w.records) {
+                source.worst = Some(PartitionLag { topic, partition, records });
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +299,7 @@ impl Sampler {
             backpressured,
             watermark: sink_watermark.flatten(),
             operators,
+            kafka_lag: kafka_lags(e),
         }
     }
 

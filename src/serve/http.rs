@@ -579,13 +579,8 @@ fn subtask_counters(
     Ok(())
 }
 
-/// Each Kafka source subtask's lag per assigned partition, from librdkafka's
-/// newest statistics: the partition's end (`ls_offset`, the last stable
-/// offset a `read_committed` consumer can reach, else `hi_offset`) minus
-/// the offset after the last record handed to the source (`app_offset`).
-/// librdkafka's own `consumer_lag` counts from committed offsets, which weir
-/// keeps in checkpoints instead. A partition the source has taken nothing
-/// from yet has no `app_offset` and is left out.
+/// Each Kafka source subtask's lag per assigned partition
+/// (`connectors::source::consumer_lags`).
 fn kafka_lag(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
     if e.details.kafka_sources.is_empty() {
         return Ok(());
@@ -598,7 +593,7 @@ fn kafka_lag(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::
     )?;
     for (op, i, stats) in &e.details.kafka_sources {
         let subtask = i.to_string();
-        for (topic, partition, lag) in consumer_lags(&stats.latest()) {
+        for (topic, partition, lag) in stats.consumer_lags() {
             let partition = partition.to_string();
             let labels = [
                 ("pipeline", e.pipeline.as_str()),
@@ -611,26 +606,6 @@ fn kafka_lag(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::
         }
     }
     Ok(())
-}
-
-/// (topic, partition, lag) of librdkafka's statistics JSON; nothing from a
-/// document that does not parse.
-fn consumer_lags(json: &[u8]) -> Vec<(String, i64, i64)> {
-    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(json) else { return Vec::new() };
-    let mut out = Vec::new();
-    for (topic, t) in doc["topics"].as_object().into_iter().flatten() {
-        for p in t["partitions"].as_object().into_iter().flat_map(|m| m.values()) {
-            let field = |k: &str| p[k].as_i64().unwrap_or(-1);
-            let end = if field("ls_offset") >= 0 { field("ls_offset") } else { field("hi_offset") };
-            let (partition, taken) = (field("partition"), field("app_offset"));
-            // -1: librdkafka's internal unassigned partition; offsets below 0 are unknown.
-            if partition >= 0 && taken >= 0 && end >= 0 {
-                out.push((topic.clone(), partition, end.saturating_sub(taken).max(0)));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Records each subtask dropped, by reason (`late`, `bad_record`), and of
@@ -1003,6 +978,7 @@ mod tests {
 
     #[test]
     fn consumer_lag_is_read_per_assigned_partition_from_librdkafka_statistics() {
+        use crate::connectors::source::consumer_lags;
         // As librdkafka writes them: consumer_lag -1 without committed offsets.
         let json = br#"{"name": "c", "topics": {"orders": {"topic": "orders", "partitions": {
             "0": {"partition": 0, "consumer_lag": -1, "hi_offset": 3000, "ls_offset": 2900, "app_offset": 1200},

@@ -934,7 +934,7 @@ fn kafka_consumer_lag_per_partition_is_exported_and_falls_to_zero() {
     std::fs::write(
         &pipeline,
         format!(
-            "name: lagging\nstate: {{dir: {}}}\nsources:\n  - {{name: events, type: kafka, brokers: {}, topics: [{input}], rate_limit: 500, broker_timeout: 10s}}\nsinks:\n  - {{name: out, type: blackhole, input: events}}\n",
+            "name: lagging\nstate: {{dir: {}}}\nsources:\n  - {{name: events, type: kafka, brokers: {}, topics: [{input}], rate_limit: 300, broker_timeout: 10s}}\nsinks:\n  - {{name: out, type: blackhole, input: events}}\n",
             dir.path().join("st").display(),
             broker()
         ),
@@ -948,6 +948,20 @@ fn kafka_consumer_lag_per_partition_is_exported_and_falls_to_zero() {
         behind = scrape(port).filter(|t| lag(t, 0).is_some() && lag(t, 1).is_some() && lag(t, 0).unwrap() + lag(t, 1).unwrap() > 0.0);
         behind.is_some()
     });
+    // `weir status` says it too (this pipeline has no checkpoints): the
+    // source's lag and its most lagging partition.
+    let status = || {
+        let o = weir(&["status", pipeline.to_str().unwrap(), "--json"]).run();
+        serde_json::from_str::<serde_json::Value>(o.stdout.trim()).unwrap_or_default()
+    };
+    let mut doc = serde_json::Value::Null;
+    let status_lag = wait_until(Duration::from_secs(10), || {
+        doc = status();
+        doc["live"]["kafka_lag"][0]["records"].as_i64() > Some(0)
+    });
+    assert!(status_lag, "no lag in `weir status --json`: {doc}");
+    assert_eq!(doc["live"]["kafka_lag"][0]["operator"], "events", "{doc}");
+    assert_eq!(doc["live"]["kafka_lag"][0]["worst"]["topic"], input.as_str(), "{doc}");
     let mut last = String::new();
     let caught_up = wait_until(Duration::from_secs(30), || {
         last = scrape(port).unwrap_or_default();
