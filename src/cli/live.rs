@@ -98,9 +98,10 @@ pub fn table(status: &Status) -> String {
     }
     let _ = writeln!(
         out,
-        "backpressure {:.0}%{}",
+        "backpressure {:.0}%{}{}",
         s.backpressure * 100.0,
-        s.backpressured.as_deref().map(|o| format!(" at {o}")).unwrap_or_default()
+        s.backpressured.as_deref().map(|o| format!(" at {o}")).unwrap_or_default(),
+        s.bottleneck.as_ref().map(|b| format!(", held back by {} (busy {:.0}%)", b.operator, b.busy * 100.0)).unwrap_or_default()
     );
     for l in &s.kafka_lag {
         let worst =
@@ -210,7 +211,7 @@ pub fn watermark(ms: Millis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::status::{Checkpoints, LastCheckpoint, OperatorStatus, PartitionLag, Progress, SourceLag};
+    use crate::runtime::status::{Bottleneck, Checkpoints, LastCheckpoint, OperatorStatus, PartitionLag, Progress, SourceLag};
 
     fn snapshot() -> Snapshot {
         Snapshot {
@@ -230,6 +231,7 @@ mod tests {
             }),
             backpressure: 0.8,
             backpressured: Some("agg".into()),
+            bottleneck: Some(Bottleneck { operator: "out".into(), busy: 0.98 }),
             watermark: Some(1_796_118_166_289),
             operators: vec![OperatorStatus {
                 name: "agg".into(),
@@ -289,6 +291,7 @@ mod tests {
         let t = table(&status);
         assert!(t.starts_with("pipeline orders  running  up 12s  parallelism 2\n"), "{t}");
         assert!(t.contains("last checkpoint 7: 0.4s ago, took 30 ms, 12.00 KiB  (completed 7, failed 0, restored from 3)"), "{t}");
+        assert!(t.contains("\nbackpressure 80% at agg, held back by out (busy 98%)\n"), "{t}");
         assert!(t.contains("\nkafka lag orders: 12,345 records (most behind: orders partition 3, 9,000)\n"), "{t}");
         let row = t.lines().find(|l| l.starts_with("agg ")).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();

@@ -97,7 +97,8 @@ pub fn build(
     mut restored: Option<&mut RestoredState>,
 ) -> Result<Built, BuildError> {
     let p = plan.pipeline.parallelism;
-    let mut metrics: Vec<NodeMetrics> = plan.pipeline.nodes.iter().map(|n| NodeMetrics::new(&n.name, kind_name(&n.kind), p)).collect();
+    let mut metrics: Vec<NodeMetrics> =
+        plan.pipeline.nodes.iter().map(|n| NodeMetrics { input: n.input, ..NodeMetrics::new(&n.name, kind_name(&n.kind), p) }).collect();
     for (m, n) in metrics.iter_mut().zip(&plan.pipeline.nodes) {
         // The sinks that count what they made durable and visible.
         m.commits = matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. } | SinkSpec::Kafka(_)));

@@ -15,6 +15,8 @@ pub struct NodeMetrics {
     pub gauges: Vec<Arc<super::gauges::SubtaskGauges>>,
     /// A sink that counts the records it committed (file and Kafka sinks).
     pub commits: bool,
+    /// The node it reads (its index among the nodes), for naming a bottleneck.
+    pub input: Option<usize>,
 }
 
 /// A point-in-time sum over a node's subtasks.
@@ -39,6 +41,7 @@ impl NodeMetrics {
             subtasks: (0..parallelism).map(|_| Arc::default()).collect(),
             gauges: (0..parallelism).map(|_| Arc::default()).collect(),
             commits: false,
+            input: None,
         }
     }
 

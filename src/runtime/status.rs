@@ -48,6 +48,10 @@ pub struct Snapshot {
     pub backpressure: f64,
     /// The operator it is in.
     pub backpressured: Option<String>,
+    /// What holds it back: the busiest operator downstream of it that is
+    /// not itself backpressured (None: no backpressure, or no such one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<Bottleneck>,
     /// The lowest input watermark of the sinks, ms (None: none yet).
     pub watermark: Option<Millis>,
     pub operators: Vec<OperatorStatus>,
@@ -70,6 +74,37 @@ pub struct PartitionLag {
     pub topic: String,
     pub partition: i64,
     pub records: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bottleneck {
+    pub operator: String,
+    /// Its subtasks' mean busy share.
+    pub busy: f64,
+}
+
+/// Backpressure this high on a subtask means it waits on its consumers.
+const HELD_BACK: f64 = 0.5;
+
+/// From the most backpressured operator, follow its busiest consumer while
+/// that one is backpressured too: the first that is not holds the others
+/// back. `inputs`: each operator's input.
+fn bottleneck(operators: &[OperatorStatus], inputs: &[Option<usize>]) -> Option<Bottleneck> {
+    let victim = (0..operators.len()).max_by(|&a, &b| operators[a].backpressured.total_cmp(&operators[b].backpressured))?;
+    if operators[victim].backpressured < HELD_BACK {
+        return None;
+    }
+    let mut at = victim;
+    // Inputs come first in node order, so this walk ends.
+    while let Some(next) =
+        (0..operators.len()).filter(|&j| inputs.get(j) == Some(&Some(at))).max_by(|&a, &b| operators[a].busy.total_cmp(&operators[b].busy))
+    {
+        at = next;
+        if operators[at].backpressured < HELD_BACK {
+            break;
+        }
+    }
+    (at != victim).then(|| Bottleneck { operator: operators[at].name.clone(), busy: operators[at].busy })
 }
 
 /// Each Kafka source's lag, summed over its subtasks' partitions.
@@ -297,6 +332,7 @@ impl Sampler {
             checkpoints,
             backpressure,
             backpressured,
+            bottleneck: bottleneck(&operators, &e.nodes.iter().map(|n| n.input).collect::<Vec<_>>()),
             watermark: sink_watermark.flatten(),
             operators,
             kafka_lag: kafka_lags(e),
@@ -369,6 +405,32 @@ mod tests {
         e.checkpoints.as_ref().unwrap().on_completed(&Completed { id: 3, duration: Duration::from_millis(42), ..Completed::default() });
         let c = s.sample().checkpoints.unwrap();
         assert_eq!(c.last.map(|l| (l.id, l.duration_ms)), Some((3, 42)));
+    }
+
+    #[test]
+    fn the_bottleneck_is_the_busiest_consumer_downstream_that_is_not_itself_held_back() {
+        let op = |name: &str, busy: f64, backpressured: f64| OperatorStatus {
+            name: name.into(),
+            kind: "aggregate".into(),
+            parallelism: 1,
+            records_in: 0,
+            records_out: 0,
+            in_per_sec: 0.0,
+            out_per_sec: 0.0,
+            busy,
+            backpressured,
+            input_watermark: None,
+            output_watermark: None,
+        };
+        // gen -> parse -> (slow, fast); parse is held back too, slow is the cause.
+        let ops = [op("gen", 0.02, 0.97), op("parse", 0.3, 0.6), op("slow", 0.98, 0.0), op("fast", 0.1, 0.0)];
+        let inputs = [None, Some(0), Some(1), Some(1)];
+        assert_eq!(bottleneck(&ops, &inputs), Some(Bottleneck { operator: "slow".into(), busy: 0.98 }));
+        // Little backpressure: no bottleneck named.
+        let calm = [op("gen", 0.5, 0.1), op("parse", 0.3, 0.0), op("slow", 0.4, 0.0), op("fast", 0.1, 0.0)];
+        assert_eq!(bottleneck(&calm, &inputs), None);
+        // The most held back has no consumer (a sink blocked on its output): none.
+        assert_eq!(bottleneck(&[op("gen", 0.1, 0.0), op("sink", 0.1, 0.9)], &[None, Some(0)]), None);
     }
 
     #[test]
