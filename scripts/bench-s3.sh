@@ -12,6 +12,8 @@
 # itself: list, validate, download or reuse, rebuild the DB) and the whole
 # run (which adds the final checkpoint of the restored DB and the exit).
 set -euo pipefail
+# The timings below read each "Checkpoint complete." line.
+export WEIR_CHECKPOINT_LOG=each
 cd "$(dirname "$0")/.."
 source scripts/bench/input.sh
 bench_input 2000000

@@ -16,6 +16,8 @@
 #       # seconds depend on how many 1 s checkpoints a run takes, so on
 #       # the machine's load: compare the best or the median of a few)
 set -euo pipefail
+# The timings below read each "Checkpoint complete." line.
+export WEIR_CHECKPOINT_LOG=each
 cd "$(dirname "$0")/.."
 source scripts/bench/input.sh
 bench_input 10000000

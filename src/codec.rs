@@ -87,7 +87,12 @@ impl<'a> Dec<'a> {
         self.pos == self.buf.len()
     }
 
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
         let end = end.ok_or_else(|| DecodeError(format!("truncated while reading {what} at byte {}", self.pos)))?;
         let s = &self.buf[self.pos..end];
@@ -106,6 +111,9 @@ impl<'a> Dec<'a> {
     }
     pub fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
         Ok(u64::from_be_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+    pub fn i32(&mut self, what: &str) -> Result<i32, DecodeError> {
+        Ok(self.u32(what)? as i32)
     }
     pub fn i64(&mut self, what: &str) -> Result<i64, DecodeError> {
         Ok(self.u64(what)? as i64)

@@ -6,6 +6,21 @@
 use std::fmt;
 use std::io::Write;
 
+/// A checkpoint (or savepoint) id. Strictly increasing across restarts.
+pub type CheckpointId = u64;
+
+/// A bundle: a group of subtasks sharing one state backend and one arbiter.
+pub type BundleId = u32;
+
+/// What a snapshot is: a checkpoint (the runtime's, retained by policy) or
+/// a savepoint (the user's, never deleted by weir).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Checkpoint,
+    Savepoint,
+}
+
 /// Milliseconds since the Unix epoch (event time and processing time alike).
 pub type Millis = i64;
 

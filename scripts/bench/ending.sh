@@ -25,6 +25,8 @@
 #   WEIR_BIN=/tmp/old-weir scripts/bench/ending.sh   # another build (drain
 #       needs the DEBUG line "Source read to the end of its input.": "-" without)
 set -euo pipefail
+# The timings below read each "Checkpoint complete." line.
+export WEIR_CHECKPOINT_LOG=each
 cd "$(dirname "$0")/../.."
 source scripts/bench/input.sh
 bench_input 200000

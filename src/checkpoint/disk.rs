@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::{self, Layout};
 use super::manifest::FileEntry;
-use super::CheckpointId;
+use crate::types::CheckpointId;
 
 /// A storage failure, always with the path it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,9 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+    /// `map_err(StoreError::io("read", path))`: an I/O error with what was
+    /// being done and to which path.
+    pub fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
         move |source| StoreError::Io { op, path: path.to_path_buf(), source }
     }
 }

@@ -28,9 +28,10 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::manifest::{DocError, Document, Kind, FORMAT_VERSION};
+use super::manifest::{DocError, Document, FORMAT_VERSION};
 use super::storage::{Storage, StorageError};
-use super::CheckpointId;
+use crate::types::CheckpointId;
+use crate::types::Kind;
 
 /// A generation's number; 0: checkpoints written without one (local
 /// storage, or object storage written by a weir before generations).

@@ -18,7 +18,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::{BundleId, CheckpointId};
+use crate::types::{BundleId, CheckpointId};
 
 pub const PIPELINE_FILE: &str = "PIPELINE";
 pub const LOCK_FILE: &str = "LOCK";

@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use super::disk::{self, StoreError};
 use super::layout::Layout;
-use super::manifest::{DocError, Document, Kind, FORMAT_VERSION};
-use super::CheckpointId;
+use super::manifest::{DocError, Document, FORMAT_VERSION};
+use crate::types::CheckpointId;
+use crate::types::Kind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

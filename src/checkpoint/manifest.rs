@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{BundleId, CheckpointId};
+use crate::types::{BundleId, CheckpointId, Kind};
 
 /// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -69,13 +69,6 @@ pub struct BundleManifest {
     pub voters: Vec<TaskId>,
     pub files: Vec<FileEntry>,
     pub crc32c: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    Checkpoint,
-    Savepoint,
 }
 
 /// `chk-n/_metadata`: written last; its presence makes the checkpoint exist.

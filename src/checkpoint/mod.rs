@@ -30,9 +30,3 @@ pub mod shared;
 pub mod storage;
 pub mod task_snapshot;
 pub mod validate;
-
-/// A checkpoint (or savepoint) id. Strictly increasing across restarts.
-pub type CheckpointId = u64;
-
-/// A bundle: a group of subtasks sharing one state backend and one arbiter.
-pub type BundleId = u32;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::disk::{self, StoreError};
 use super::layout::{Layout, METADATA_FILE};
-use super::CheckpointId;
+use crate::types::CheckpointId;
 
 /// Why a savepoint target is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,10 +181,6 @@ pub struct Staging {
     committed: bool,
 }
 
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
-    move |source| StoreError::Io { op, path: path.to_path_buf(), source }
-}
-
 /// How many `-N` successors of a taken name are tried.
 const MAX_SUFFIX: u32 = 100;
 
@@ -200,7 +196,7 @@ impl Staging {
             match fs::create_dir(dir) {
                 Ok(()) => staging.created.push(dir.to_path_buf()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
-                Err(e) => return Err(io_err("create directory", dir)(e)),
+                Err(e) => return Err(StoreError::io("create directory", dir)(e)),
             }
         }
         loop {
@@ -212,7 +208,7 @@ impl Staging {
                     return Ok(staging);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(io_err("create directory", &tmp)(e)),
+                Err(e) => return Err(StoreError::io("create directory", &tmp)(e)),
             }
         }
     }
@@ -229,7 +225,7 @@ impl Staging {
         if fs::rename(from, &self.tmp).is_ok() {
             return Ok(());
         }
-        copy_tree(from, &self.tmp).map_err(io_err("copy into", &self.tmp))?;
+        copy_tree(from, &self.tmp).map_err(StoreError::io("copy into", &self.tmp))?;
         disk::remove_dir_all(from)
     }
 
@@ -238,7 +234,7 @@ impl Staging {
     /// file system allows (they are never written again), else copied;
     /// its own `_metadata` is not taken (the savepoint gets its own).
     pub fn copy_from(&self, from: &Path) -> Result<(), StoreError> {
-        link_or_copy_tree(from, &self.tmp, true).map_err(io_err("copy into", &self.tmp))
+        link_or_copy_tree(from, &self.tmp, true).map_err(StoreError::io("copy into", &self.tmp))
     }
 
     /// Write `_metadata` (durably), then rename the temp directory to its
@@ -262,11 +258,11 @@ impl Staging {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     tracing::info!(path = %to.display(), "Savepoint name taken; trying the next.");
                 }
-                Err(e) => return Err(io_err("rename into", &to)(e)),
+                Err(e) => return Err(StoreError::io("rename into", &to)(e)),
             }
         }
         let e = io::Error::new(io::ErrorKind::AlreadyExists, format!("{} and its successors up to -{MAX_SUFFIX} are all taken", self.name));
-        Err(io_err("rename into", &self.parent)(e))
+        Err(StoreError::io("rename into", &self.parent)(e))
     }
 }
 

@@ -116,7 +116,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::disk::write_atomic;
     use crate::checkpoint::manifest::{FileEntry, TaskId};
-    use crate::checkpoint::CheckpointId;
+    use crate::types::CheckpointId;
     use std::collections::{BTreeMap, VecDeque};
 
     /// A splitmix64 stream, seeded.

@@ -127,7 +127,7 @@ impl LocalStorage {
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StorageError + 'a {
-    move |source| StorageError::Local(StoreError::Io { op, path: path.to_path_buf(), source })
+    move |source| StorageError::Local(StoreError::io(op, path)(source))
 }
 
 impl Storage for LocalStorage {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::disk::{self, StoreError};
 use super::layout::{self, Layout};
 use super::manifest::{BundleManifest, DocError, Document, Metadata};
-use super::CheckpointId;
+use crate::types::CheckpointId;
 
 /// A checkpoint that passed validation.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,6 +37,13 @@ pub struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckpointLogArg {
+    Auto,
+    Each,
+    Minute,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
@@ -190,6 +197,15 @@ pub struct RunOptions {
     /// Don't show a progress bar (it is also off when stderr is not a terminal).
     #[arg(long)]
     pub no_progress: bool,
+
+    /// How completed checkpoints are logged: `each` (an INFO line per
+    /// checkpoint), `minute` (an INFO line per minute with the counts and
+    /// the slowest; each checkpoint at DEBUG) or `auto`: `minute` when
+    /// stderr is not a terminal, else `each` (at DEBUG under a progress
+    /// bar, which shows them). Savepoints, slow and failed checkpoints
+    /// always have a line of their own.
+    #[arg(long, value_name = "WHEN", default_value = "auto", env = "WEIR_CHECKPOINT_LOG")]
+    pub checkpoint_log: CheckpointLogArg,
 
     /// Use the state directory even if another pipeline wrote it.
     #[arg(long)]

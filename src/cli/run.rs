@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
@@ -12,10 +12,42 @@ use super::{ending, exit_status, load, progress, restart, savepoint_retention, R
 use crate::config;
 use crate::plan::Plan;
 use crate::restore::{self, RestoreFrom};
+use crate::runtime::checkpoint_log::CheckpointLog;
 use crate::runtime::{Engine, Outcome};
 use crate::serve::http;
 
 pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let (pipeline, metrics_listener, restore) = prepare(&args)?;
+    // The signals' own runtime, for the whole process; each run gets a
+    // runtime of its own (`run_with_restarts`), so that a restart begins
+    // only once every task of the failed run has ended.
+    let signals_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("weir-signals")
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    // Before anything that can take long (the lock, loading a checkpoint,
+    // rebuilding state, opening connectors): a signal from here on stops
+    // the run, and a second one exits at once.
+    let stop = signals_rt
+        .block_on(async { Signals::install() })
+        .context("installing the SIGINT and SIGTERM handlers")?
+        .listen(&signals_rt, sigterm_savepoint_dir(&pipeline)?);
+    // An instance never starts on the checkpoints of another cluster shape.
+    crate::restore::cluster::check_prefix(&pipeline).map_err(UsageError)?;
+    let retention = SigtermRetention {
+        pipeline: pipeline.name.clone(),
+        keep: pipeline.savepoint_on_sigterm_keep,
+        storage_options: pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default(),
+    };
+    let (outcome, held, rt) = run_with_restarts(&signals_rt, &args.options, pipeline, restore, metrics_listener.as_ref(), &stop)?;
+    end_run(outcome, held, rt, &stop, &retention)
+}
+
+/// Load the pipeline with the command line's overrides, bind its metrics
+/// address and read `--restore`: everything refused before anything is written.
+fn prepare(args: &RunArgs) -> anyhow::Result<(config::Pipeline, Option<std::net::TcpListener>, Option<RestoreFrom>)> {
     let extra: Vec<String> = args.options.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
     let mut pipeline = load(&args.options.pipeline, &extra)?;
     crate::faults::init_from_env().map_err(UsageError)?;
@@ -39,48 +71,48 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         set => Some(RestoreFrom::Set(set.iter().map(PathBuf::from).collect())),
     };
-    // The signals' own runtime, for the whole process; each run gets a
-    // runtime of its own (below), so that a restart begins only once every
-    // task of the failed run has ended.
-    let signals_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("weir-signals")
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
-    // Before anything that can take long (the lock, loading a checkpoint,
-    // rebuilding state, opening connectors): a signal from here on stops
-    // the run, and a second one exits at once.
-    // `savepoint.on_sigterm`: SIGTERM stops with a savepoint instead.
-    let on_sigterm = match (pipeline.savepoint_on_sigterm, &pipeline.savepoint_dir) {
+    Ok((pipeline, metrics_listener, restore))
+}
+
+/// `savepoint.on_sigterm`: SIGTERM stops with a savepoint instead, into
+/// `savepoint.dir` (made absolute now) or the state directory's `savepoints/`.
+fn sigterm_savepoint_dir(pipeline: &config::Pipeline) -> anyhow::Result<Option<Option<PathBuf>>> {
+    Ok(match (pipeline.savepoint_on_sigterm, &pipeline.savepoint_dir) {
         (false, _) => None,
         (true, Some(d)) if d.to_str().is_some_and(crate::checkpoint::remote::is_url) => Some(Some(d.clone())),
         (true, Some(d)) => Some(Some(std::path::absolute(d).with_context(|| format!("savepoint.dir {}", d.display()))?)),
         (true, None) => Some(None),
-    };
-    let stop = signals_rt
-        .block_on(async { Signals::install() })
-        .context("installing the SIGINT and SIGTERM handlers")?
-        .listen(&signals_rt, on_sigterm);
-    // An instance never starts on the checkpoints of another cluster shape.
-    crate::restore::cluster::check_prefix(&pipeline).map_err(UsageError)?;
-    let (keep, storage_options) = (
-        pipeline.savepoint_on_sigterm_keep,
-        pipeline.checkpoint.as_ref().and_then(|c| c.storage.as_ref()).map(|s| s.options.clone()).unwrap_or_default(),
-    );
-    let name = pipeline.name.clone();
+    })
+}
+
+/// Which savepoints taken on SIGTERM are kept (`savepoint.on_sigterm_keep`).
+struct SigtermRetention {
+    pipeline: String,
+    keep: usize,
+    storage_options: Vec<(String, String)>,
+}
+
+/// Run, and run again after a failure as `restart:` allows: the last run's
+/// outcome, what it holds, and its runtime (None once shut down).
+fn run_with_restarts(
+    signals_rt: &tokio::runtime::Runtime,
+    options: &super::RunOptions,
+    pipeline: config::Pipeline,
+    mut restore: Option<RestoreFrom>,
+    metrics_listener: Option<&std::net::TcpListener>,
+    stop: &StopRequest,
+) -> anyhow::Result<(anyhow::Result<Outcome>, Held, Option<tokio::runtime::Runtime>)> {
     let mut budget = pipeline.restart.map(restart::Budget::new);
-    let mut restore = restore;
     // The failure a restart follows (reported if the restart is refused).
     let mut failed: Option<anyhow::Error> = None;
-    let (outcome, held, rt) = loop {
+    loop {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
-        let listener = match &metrics_listener {
+        let listener = match metrics_listener {
             Some(l) => Some(l.try_clone().context("the metrics endpoint's socket")?),
             None => None,
         };
         let restarts = budget.as_ref().map_or(0, |b| b.total);
-        let (mut outcome, held) = run_once(&rt, &args.options, pipeline.clone(), restore.as_ref(), listener, &stop, restarts);
+        let (mut outcome, held) = run_once(&rt, options, pipeline.clone(), restore.as_ref(), listener, stop, restarts);
         if let (Err(refusal), Some(cause)) = (&outcome, failed.take()) {
             if exit_status(refusal) == 2 {
                 // The failure stands: a restart refused (the storage taken
@@ -89,30 +121,9 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
                 outcome = Err(cause);
             }
         }
-        let Err(e) = &outcome else { break (outcome, held, Some(rt)) };
-        let Some(b) = budget.as_mut().filter(|_| restartable(e) && !stop.asked()) else { break (outcome, held, Some(rt)) };
-        let policy = b.policy();
-        let wait = match b.on_failure(Instant::now()) {
-            restart::Decision::Restart { wait, n } => {
-                tracing::error!(
-                    error = %format!("{e:#}"),
-                    restart = n,
-                    attempts = policy.attempts,
-                    window_s = policy.window.as_secs(),
-                    wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    "The run failed; restarting from the latest checkpoint (restart:)."
-                );
-                wait
-            }
-            restart::Decision::Spent => {
-                tracing::error!(
-                    attempts = policy.attempts,
-                    window_s = policy.window.as_secs(),
-                    "The run failed again after its restarts within the window (restart:); giving up."
-                );
-                break (outcome, held, Some(rt));
-            }
-        };
+        let Err(e) = &outcome else { return Ok((outcome, held, Some(rt))) };
+        let Some(b) = budget.as_mut().filter(|_| restartable(e) && !stop.asked()) else { return Ok((outcome, held, Some(rt))) };
+        let Some(wait) = restart_wait(b, e) else { return Ok((outcome, held, Some(rt))) };
         // Every task of the failed run ends before the next run starts: one
         // still blocked in a call would run beside it.
         let waited = Instant::now();
@@ -122,7 +133,7 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
                 grace_s = ending::RUNTIME_GRACE.as_secs(),
                 "Work of the failed run did not end in time; not restarting in this process (a supervisor that restarts it may)."
             );
-            break (outcome, held, None);
+            return Ok((outcome, held, None));
         }
         // Released before the wait: the restart takes it again, as a new
         // process would. Once a run has restored (or started afresh), the
@@ -132,13 +143,51 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
         drop(held);
         if !signals_rt.block_on(stop.wait_unless_asked(wait)) {
             tracing::info!("Stop requested during the wait before a restart; not restarting.");
-            break (outcome, None, None);
+            return Ok((outcome, None, None));
         }
         if restored {
             restore = Some(RestoreFrom::Latest);
         }
         failed = outcome.err();
-    };
+    }
+}
+
+/// How long to wait before restarting after failure `e`, logged; None
+/// once the restarts within the window are spent.
+fn restart_wait(budget: &mut restart::Budget, e: &anyhow::Error) -> Option<Duration> {
+    let policy = budget.policy();
+    match budget.on_failure(Instant::now()) {
+        restart::Decision::Restart { wait, n } => {
+            tracing::error!(
+                error = %format!("{e:#}"),
+                restart = n,
+                attempts = policy.attempts,
+                window_s = policy.window.as_secs(),
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "The run failed; restarting from the latest checkpoint (restart:)."
+            );
+            Some(wait)
+        }
+        restart::Decision::Spent => {
+            tracing::error!(
+                attempts = policy.attempts,
+                window_s = policy.window.as_secs(),
+                "The run failed again after its restarts within the window (restart:); giving up."
+            );
+            None
+        }
+    }
+}
+
+/// After the last run: stop its runtime, retire old SIGTERM savepoints,
+/// release the state directory, and turn the outcome into the exit.
+fn end_run(
+    outcome: anyhow::Result<Outcome>,
+    held: Held,
+    rt: Option<tokio::runtime::Runtime>,
+    stop: &StopRequest,
+    retention: &SigtermRetention,
+) -> anyhow::Result<ExitCode> {
     let status = match &outcome {
         Ok(_) if stop.savepoint_failure().is_some() => 1,
         Ok(_) => 0,
@@ -156,7 +205,7 @@ pub(super) fn run_pipeline(args: RunArgs) -> anyhow::Result<ExitCode> {
     let _ = outcome? == Outcome::Finished;
     if let Some(taken) = stop.savepoint_taken() {
         ending.step("disposing older savepoints taken on SIGTERM");
-        retire_sigterm_savepoints(&taken, &name, keep, &storage_options);
+        retire_sigterm_savepoints(&taken, &retention.pipeline, retention.keep, &retention.storage_options);
     }
     ending.step("releasing the state directory's lock and lease");
     drop(held);
@@ -194,30 +243,9 @@ fn run_once(
     stop: &StopRequest,
     restarts: u64,
 ) -> (anyhow::Result<Outcome>, Held) {
-    // With checkpoints, the state directory is locked first (before any
-    // connector is opened) and stays locked until the runtime and
-    // everything on it is gone.
-    let (start, held) = match (&pipeline.checkpoint, restore) {
-        (Some(_), _) => {
-            let policy = restore::RestorePolicy { force: options.force, allow_non_restored_state: options.allow_non_restored_state };
-            let prepared = match restore::prepare(&pipeline, restore, policy) {
-                Ok(p) => p,
-                Err(e) if e.is_refusal() => return (Err(UsageError(e.to_string()).into()), None),
-                Err(e) => return (Err(anyhow::anyhow!("{e}")), None),
-            };
-            if pipeline.cluster.is_cluster() {
-                // Before the plan: its repartition sends and receives carry it.
-                let generation = prepared.start.cluster_generation;
-                tracing::info!(generation = %format!("{generation:016x}"), "Cluster generation of the repartition producers.");
-                crate::plan::cluster::set_generation(&mut pipeline, generation);
-            }
-            (Some(prepared.start), Some((prepared.lock, prepared.lease)))
-        }
-        (None, Some(_)) => {
-            let e = UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into());
-            return (Err(e.into()), None);
-        }
-        (None, None) => (None, None),
+    let (start, held) = match lock_and_restore(options, &mut pipeline, restore) {
+        Ok(started) => started,
+        Err(e) => return (Err(e), None),
     };
     if start.as_ref().is_none_or(|s| s.restored.is_none()) {
         warn_of_earlier_parts(&pipeline);
@@ -234,36 +262,14 @@ fn run_once(
             plan.pipeline.parallelism.try_into().unwrap_or(u16::MAX),
         );
         let server = match metrics_listener {
-            Some(l) => Some(http::MetricsServer::start(l, engine.exported(), Some(status.clone())).context("starting the metrics endpoint")?),
+            Some(l) => {
+                Some(http::MetricsServer::start(l, engine.exported(), Some(status.clone())).context("starting the metrics endpoint")?)
+            }
             None => None,
         };
-        // Without it no savepoint could be taken: a failure to start.
-        let control = match engine.control() {
-            Some((path, commands, status)) => Some(
-                crate::serve::control::ControlServer::start(&path, commands, status)
-                    .await
-                    .with_context(|| format!("pipeline `{name}` failed"))?,
-            ),
-            // Without checkpoints, for `weir status` only: best effort.
-            None => {
-                let path = crate::checkpoint::layout::Layout::new(&plan.pipeline.state.dir).control_socket();
-                match crate::serve::control::ControlServer::start_status_only(&path, &status).await {
-                    Ok(Some(server)) => Some(server),
-                    Ok(None) => {
-                        tracing::info!(socket = %path.display(), "Another run of this pipeline answers on the control socket; `weir status` reaches that one.");
-                        None
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "No control socket (`weir status` cannot reach this run).");
-                        None
-                    }
-                }
-            }
-        };
+        let control = control_server(&engine, &plan, &status).await.with_context(|| format!("pipeline `{name}` failed"))?;
         let metrics = engine.metrics();
-        if show {
-            engine.quiet_checkpoints();
-        }
+        engine.log_checkpoints(checkpoint_log(options.checkpoint_log, show));
         let progress = progress::Progress::start(show, engine.extent(), engine.status());
         // A signal that came while the pipeline was being built stops it now.
         stop.attach(engine.stop_handle());
@@ -504,5 +510,72 @@ impl StopRequest {
         if let Some(w) = waiting {
             let _ = w.await;
         }
+    }
+}
+
+/// With checkpoints, lock the state directory first (before any connector
+/// is opened; it stays locked until the runtime and everything on it is
+/// gone) and decide what to restore.
+fn lock_and_restore(
+    options: &super::RunOptions,
+    pipeline: &mut config::Pipeline,
+    restore: Option<&RestoreFrom>,
+) -> anyhow::Result<(Option<restore::StartPoint>, Held)> {
+    match (&pipeline.checkpoint, restore) {
+        (Some(_), _) => {
+            let policy = restore::RestorePolicy { force: options.force, allow_non_restored_state: options.allow_non_restored_state };
+            let prepared = match restore::prepare(pipeline, restore, policy) {
+                Ok(p) => p,
+                Err(e) if e.is_refusal() => return Err(UsageError(e.to_string()).into()),
+                Err(e) => return Err(anyhow::anyhow!("{e}")),
+            };
+            if pipeline.cluster.is_cluster() {
+                // Before the plan: its repartition sends and receives carry it.
+                let generation = prepared.start.cluster_generation;
+                tracing::info!(generation = %format!("{generation:016x}"), "Cluster generation of the repartition producers.");
+                crate::plan::cluster::set_generation(pipeline, generation);
+            }
+            Ok((Some(prepared.start), Some((prepared.lock, prepared.lease))))
+        }
+        (None, Some(_)) => Err(UsageError("--restore needs checkpointing: add a `checkpoint:` section to the pipeline".into()).into()),
+        (None, None) => Ok((None, None)),
+    }
+}
+
+/// The control socket: with checkpoints it takes savepoints (failing to
+/// open it fails the start); without, it answers `weir status` only, best effort.
+async fn control_server(
+    engine: &Engine,
+    plan: &Plan,
+    status: &crate::serve::control::StatusSource,
+) -> anyhow::Result<Option<crate::serve::control::ControlServer>> {
+    use crate::serve::control::ControlServer;
+    if let Some((path, commands, status)) = engine.control() {
+        return Ok(Some(ControlServer::start(&path, commands, status).await?));
+    }
+    let path = crate::checkpoint::layout::Layout::new(&plan.pipeline.state.dir).control_socket();
+    match ControlServer::start_status_only(&path, status).await {
+        Ok(Some(server)) => Ok(Some(server)),
+        Ok(None) => {
+            tracing::info!(socket = %path.display(), "Another run of this pipeline answers on the control socket; `weir status` reaches that one.");
+            Ok(None)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "No control socket (`weir status` cannot reach this run).");
+            Ok(None)
+        }
+    }
+}
+
+/// The checkpoint log the user chose, `auto` resolved (see `--checkpoint-log`).
+fn checkpoint_log(arg: super::CheckpointLogArg, progress_bar: bool) -> CheckpointLog {
+    use super::CheckpointLogArg as Arg;
+    let minute = CheckpointLog::Summary { every: Duration::from_secs(60) };
+    match arg {
+        Arg::Each => CheckpointLog::Each,
+        Arg::Minute => minute,
+        Arg::Auto if progress_bar => CheckpointLog::Quiet,
+        Arg::Auto if std::io::stderr().is_terminal() => CheckpointLog::Each,
+        Arg::Auto => minute,
     }
 }

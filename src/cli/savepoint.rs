@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::checkpoint::layout::{self, Layout, METADATA_FILE};
-use crate::checkpoint::manifest::{Document, Kind, Metadata};
+use crate::checkpoint::manifest::{Document, Metadata};
 use crate::checkpoint::{disk, validate};
 use crate::runtime::control::{Request, SavepointRequest, Status, StatusRequest};
+use crate::types::Kind;
 
 /// Why a savepoint command failed; `Refused` is exit 2, `Failed` exit 1.
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +152,7 @@ pub(super) fn dispose_url(url: &str, options: &[(String, String)]) -> Result<Pat
     let bytes = storage.get(&crate::checkpoint::publish::metadata_key(name)).map_err(|e| refused(e.to_string()))?;
     let md: crate::checkpoint::manifest::Metadata =
         crate::checkpoint::manifest::Document::from_bytes(&bytes).map_err(|e| refused(format!("its _metadata: {e}")))?;
-    if md.kind != crate::checkpoint::manifest::Kind::Savepoint {
+    if md.kind != crate::types::Kind::Savepoint {
         return Err(refused("its _metadata says checkpoint, not savepoint".into()));
     }
     let failed = |e: crate::checkpoint::storage::StorageError| SavepointError::Failed(e.to_string());

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::disk;
 use crate::checkpoint::layout::METADATA_FILE;
-use crate::checkpoint::manifest::{Document, Kind, Metadata};
+use crate::checkpoint::manifest::{Document, Metadata};
+use crate::types::Kind;
 
 use super::savepoint::{dispose, dispose_url};
 

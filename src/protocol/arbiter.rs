@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::checkpoint::manifest::{FileEntry, TaskId};
-use crate::checkpoint::{BundleId, CheckpointId};
+use crate::types::{BundleId, CheckpointId};
 
 /// A member's vote for checkpoint `id`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,8 +22,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::manifest::Kind;
-use crate::checkpoint::CheckpointId;
+use crate::types::CheckpointId;
+use crate::types::Kind;
 
 /// Index of an input channel of the task.
 pub type InputId = usize;

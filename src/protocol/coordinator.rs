@@ -13,8 +13,8 @@ use std::collections::{BTreeSet, VecDeque};
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::manifest::Kind;
-use crate::checkpoint::{BundleId, CheckpointId};
+use crate::types::Kind;
+use crate::types::{BundleId, CheckpointId};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoordinatorConfig {

@@ -21,21 +21,23 @@ pub mod remote;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint::disk;
 use crate::checkpoint::generation::{self, Generation, Origin, StoredId};
 use crate::checkpoint::layout::{Layout, METADATA_FILE};
 use crate::checkpoint::lineage::{self, Lineage};
 use crate::checkpoint::lock::{self, StateDirLock};
-use crate::checkpoint::manifest::{BundleManifest, FileEntry, Kind, Metadata, TaskId};
+use crate::checkpoint::manifest::{BundleManifest, FileEntry, Metadata, TaskId};
 use crate::checkpoint::task_snapshot::{self, ChannelId, TaskSnapshot};
 use crate::checkpoint::validate::{self, BundleStateValidator, FindError, ValidCheckpoint};
-use crate::checkpoint::BundleId;
-use crate::checkpoint::{disk, CheckpointId};
 use crate::config::Backend;
 use crate::config::Pipeline;
 use crate::connectors::source::RestoredPositions;
 use crate::features::{missing_reason, Feature, Features};
 use crate::plan::Plan;
 use crate::state::rocks::native::DB_SUBDIR;
+use crate::types::BundleId;
+use crate::types::CheckpointId;
+use crate::types::Kind;
 use crate::types::Millis;
 
 /// What `--restore` asked for.
@@ -1104,9 +1106,9 @@ impl RestoredState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::manifest::Kind;
     use crate::checkpoint::task_snapshot::ChannelState;
     use crate::operators::dead_letter::commit_operator_name;
+    use crate::types::Kind;
     use crate::types::{Record, Value};
 
     /// gen → unique (hash) → s1, s2; all at parallelism 2.

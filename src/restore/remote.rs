@@ -20,8 +20,8 @@ use crate::checkpoint::publish::{self, TempDir};
 use crate::checkpoint::remote::{self, ObjectStorage};
 use crate::checkpoint::storage::{Storage, StorageError};
 use crate::checkpoint::validate::{self, Invalid, ValidCheckpoint};
-use crate::checkpoint::CheckpointId;
 use crate::config::RemoteStorage;
+use crate::types::CheckpointId;
 
 /// A validated checkpoint and the download holding it (None: the local copy).
 pub struct Fetched {

@@ -25,19 +25,22 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use std::sync::Arc;
 
+use super::checkpoint_log::{CheckpointLog, Summary};
 use super::control::{Command, SavepointRequest, Status};
 use super::metrics::{CheckpointMetrics, Completed, FailureReason};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{Control, Event, SnapshotStats};
 use crate::checkpoint::generation::{Generation, StoredId};
 use crate::checkpoint::layout::Layout;
-use crate::checkpoint::manifest::{BundleManifest, Document, Kind, Metadata, TaskId, FORMAT_VERSION};
+use crate::checkpoint::manifest::{BundleManifest, Document, Metadata, TaskId, FORMAT_VERSION};
 use crate::checkpoint::storage::{LocalStorage, Storage};
-use crate::checkpoint::{disk, publish, savepoint, BundleId, CheckpointId};
+use crate::checkpoint::{disk, publish, savepoint};
 use crate::config::CheckpointSpec;
 use crate::faults;
 use crate::protocol::arbiter::{ArbiterDecision, BundleArbiter};
 use crate::protocol::coordinator::{AbortOutcome, Coordinator, CoordinatorConfig, Trigger};
+use crate::types::Kind;
+use crate::types::{BundleId, CheckpointId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -125,8 +128,10 @@ pub struct Driver {
     savepoint: Option<PendingSavepoint>,
     /// The newest completed checkpoint or savepoint.
     last_completed: CheckpointId,
-    /// Log completed checkpoints at DEBUG (a progress bar shows them).
-    quiet: bool,
+    /// How completed checkpoints are logged.
+    log: CheckpointLog,
+    /// Counts for a summary line, with [`CheckpointLog::Summary`].
+    summary: Option<Summary>,
 }
 
 /// A savepoint request on its way through the coordinator.
@@ -215,17 +220,24 @@ impl Driver {
             commands,
             savepoint: None,
             last_completed: first_completed,
-            quiet: false,
+            log: CheckpointLog::Each,
+            summary: None,
         }
     }
 
-    /// Log each completed checkpoint at DEBUG instead of INFO.
-    pub fn quiet_checkpoints(&mut self) {
-        self.quiet = true;
+    pub fn log_checkpoints(&mut self, log: CheckpointLog) {
+        self.log = log;
+        self.summary = match log {
+            CheckpointLog::Summary { every } => Some(Summary::new(every, Instant::now())),
+            CheckpointLog::Each | CheckpointLog::Quiet => None,
+        };
     }
 
     pub async fn run(mut self) -> Result<(), DriverError> {
         let result = self.drive().await;
+        if let Some(rest) = self.summary.as_mut().and_then(|s| s.rest(Instant::now())) {
+            rest.log();
+        }
         self.remove_unremoved();
         for id in &self.unremoved {
             tracing::warn!(checkpoint = id, "Could not remove an aborted checkpoint; the next start removes it.");
@@ -445,64 +457,10 @@ impl Driver {
     }
 
     async fn write_metadata(&mut self, id: CheckpointId, kind: Kind) -> Result<Option<CheckpointId>, DriverError> {
-        let md = Metadata {
-            version: FORMAT_VERSION,
-            pipeline: self.setup.pipeline.clone(),
-            checkpoint_id: id,
-            kind,
-            created_ms: crate::runtime::chain::now_ms(),
-            parallelism: self.setup.parallelism,
-            max_parallelism: self.setup.max_parallelism,
-            bundles: (0..self.setup.bundles.len() as BundleId).collect(),
-            operators: self.setup.operators.clone(),
-            keys: self.setup.keys.clone(),
-            cluster: self.setup.cluster.clone(),
-            on_sigterm: false,
-            crc32c: 0,
-        };
+        let md = self.metadata(id, kind);
         let created_ms = md.created_ms;
-        // A stop-with-savepoint is committed as this directory's checkpoint
-        // first (so `--restore latest` resumes where the stop's sinks
-        // committed), then copied out as the savepoint.
-        let stop_with_savepoint = kind == Kind::Savepoint && self.final_id == Some(id);
-        let mut savepoint_failed = None;
-        let written = match kind {
-            Kind::Checkpoint => {
-                let dir = self.setup.layout.checkpoint_dir(id);
-                commit_checkpoint(
-                    self.setup.layout.clone(),
-                    self.setup.storage.clone(),
-                    StoredId::new(id, self.setup.storage_generation),
-                    md.to_bytes(),
-                )
-                .await
-                .map(|()| dir)
-            }
-            Kind::Savepoint if stop_with_savepoint => {
-                let as_checkpoint = Metadata { kind: Kind::Checkpoint, ..md.clone() };
-                match commit_checkpoint(
-                    self.setup.layout.clone(),
-                    self.setup.storage.clone(),
-                    StoredId::new(id, self.setup.storage_generation),
-                    as_checkpoint.to_bytes(),
-                )
-                .await
-                {
-                    Err(e) => Err(e),
-                    Ok(()) => match self.write_savepoint(id, md, true).await {
-                        Ok(dir) => Ok(dir),
-                        Err(e) => {
-                            // Past the commit point: the stop completes as a final checkpoint.
-                            savepoint_failed = Some(format!("savepoint {id} could not be written ({e}); the pipeline stopped with it as its final checkpoint instead, which `--restore latest` resumes"));
-                            Ok(self.setup.layout.checkpoint_dir(id))
-                        }
-                    },
-                }
-            }
-            Kind::Savepoint => self.write_savepoint(id, md, false).await.map_err(|e| e.to_string()),
-        };
-        let dir = match written {
-            Ok(dir) => dir,
+        let (dir, savepoint_failed) = match self.commit_metadata(id, md).await {
+            Ok(written) => written,
             Err(e) => {
                 if let Some(o) = self.coordinator.on_metadata_failed(id, &e, Instant::now()) {
                     self.aborted(o, FailureReason::Write)?;
@@ -516,12 +474,74 @@ impl Driver {
         faults::get().crash_point("after_metadata");
         let Some(done) = self.coordinator.on_metadata_written(id, Instant::now()) else { return Ok(None) };
         self.note_progress();
+        self.record_completion(id, kind, created_ms, done.duration);
+        self.last_completed = id;
+        self.answer_savepoint(id, kind, dir, savepoint_failed);
+        // An intermediate savepoint publishes no sink output; the final one does.
+        if kind == Kind::Checkpoint || self.final_id == Some(id) {
+            let _ = self.completed.send(id);
+        }
+        let deleted = !done.delete.is_empty();
+        self.delete_subsumed(done.delete);
+        if deleted && !self.setup.rendezvous.is_empty() {
+            self.collect_garbage().await;
+        }
+        Ok(Some(id))
+    }
+
+    fn metadata(&self, id: CheckpointId, kind: Kind) -> Metadata {
+        Metadata {
+            version: FORMAT_VERSION,
+            pipeline: self.setup.pipeline.clone(),
+            checkpoint_id: id,
+            kind,
+            created_ms: crate::runtime::chain::now_ms(),
+            parallelism: self.setup.parallelism,
+            max_parallelism: self.setup.max_parallelism,
+            bundles: (0..self.setup.bundles.len() as BundleId).collect(),
+            operators: self.setup.operators.clone(),
+            keys: self.setup.keys.clone(),
+            cluster: self.setup.cluster.clone(),
+            on_sigterm: false,
+            crc32c: 0,
+        }
+    }
+
+    /// Write `_metadata`, the commit point: the checkpoint's directory, and
+    /// why its savepoint could not be written after the commit point (the
+    /// stop then completes as a final checkpoint); Err: not committed.
+    async fn commit_metadata(&mut self, id: CheckpointId, md: Metadata) -> Result<(PathBuf, Option<String>), String> {
+        let commit = |md: &Metadata| {
+            let stored = StoredId::new(id, self.setup.storage_generation);
+            commit_checkpoint(self.setup.layout.clone(), self.setup.storage.clone(), stored, md.to_bytes())
+        };
+        match md.kind {
+            Kind::Checkpoint => commit(&md).await.map(|()| (self.setup.layout.checkpoint_dir(id), None)),
+            // A stop-with-savepoint is committed as this directory's
+            // checkpoint first (so `--restore latest` resumes where the
+            // stop's sinks committed), then copied out as the savepoint.
+            Kind::Savepoint if self.final_id == Some(id) => {
+                commit(&Metadata { kind: Kind::Checkpoint, ..md.clone() }).await?;
+                match self.write_savepoint(id, md, true).await {
+                    Ok(dir) => Ok((dir, None)),
+                    Err(e) => Ok((
+                        self.setup.layout.checkpoint_dir(id),
+                        Some(format!("savepoint {id} could not be written ({e}); the pipeline stopped with it as its final checkpoint instead, which `--restore latest` resumes")),
+                    )),
+                }
+            }
+            Kind::Savepoint => self.write_savepoint(id, md, false).await.map(|dir| (dir, None)).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Count a completed checkpoint or savepoint and log it as `--checkpoint-log` asks.
+    fn record_completion(&mut self, id: CheckpointId, kind: Kind, created_ms: i64, duration: Duration) {
         let s = &self.stats;
         if kind == Kind::Checkpoint {
             self.setup.metrics.on_completed(&Completed {
                 id,
                 created_ms: u64::try_from(created_ms).unwrap_or(0),
-                duration: done.duration,
+                duration,
                 sync: s.sync,
                 write: s.write,
                 alignment: s.alignment,
@@ -539,7 +559,7 @@ impl Driver {
                 tracing::event!(
                     $level,
                     checkpoint = id,
-                    duration_ms = done.duration.as_millis() as u64,
+                    duration_ms = duration.as_millis() as u64,
                     sync_ms = s.sync.as_millis() as u64,
                     async_ms = s.write.as_millis() as u64,
                     alignment_ms = s.alignment.as_millis() as u64,
@@ -552,17 +572,24 @@ impl Driver {
                 )
             };
         }
-        // With a progress bar on screen the bar shows each checkpoint; a
-        // slow one is a warning wherever it is shown.
-        if done.duration >= slow_after(self.setup.spec.interval, self.setup.spec.timeout) {
+        // A slow one is a warning wherever it is shown.
+        if duration >= slow_after(self.setup.spec.interval, self.setup.spec.timeout) {
             completed!(tracing::Level::WARN);
-        } else if self.quiet && kind == Kind::Checkpoint {
+        } else if self.log != CheckpointLog::Each && kind == Kind::Checkpoint {
             completed!(tracing::Level::DEBUG);
         } else {
             completed!(tracing::Level::INFO);
         }
-        self.last_completed = id;
-        if let Some(why) = savepoint_failed {
+        if kind == Kind::Checkpoint {
+            if let Some(period) = self.summary.as_mut().and_then(|sum| sum.completed(id, duration, s.bytes, Instant::now())) {
+                period.log();
+            }
+        }
+    }
+
+    /// Answer the savepoint request that `id` completed, if any.
+    fn answer_savepoint(&mut self, id: CheckpointId, kind: Kind, dir: PathBuf, failed: Option<String>) {
+        if let Some(why) = failed {
             tracing::warn!(savepoint = id, reason = %why, "Savepoint failed.");
             if let Some(sp) = self.savepoint.take_if(|sp| sp.id == Some(id)) {
                 let _ = sp.reply.send(Err(why));
@@ -573,11 +600,12 @@ impl Driver {
                 let _ = sp.reply.send(Ok(dir));
             }
         }
-        // An intermediate savepoint publishes no sink output; the final one does.
-        if kind == Kind::Checkpoint || self.final_id == Some(id) {
-            let _ = self.completed.send(id);
-        }
-        let deleted = !done.delete.is_empty();
+    }
+
+    /// Delete the checkpoints a completion subsumed (and aborted ones left
+    /// in the store), the store's copy first: its `_metadata` goes first, so
+    /// a crash midway leaves an unfinished checkpoint, never a torn one.
+    fn delete_subsumed(&mut self, subsumed: Vec<CheckpointId>) {
         let unremoved_stored = std::mem::take(&mut self.unremoved_stored);
         crate::blocking::call(|| {
             if let Some(storage) = &self.setup.storage {
@@ -587,9 +615,7 @@ impl Driver {
                     }
                 }
             }
-            for old in done.delete {
-                // The store's copy first: its `_metadata` goes first, so a
-                // crash midway leaves an unfinished checkpoint, never a torn one.
+            for old in subsumed {
                 if let Some(storage) = &self.setup.storage {
                     let names = self.stored_names(old);
                     if let Err(e) = names.iter().try_for_each(|s| publish::remove(storage.as_ref(), &s.name())) {
@@ -602,10 +628,6 @@ impl Driver {
                 }
             }
         });
-        if deleted && !self.setup.rendezvous.is_empty() {
-            self.collect_garbage().await;
-        }
-        Ok(Some(id))
     }
 
     /// Move (`keep`: copy, leaving the committed checkpoint `chk-id` in
@@ -761,6 +783,9 @@ impl Driver {
         };
         tracing::warn!(checkpoint = id, %reason, reason_class = why.label(), "Checkpoint aborted.");
         self.setup.metrics.on_failed(savepoint, why);
+        if let (Some(sum), false) = (self.summary.as_mut(), savepoint) {
+            sum.failed();
+        }
         self.note_progress();
         // A final checkpoint that failed is asked for again.
         self.final_queued = false;

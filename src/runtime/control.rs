@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::status::Snapshot;
-use crate::checkpoint::CheckpointId;
+use crate::types::CheckpointId;
 
 /// A request line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! ordered stream, so signals (watermarks, end of input and, later,
 //! checkpoint barriers) stay in order with the records around them.
 
-use crate::checkpoint::manifest::Kind;
+use crate::types::Kind;
 use crate::types::{Millis, Record};
 
 #[derive(Debug)]

@@ -7,6 +7,7 @@
 pub mod build;
 pub mod chain;
 pub mod channel;
+pub mod checkpoint_log;
 pub mod checkpointing;
 pub mod control;
 pub mod gauges;
@@ -212,11 +213,11 @@ impl Engine {
         self.status.1.clone()
     }
 
-    /// Log each completed checkpoint at DEBUG instead of INFO (a progress
-    /// bar shows it); savepoints, failures and warnings keep their level.
-    pub fn quiet_checkpoints(&mut self) {
+    /// How completed checkpoints are logged (default: one INFO line each);
+    /// savepoints, failures and warnings keep their level.
+    pub fn log_checkpoints(&mut self, log: checkpoint_log::CheckpointLog) {
         if let Some(d) = &mut self.driver {
-            d.quiet_checkpoints();
+            d.log_checkpoints(log);
         }
     }
 

@@ -282,7 +282,7 @@ mod tests {
         };
         let (mut out, rxs) = build();
         out.push((0..20).map(rec).collect());
-        let overtaken = out.broadcast_overtaking(|| Message::Barrier(1, crate::checkpoint::manifest::Kind::Checkpoint)).unwrap();
+        let overtaken = out.broadcast_overtaking(|| Message::Barrier(1, crate::types::Kind::Checkpoint)).unwrap();
         let total: usize = overtaken.iter().map(|c| c.records.len()).sum();
         assert_eq!(total, 40, "each record once per consumer: {overtaken:?}");
         assert_eq!(overtaken.iter().filter(|c| c.channel.consumer == "f").map(|c| c.records.len()).sum::<usize>(), 20);

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::checkpoint::{BundleId, CheckpointId};
 use crate::state::rocks::native::{self, LocalCheckpoint, Uploader};
 use crate::state::rocks::BundleDb;
+use crate::types::{BundleId, CheckpointId};
 
 /// What the members of checkpoint `id` learn when it is released.
 #[derive(Debug, Clone)]

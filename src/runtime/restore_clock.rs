@@ -1,7 +1,7 @@
 //! How long a restore takes: from loading the checkpoint until the last
 //! task has its state back (the `weir_restore_*` metrics and the log line).
 
-use crate::checkpoint::CheckpointId;
+use crate::types::CheckpointId;
 
 /// Times the restore of all tasks: from loading the checkpoint until the
 /// last task has its state back.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::gauges::PhaseNanos;
-use super::metrics::Exported;
+use super::metrics::{CheckpointMetrics, Exported};
 use crate::connectors::source::Extent;
 use crate::types::{Millis, MIN_WATERMARK};
 
@@ -283,35 +283,8 @@ impl Sampler {
                 output_watermark,
             });
         }
-        let progress = self.extent.map(|extent| {
-            let restored: i64 = e
-                .nodes
-                .iter()
-                .filter(|n| n.kind == "source")
-                .flat_map(|n| &n.gauges)
-                .map(|g| g.restored_done.load(Ordering::Relaxed))
-                .fold(0i64, i64::saturating_add);
-            let restored = u64::try_from(restored).unwrap_or(0);
-            let (unit, total, read, read_then) = match extent {
-                Extent::Bytes(total) => (Unit::Bytes, total, bytes, bytes_then),
-                Extent::Rows(total) => (Unit::Rows, total, records, records_then),
-            };
-            let done = restored.saturating_add(read).min(total);
-            let per_sec = rate(read_then, read);
-            let eta_secs = (per_sec > 0.0).then(|| total.saturating_sub(done) as f64 / per_sec);
-            Progress { unit, done, total, eta_secs }
-        });
-        let checkpoints = e.checkpoints.as_ref().map(|c| {
-            let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-            let last = c.since_last().map(|age| LastCheckpoint {
-                id: load(&c.last_id),
-                age_secs: age.as_secs_f64(),
-                duration_ms: load(&c.last_duration_ms),
-                bytes: load(&c.last_bytes),
-            });
-            let restored = load(&c.restored_id);
-            Checkpoints { completed: load(&c.completed), failed: load(&c.failed), last, restored_from: (restored > 0).then_some(restored) }
-        });
+        let progress = self.extent.map(|extent| progress(e, extent, (records_then, records), (bytes_then, bytes), dt));
+        let checkpoints = e.checkpoints.as_deref().map(checkpoints);
         let ready = e.nodes.iter().flat_map(|n| &n.gauges).all(|g| g.times.is_ready());
         let state = if !e.running.load(Ordering::Relaxed) || !ready {
             "starting"
@@ -350,6 +323,40 @@ impl Sampler {
             }
         }
     }
+}
+
+/// How far a bounded run is: what the sources read (and had read before
+/// the restore) of the input's extent, and the time left at the current rate.
+fn progress(e: &Exported, extent: Extent, records: (u64, u64), bytes: (u64, u64), dt: f64) -> Progress {
+    let rate = |a: u64, b: u64| if dt > 0.001 { b.saturating_sub(a) as f64 / dt } else { 0.0 };
+    let restored: i64 = e
+        .nodes
+        .iter()
+        .filter(|n| n.kind == "source")
+        .flat_map(|n| &n.gauges)
+        .map(|g| g.restored_done.load(Ordering::Relaxed))
+        .fold(0i64, i64::saturating_add);
+    let restored = u64::try_from(restored).unwrap_or(0);
+    let (unit, total, (read_then, read)) = match extent {
+        Extent::Bytes(total) => (Unit::Bytes, total, bytes),
+        Extent::Rows(total) => (Unit::Rows, total, records),
+    };
+    let done = restored.saturating_add(read).min(total);
+    let per_sec = rate(read_then, read);
+    let eta_secs = (per_sec > 0.0).then(|| total.saturating_sub(done) as f64 / per_sec);
+    Progress { unit, done, total, eta_secs }
+}
+
+fn checkpoints(c: &CheckpointMetrics) -> Checkpoints {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let last = c.since_last().map(|age| LastCheckpoint {
+        id: load(&c.last_id),
+        age_secs: age.as_secs_f64(),
+        duration_ms: load(&c.last_duration_ms),
+        bytes: load(&c.last_bytes),
+    });
+    let restored = load(&c.restored_id);
+    Checkpoints { completed: load(&c.completed), failed: load(&c.failed), last, restored_from: (restored > 0).then_some(restored) }
 }
 
 #[cfg(test)]

@@ -15,15 +15,15 @@ use super::message::Message;
 use super::output::{Output, BATCH_SIZE};
 use super::rendezvous::Rendezvous;
 use super::task_checkpoint::{completed_changed, Control, Event, NativePart, PendingSnapshot, SnapshotStats, TaskCheckpointing};
-use crate::checkpoint::manifest::Kind;
 use crate::checkpoint::task_snapshot::{record_channel, TaskSnapshot};
-use crate::checkpoint::CheckpointId;
 use crate::connectors::source::{Extent, RestoredPositions, Source, SourcePoll};
 use crate::faults;
 use crate::operators::{OpError, OperatorMetrics, SubtaskInfo};
 use crate::pacing::Pacer;
 use crate::protocol::barrier::{Action, BarrierTracker, DataDisposition};
 use crate::protocol::watermark::{WatermarkChange, WatermarkTracker};
+use crate::types::CheckpointId;
+use crate::types::Kind;
 use crate::types::{Millis, Record, MAX_WATERMARK, MIN_WATERMARK};
 
 /// How a task ended.
@@ -122,6 +122,29 @@ async fn timed(times: Arc<TaskTimes>, task_loop: impl std::future::Future<Output
     result
 }
 
+/// What a source task's loop keeps between its turns.
+struct SourceLoop {
+    emitted_wm: Millis,
+    /// The highest event time read.
+    max_ts: Millis,
+    pacer: Option<Pacer>,
+    idle_since: Option<Instant>,
+    idle_sent: bool,
+    /// False while a stop-with-savepoint has stopped reading.
+    producing: bool,
+    /// The input ended (with checkpoints the task still answers the driver).
+    finished: bool,
+}
+
+/// What a source task's loop does after a turn.
+enum Turn {
+    Go,
+    Stopped,
+    /// Ends as the input ended (or the driver is done).
+    Exit,
+    ShutDown,
+}
+
 /// What woke an idle or throttled source.
 enum Wake {
     Time,
@@ -137,135 +160,163 @@ impl SourceTask {
     }
 
     async fn run_loop(mut self) -> TaskResult {
-        let batch_size = match self.timing.rate_limit {
-            // Small batches keep a throttled stream smooth (about 20 a second).
-            Some(rate) => ((rate / 20.0) as usize).clamp(1, BATCH_SIZE),
-            None => BATCH_SIZE,
-        };
-        let batch_size = self.timing.batch_size.map_or(batch_size, |b| b.clamp(1, batch_size));
+        let batch_size = self.batch_size();
         let mut emitted_wm = MIN_WATERMARK;
         if let Some(r) = self.restored.take() {
             emitted_wm = self.restore(r).await?;
         }
         self.meters.times.set_ready();
-        let mut max_ts = emitted_wm.saturating_add(self.timing.max_out_of_orderness.unwrap_or(0)).saturating_add(1);
-        // After a stall, at most one batch at once (no catching up).
-        let mut pacer = self.timing.rate_limit.map(|rate| Pacer::new(rate, batch_size as u64));
-        let mut idle_since: Option<Instant> = None;
-        let mut idle_sent = false;
+        let mut lp = SourceLoop {
+            emitted_wm,
+            max_ts: emitted_wm.saturating_add(self.timing.max_out_of_orderness.unwrap_or(0)).saturating_add(1),
+            // After a stall, at most one batch at once (no catching up).
+            pacer: self.timing.rate_limit.map(|rate| Pacer::new(rate, batch_size as u64)),
+            idle_since: None,
+            idle_sent: false,
+            producing: true,
+            finished: false,
+        };
+        loop {
+            match self.step(&mut lp, batch_size).await? {
+                Turn::Go => {}
+                Turn::Stopped => return Ok(TaskEnd::Stopped),
+                Turn::Exit => return self.exit(lp.finished).await,
+                Turn::ShutDown => return self.shut_down().await,
+            }
+        }
+    }
+
+    fn batch_size(&self) -> usize {
+        let batch_size = match self.timing.rate_limit {
+            // Small batches keep a throttled stream smooth (about 20 a second).
+            Some(rate) => ((rate / 20.0) as usize).clamp(1, BATCH_SIZE),
+            None => BATCH_SIZE,
+        };
+        self.timing.batch_size.map_or(batch_size, |b| b.clamp(1, batch_size))
+    }
+
+    /// One turn of the loop: answer the driver, poll a batch and pass it
+    /// on, then wait as the source's state asks.
+    async fn step(&mut self, lp: &mut SourceLoop, batch_size: usize) -> Result<Turn, TaskError> {
+        if self.checkpointing.is_none() && *self.stop.borrow() {
+            return Ok(Turn::ShutDown);
+        }
         // With checkpoints a source outlives its input: it still answers
         // triggers (its position no longer moves) until the driver is done.
-        let mut producing = true;
-        let mut finished = false;
-        loop {
-            if self.checkpointing.is_none() && *self.stop.borrow() {
-                return self.shut_down().await;
-            }
-            if !producing || finished {
-                match self.wait(None).await {
-                    Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
-                    Wake::Completed => self.notify_completed()?,
-                    Wake::Done => return self.exit(finished).await,
-                    Wake::Stop => return self.shut_down().await,
-                    Wake::Time => {}
+        if !lp.producing || lp.finished {
+            let wake = self.wait(None).await;
+            return self.on_wake(wake, lp).await;
+        }
+        while let Some(c) = self.checkpointing.as_mut().and_then(|s| s.control.try_recv().ok()) {
+            self.on_control(c, lp.emitted_wm, &mut lp.producing).await?;
+        }
+        self.notify_completed()?;
+        if !lp.producing {
+            return Ok(Turn::Go);
+        }
+        let mut batch = Vec::with_capacity(batch_size);
+        let status = self.source.poll(batch_size, &mut batch, &self.metrics).map_err(|e| TaskError::new(&self.info, e))?;
+        let passed = if batch.is_empty() { self.advance_without_data(lp).await? } else { self.forward(batch, lp).await? };
+        if !passed {
+            return Ok(Turn::Stopped);
+        }
+        match status {
+            SourcePoll::Finished => self.on_input_end(lp).await,
+            SourcePoll::More => match lp.pacer.as_mut().and_then(|p| p.wait(Instant::now())) {
+                Some(pause) => {
+                    let wake = self.wait(Some(Instant::now() + pause)).await;
+                    self.on_wake(wake, lp).await
                 }
-                continue;
-            }
-            while let Some(c) = self.checkpointing.as_mut().and_then(|s| s.control.try_recv().ok()) {
-                self.on_control(c, emitted_wm, &mut producing).await?;
-            }
-            self.notify_completed()?;
-            if !producing {
-                continue;
-            }
-            let mut batch = Vec::with_capacity(batch_size);
-            let status = self.source.poll(batch_size, &mut batch, &self.metrics).map_err(|e| TaskError::new(&self.info, e))?;
-            if !batch.is_empty() {
-                idle_since = None;
-                idle_sent = false;
-                if let Some(p) = &mut pacer {
-                    p.sent(batch.len() as u64, Instant::now());
-                }
-                OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
-                max_ts = batch.iter().filter_map(|r| r.event_time).fold(max_ts, Millis::max);
-                if !self.source.carries_watermarks() {
-                    split_watermarks(&mut batch, self.timing.max_out_of_orderness);
-                }
-                let out = self.chain.process(0, batch)?;
-                self.output.push(out);
-                self.chain.publish_state();
-                if let Some(wm) = self.input_watermark(max_ts) {
-                    if wm > emitted_wm {
-                        emitted_wm = wm;
-                        if !self.emit_watermark(wm).await? {
-                            return Ok(TaskEnd::Stopped);
-                        }
-                    }
-                }
-                if self.output.flush().await.is_err() {
-                    return Ok(TaskEnd::Stopped);
-                }
-            } else if let (Some(wm), Some(_)) = (self.input_watermark(max_ts), self.source.event_time_bound()) {
-                // No data, but the bound may have moved (a Kafka partition
-                // went idle or reached its end, a repartition topic's
-                // producers wrote their watermarks).
-                if wm > emitted_wm {
-                    emitted_wm = wm;
-                    if !self.emit_watermark(wm).await? {
-                        return Ok(TaskEnd::Stopped);
-                    }
-                }
-            }
-            match status {
-                SourcePoll::Finished => {
-                    tracing::debug!(source = %self.info.operator, subtask = self.info.index, "Source read to the end of its input.");
-                    if !self.end_of_input().await? {
-                        return Ok(TaskEnd::Stopped);
-                    }
-                    emitted_wm = MAX_WATERMARK;
-                    match &self.checkpointing {
-                        None => return self.exit(true).await,
-                        Some(s) => {
-                            let _ = s.ck.events.send(Event::Finished { source: true });
-                            finished = true;
-                        }
-                    }
-                }
-                SourcePoll::More => {
-                    if let Some(pause) = pacer.as_mut().and_then(|p| p.wait(Instant::now())) {
-                        match self.wait(Some(Instant::now() + pause)).await {
-                            Wake::Stop => return self.shut_down().await,
-                            Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
-                            Wake::Completed => self.notify_completed()?,
-                            Wake::Done => return self.exit(false).await,
-                            Wake::Time => {}
-                        }
-                    }
-                }
-                SourcePoll::Pending => {
-                    let since = *idle_since.get_or_insert_with(Instant::now);
-                    // A repartition topic without data is idle only when its
-                    // producers are (they may still pass watermarks).
-                    let carried_idle = !self.source.carries_watermarks() || self.source.event_time_bound().is_none();
-                    if self.source.carries_watermarks() && !carried_idle {
-                        idle_sent = false;
-                    }
-                    if !idle_sent && carried_idle && self.timing.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
-                        idle_sent = true;
-                        if self.output.broadcast(|| Message::Idle).await.is_err() {
-                            return Ok(TaskEnd::Stopped);
-                        }
-                    }
-                    match self.wait(Some(Instant::now() + Duration::from_millis(20))).await {
-                        Wake::Stop => return self.shut_down().await,
-                        Wake::Control(c) => self.on_control(c, emitted_wm, &mut producing).await?,
-                        Wake::Completed => self.notify_completed()?,
-                        Wake::Done => return self.exit(false).await,
-                        Wake::Time => {}
-                    }
+                None => Ok(Turn::Go),
+            },
+            SourcePoll::Pending => self.on_pending(lp).await,
+        }
+    }
+
+    async fn on_wake(&mut self, wake: Wake, lp: &mut SourceLoop) -> Result<Turn, TaskError> {
+        match wake {
+            Wake::Control(c) => self.on_control(c, lp.emitted_wm, &mut lp.producing).await?,
+            Wake::Completed => self.notify_completed()?,
+            Wake::Done => return Ok(Turn::Exit),
+            Wake::Stop => return Ok(Turn::ShutDown),
+            Wake::Time => {}
+        }
+        Ok(Turn::Go)
+    }
+
+    /// Process a polled batch through the chain and send it on, with the
+    /// watermark it allows; false if the pipeline is stopping.
+    async fn forward(&mut self, mut batch: Vec<Record>, lp: &mut SourceLoop) -> Result<bool, TaskError> {
+        lp.idle_since = None;
+        lp.idle_sent = false;
+        if let Some(p) = &mut lp.pacer {
+            p.sent(batch.len() as u64, Instant::now());
+        }
+        OperatorMetrics::add(&self.metrics.records_out, batch.len() as u64);
+        lp.max_ts = batch.iter().filter_map(|r| r.event_time).fold(lp.max_ts, Millis::max);
+        if !self.source.carries_watermarks() {
+            split_watermarks(&mut batch, self.timing.max_out_of_orderness);
+        }
+        let out = self.chain.process(0, batch)?;
+        self.output.push(out);
+        self.chain.publish_state();
+        if let Some(wm) = self.input_watermark(lp.max_ts) {
+            if wm > lp.emitted_wm {
+                lp.emitted_wm = wm;
+                if !self.emit_watermark(wm).await? {
+                    return Ok(false);
                 }
             }
         }
+        Ok(self.output.flush().await.is_ok())
+    }
+
+    /// No data, but the bound may have moved (a Kafka partition went idle
+    /// or reached its end, a repartition topic's producers wrote their
+    /// watermarks); false if the pipeline is stopping.
+    async fn advance_without_data(&mut self, lp: &mut SourceLoop) -> Result<bool, TaskError> {
+        if let (Some(wm), Some(_)) = (self.input_watermark(lp.max_ts), self.source.event_time_bound()) {
+            if wm > lp.emitted_wm {
+                lp.emitted_wm = wm;
+                return self.emit_watermark(wm).await;
+            }
+        }
+        Ok(true)
+    }
+
+    async fn on_input_end(&mut self, lp: &mut SourceLoop) -> Result<Turn, TaskError> {
+        tracing::debug!(source = %self.info.operator, subtask = self.info.index, "Source read to the end of its input.");
+        if !self.end_of_input().await? {
+            return Ok(Turn::Stopped);
+        }
+        lp.emitted_wm = MAX_WATERMARK;
+        lp.finished = true;
+        match &self.checkpointing {
+            None => Ok(Turn::Exit),
+            Some(s) => {
+                let _ = s.ck.events.send(Event::Finished { source: true });
+                Ok(Turn::Go)
+            }
+        }
+    }
+
+    /// No data for now: mark the output idle after `idle_timeout`, and wait a little.
+    async fn on_pending(&mut self, lp: &mut SourceLoop) -> Result<Turn, TaskError> {
+        let since = *lp.idle_since.get_or_insert_with(Instant::now);
+        // A repartition topic without data is idle only when its
+        // producers are (they may still pass watermarks).
+        let carried_idle = !self.source.carries_watermarks() || self.source.event_time_bound().is_none();
+        if self.source.carries_watermarks() && !carried_idle {
+            lp.idle_sent = false;
+        }
+        if !lp.idle_sent && carried_idle && self.timing.idle_timeout.is_some_and(|t| since.elapsed() >= t) {
+            lp.idle_sent = true;
+            if self.output.broadcast(|| Message::Idle).await.is_err() {
+                return Ok(Turn::Stopped);
+            }
+        }
+        let wake = self.wait(Some(Instant::now() + Duration::from_millis(20))).await;
+        self.on_wake(wake, lp).await
     }
 
     /// The watermark the input allows now, with `max_ts` the highest event
@@ -480,6 +531,14 @@ pub struct OperatorTask {
     pub restored: Option<Restored>,
 }
 
+/// What an operator task's loop keeps between its turns.
+struct OperatorLoop {
+    tracker: WatermarkTracker,
+    pending: Option<PendingSnapshot>,
+    first_barrier: Option<(u64, Instant)>,
+    ended: bool,
+}
+
 /// What the operator task loop woke up for.
 enum Step {
     Input(Option<InputEvent>),
@@ -494,36 +553,13 @@ impl OperatorTask {
     }
 
     async fn run_loop(mut self) -> TaskResult {
-        let mut tracker = WatermarkTracker::new(self.inputs.len());
+        let mut lp = OperatorLoop { tracker: WatermarkTracker::new(self.inputs.len()), pending: None, first_barrier: None, ended: false };
         if let Some(r) = self.restored.take() {
             self.restore(r).await?;
         }
         self.meters.times.set_ready();
-        let mut pending: Option<PendingSnapshot> = None;
-        let mut first_barrier: Option<(u64, Instant)> = None;
-        let mut ended = false;
         loop {
-            let tick = self.chain.next_tick_in();
-            // Once per loop turn (a batch, a watermark, a barrier), not per record.
-            self.chain.publish_state();
-            self.meters.times.enter(Phase::Idle);
-            let step = match &mut self.checkpointing {
-                None => tokio::select! {
-                    e = self.inputs.recv() => Step::Input(e),
-                    _ = sleep_opt(tick) => Step::Tick,
-                },
-                Some(c) => {
-                    let deadline = c.barriers.deadline();
-                    tokio::select! {
-                        e = self.inputs.recv() => Step::Input(e),
-                        _ = sleep_opt(tick) => Step::Tick,
-                        _ = completed_changed(&mut c.ck.completed) => Step::Completed,
-                        _ = sleep_until_opt(deadline) => Step::AlignmentTimeout,
-                    }
-                }
-            };
-            self.meters.times.enter(Phase::Busy);
-            let (change, actions) = match step {
+            let (change, actions) = match self.next_step().await {
                 Step::Tick => {
                     let out = self.chain.tick()?;
                     self.output.push(out);
@@ -538,73 +574,25 @@ impl OperatorTask {
                     (WatermarkChange::Unchanged, c.barriers.on_timer(Instant::now()))
                 }
                 // Every input closed: upstream finished or stopped.
-                Step::Input(None) => return self.exit(ended).await,
+                Step::Input(None) => return self.exit(lp.ended).await,
                 Step::Input(Some(InputEvent::Closed(i))) => match &mut self.checkpointing {
                     Some(c) => (WatermarkChange::Unchanged, c.barriers.on_closed(i).map_err(|e| self.protocol_error(e))?),
                     None => (WatermarkChange::Unchanged, Vec::new()),
                 },
-                Step::Input(Some(InputEvent::Message(i, msg))) => match msg {
-                    Message::Batch(batch) => {
-                        if let (Some(c), Some(p)) = (&self.checkpointing, pending.as_mut()) {
-                            if c.barriers.on_data(i) == DataDisposition::ProcessAndRecord {
-                                let channel = self.inputs.channel(i).ok_or_else(|| self.protocol_error(format!("no input {i}")))?;
-                                record_channel(&mut p.snapshot.input_channels, channel, batch.iter().cloned());
-                            }
-                        }
-                        let change = tracker.on_data(i);
-                        let out = self.chain.process(0, batch)?;
-                        self.output.push(out);
-                        if let Some(pause) = self.chain.throttle() {
-                            // A slow operator: hold the input back (backpressure).
-                            tokio::time::sleep(pause).await;
-                        }
-                        (change, Vec::new())
-                    }
-                    Message::Watermark(wm) => (tracker.on_watermark(i, wm), Vec::new()),
-                    Message::Idle => (tracker.on_idle(i), Vec::new()),
-                    Message::EndOfInput => (tracker.on_finished(i), Vec::new()),
-                    Message::Barrier(id, kind) => match &mut self.checkpointing {
-                        Some(c) => {
-                            let now = Instant::now();
-                            if c.kind.0 < id {
-                                c.kind = (id, kind);
-                            }
-                            if first_barrier.is_none_or(|(b, _)| b != id) {
-                                first_barrier = Some((id, now));
-                            }
-                            (WatermarkChange::Unchanged, c.barriers.on_barrier_of(i, id, kind, now).map_err(|e| self.protocol_error(e))?)
-                        }
-                        // A barrier without checkpointing can't happen; pass it on.
-                        None => {
-                            let _ = self.output.broadcast(|| Message::Barrier(id, kind)).await;
-                            (WatermarkChange::Unchanged, Vec::new())
-                        }
-                    },
-                },
+                Step::Input(Some(InputEvent::Message(i, msg))) => self.on_message(i, msg, &mut lp).await?,
             };
-            let sent = match change {
-                WatermarkChange::Advanced(wm) if wm > self.chain.watermark() => {
-                    let out = self.chain.advance_watermark(wm)?;
-                    self.output.push(out);
-                    self.meters.watermarks(&self.chain);
-                    let forward = self.chain.output_watermark();
-                    self.output.broadcast(|| Message::Watermark(forward)).await
-                }
-                WatermarkChange::BecameIdle => self.output.broadcast(|| Message::Idle).await,
-                _ => self.output.flush().await,
-            };
-            if sent.is_err() {
+            if !self.pass_on(change).await? {
                 return self.exit(false).await;
             }
             for action in actions {
-                match self.act(action, &mut pending, first_barrier).await {
+                match self.act(action, &mut lp.pending, lp.first_barrier).await {
                     Ok(()) => {}
                     Err(TaskStop::Failed(e)) => return Err(e),
                     Err(TaskStop::Disconnected) => return self.exit(false).await,
                 }
             }
-            if tracker.all_finished() && !ended {
-                ended = true;
+            if lp.tracker.all_finished() && !lp.ended {
+                lp.ended = true;
                 let out = self.chain.end_of_input()?;
                 self.output.push(out);
                 if self.output.broadcast(|| Message::EndOfInput).await.is_err() {
@@ -618,6 +606,91 @@ impl OperatorTask {
                 }
             }
         }
+    }
+
+    /// Wait (idle) for the next input, tick, completed checkpoint or alignment timeout.
+    async fn next_step(&mut self) -> Step {
+        let tick = self.chain.next_tick_in();
+        // Once per loop turn (a batch, a watermark, a barrier), not per record.
+        self.chain.publish_state();
+        self.meters.times.enter(Phase::Idle);
+        let step = match &mut self.checkpointing {
+            None => tokio::select! {
+                e = self.inputs.recv() => Step::Input(e),
+                _ = sleep_opt(tick) => Step::Tick,
+            },
+            Some(c) => {
+                let deadline = c.barriers.deadline();
+                tokio::select! {
+                    e = self.inputs.recv() => Step::Input(e),
+                    _ = sleep_opt(tick) => Step::Tick,
+                    _ = completed_changed(&mut c.ck.completed) => Step::Completed,
+                    _ = sleep_until_opt(deadline) => Step::AlignmentTimeout,
+                }
+            }
+        };
+        self.meters.times.enter(Phase::Busy);
+        step
+    }
+
+    /// One message of input `i`: the watermark change it makes and what the
+    /// barrier tracker decides.
+    async fn on_message(&mut self, i: usize, msg: Message, lp: &mut OperatorLoop) -> Result<(WatermarkChange, Vec<Action>), TaskError> {
+        Ok(match msg {
+            Message::Batch(batch) => {
+                if let (Some(c), Some(p)) = (&self.checkpointing, lp.pending.as_mut()) {
+                    if c.barriers.on_data(i) == DataDisposition::ProcessAndRecord {
+                        let channel = self.inputs.channel(i).ok_or_else(|| self.protocol_error(format!("no input {i}")))?;
+                        record_channel(&mut p.snapshot.input_channels, channel, batch.iter().cloned());
+                    }
+                }
+                let change = lp.tracker.on_data(i);
+                let out = self.chain.process(0, batch)?;
+                self.output.push(out);
+                if let Some(pause) = self.chain.throttle() {
+                    // A slow operator: hold the input back (backpressure).
+                    tokio::time::sleep(pause).await;
+                }
+                (change, Vec::new())
+            }
+            Message::Watermark(wm) => (lp.tracker.on_watermark(i, wm), Vec::new()),
+            Message::Idle => (lp.tracker.on_idle(i), Vec::new()),
+            Message::EndOfInput => (lp.tracker.on_finished(i), Vec::new()),
+            Message::Barrier(id, kind) => match &mut self.checkpointing {
+                Some(c) => {
+                    let now = Instant::now();
+                    if c.kind.0 < id {
+                        c.kind = (id, kind);
+                    }
+                    if lp.first_barrier.is_none_or(|(b, _)| b != id) {
+                        lp.first_barrier = Some((id, now));
+                    }
+                    (WatermarkChange::Unchanged, c.barriers.on_barrier_of(i, id, kind, now).map_err(|e| self.protocol_error(e))?)
+                }
+                // A barrier without checkpointing can't happen; pass it on.
+                None => {
+                    let _ = self.output.broadcast(|| Message::Barrier(id, kind)).await;
+                    (WatermarkChange::Unchanged, Vec::new())
+                }
+            },
+        })
+    }
+
+    /// Send what the turn produced, with the watermark or idleness it
+    /// changed; false if the output is disconnected (the pipeline stops).
+    async fn pass_on(&mut self, change: WatermarkChange) -> Result<bool, TaskError> {
+        let sent = match change {
+            WatermarkChange::Advanced(wm) if wm > self.chain.watermark() => {
+                let out = self.chain.advance_watermark(wm)?;
+                self.output.push(out);
+                self.meters.watermarks(&self.chain);
+                let forward = self.chain.output_watermark();
+                self.output.broadcast(|| Message::Watermark(forward)).await
+            }
+            WatermarkChange::BecameIdle => self.output.broadcast(|| Message::Idle).await,
+            _ => self.output.flush().await,
+        };
+        Ok(sent.is_ok())
     }
 
     /// Carry out one decision of the barrier tracker.

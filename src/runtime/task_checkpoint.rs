@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::rendezvous::{Arrival, Rendezvous};
+use crate::checkpoint::disk;
 use crate::checkpoint::layout::Layout;
-use crate::checkpoint::manifest::{Kind, TaskId};
+use crate::checkpoint::manifest::TaskId;
 use crate::checkpoint::task_snapshot::{self, TaskSnapshot};
-use crate::checkpoint::{disk, BundleId, CheckpointId};
 use crate::faults;
 use crate::protocol::arbiter::Vote;
 use crate::state::StateSnapshot;
+use crate::types::Kind;
+use crate::types::{BundleId, CheckpointId};
 
 /// How long a snapshot took, for the checkpoint log line and metrics.
 #[derive(Debug, Clone, Copy, Default)]

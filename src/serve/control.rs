@@ -13,12 +13,11 @@
 //! nor a flood of log lines.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinSet;
 
 use crate::runtime::control::{Command, Request, Response, Status};
 use crate::runtime::status::Snapshot;
@@ -60,9 +59,6 @@ impl Default for Limits {
 
 /// The read buffer of a connection: what may be read past `max_request`.
 const READ_BUFFER: usize = 8 * 1024;
-
-/// At most one accept warning per this long; the others are counted.
-const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
 impl ControlServer {
     /// Bind `path` and serve until `shutdown`. The caller holds the state
@@ -226,44 +222,18 @@ async fn driver_status(commands: &mpsc::UnboundedSender<Command>, live: Option<S
 }
 
 async fn serve(listener: UnixListener, handles: Handles, mut stop: watch::Receiver<bool>, limits: Limits) {
-    let mut conns = JoinSet::new();
-    let mut failures: u32 = 0;
-    let mut warning = RateLimit::new(ACCEPT_WARN_EVERY);
-    loop {
-        let pause = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    failures = 0;
-                    while conns.try_join_next().is_some() {}
-                    if conns.len() >= limits.max_clients {
-                        refuse(stream, limits.max_clients);
-                    } else {
-                        let (read, write) = stream.into_split();
-                        conns.spawn(connection(read, write, handles.clone(), limits));
-                    }
-                    None
-                }
-                Err(e) => {
-                    // EMFILE and the like stay until descriptors are freed:
-                    // retrying at once would spin and log without end.
-                    failures = failures.saturating_add(1);
-                    let pause = accept_backoff(failures);
-                    if let Some(suppressed) = warning.allow(Instant::now()) {
-                        tracing::warn!(error = %e, suppressed, pause_ms = pause.as_millis() as u64, "Control socket accept failed; backing off.");
-                    }
-                    Some(pause)
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => None,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        if let Some(pause) = pause {
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.wait_for(|s| *s) => break,
-            }
-        }
-    }
+    let mut conns = super::accept::accept_loop(
+        &listener,
+        "control socket",
+        limits.max_clients,
+        &mut stop,
+        |stream| refuse(stream, limits.max_clients),
+        |stream| {
+            let (read, write) = stream.into_split();
+            connection(read, write, handles.clone(), limits)
+        },
+    )
+    .await;
     drop(listener);
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
@@ -274,50 +244,10 @@ async fn serve(listener: UnixListener, handles: Handles, mut stop: watch::Receiv
 /// Answer a client over the limit with one error line, without waiting
 /// for it, and close.
 fn refuse(stream: UnixStream, max_clients: usize) {
-    tracing::debug!(max_clients, "Control socket client refused: too many clients.");
     let mut line = serde_json::to_string(&Response::error(format!("too many control clients (at most {max_clients})")))
         .unwrap_or_else(|_| r#"{"ok":false,"error":"too many control clients"}"#.into());
     line.push('\n');
     let _ = stream.try_write(line.as_bytes());
-}
-
-/// How long to pause after the `failures`-th accept error in a row: 10 ms,
-/// doubling, at most 1 s.
-fn accept_backoff(failures: u32) -> Duration {
-    const FIRST: Duration = Duration::from_millis(10);
-    const MAX: Duration = Duration::from_secs(1);
-    if failures == 0 {
-        return Duration::ZERO;
-    }
-    FIRST.saturating_mul(1u32 << (failures - 1).min(16)).min(MAX)
-}
-
-/// Lets an event through at most once per `every`, counting the others.
-#[derive(Debug)]
-struct RateLimit {
-    every: Duration,
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl RateLimit {
-    fn new(every: Duration) -> RateLimit {
-        RateLimit { every, last: None, suppressed: 0 }
-    }
-
-    /// `Some(n)`: report now, `n` events were suppressed since the last report.
-    fn allow(&mut self, now: Instant) -> Option<u64> {
-        match self.last {
-            Some(last) if now.saturating_duration_since(last) < self.every => {
-                self.suppressed = self.suppressed.saturating_add(1);
-                None
-            }
-            _ => {
-                self.last = Some(now);
-                Some(std::mem::take(&mut self.suppressed))
-            }
-        }
-    }
 }
 
 /// What reading one request line gave.
@@ -423,6 +353,7 @@ async fn answer(line: &str, handles: &Handles) -> Response {
 mod tests {
     use super::*;
     use crate::runtime::control::*;
+    use std::time::Instant;
 
     #[test]
     fn requests_parse_as_documented() {
@@ -641,25 +572,5 @@ mod tests {
             assert!(ask(&mut busy, b"{\"status\": {}}\n").await.contains("\"ok\":true"));
         }
         server.shutdown().await;
-    }
-
-    #[test]
-    fn accept_backoff_doubles_from_10ms_up_to_a_second() {
-        let ms = |n| accept_backoff(n).as_millis();
-        assert_eq!((ms(0), ms(1), ms(2), ms(3), ms(7)), (0, 10, 20, 40, 640));
-        assert_eq!((ms(8), ms(30), ms(u32::MAX)), (1000, 1000, 1000));
-    }
-
-    #[test]
-    fn accept_warnings_are_rate_limited_and_count_the_suppressed() {
-        let t0 = Instant::now();
-        let mut limit = RateLimit::new(Duration::from_secs(5));
-        assert_eq!(limit.allow(t0), Some(0));
-        for i in 1..=1000 {
-            assert_eq!(limit.allow(t0 + Duration::from_millis(i)), None);
-        }
-        assert_eq!(limit.allow(t0 + Duration::from_secs(5)), Some(1000));
-        assert_eq!(limit.allow(t0 + Duration::from_secs(6)), None);
-        assert_eq!(limit.allow(t0 + Duration::from_secs(11)), Some(1));
     }
 }

@@ -23,7 +23,6 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use super::control::Limits;
 use crate::operators::OperatorMetrics;
@@ -87,35 +86,107 @@ struct Site {
 }
 
 async fn serve(listener: TcpListener, site: Arc<Site>, mut stop: watch::Receiver<bool>, limits: Limits) {
-    let mut conns = JoinSet::new();
-    loop {
-        let pause = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    while conns.try_join_next().is_some() {}
-                    if conns.len() >= limits.max_clients {
-                        // Answered without waiting for the request: the
-                        // client learns why instead of hanging.
-                        let _ = stream.try_write(&response(503, "text/plain", "too many metrics clients\n", true));
-                    } else {
-                        conns.spawn(connection(stream, site.clone(), limits));
-                    }
-                    false
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "Metrics endpoint accept failed.");
-                    true
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => false,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        if pause {
-            // EMFILE and the like stay a while: pause instead of spinning.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    // Refused without waiting for the request: the client learns why instead of hanging.
+    let refuse = |stream: TcpStream| {
+        let _ = stream.try_write(&response(503, "text/plain", "too many metrics clients\n", true));
+    };
+    let mut conns = super::accept::accept_loop(&listener, "metrics endpoint", limits.max_clients, &mut stop, refuse, |stream| {
+        connection(stream, site.clone(), limits)
+    })
+    .await;
+    conns.abort_all();
+}
+
+/// The checkpoint counters, histograms and the newest checkpoint's figures.
+fn checkpoint_metrics(enc: &mut DescriptorEncoder, e: &Exported, c: &CheckpointMetrics) -> Result<(), std::fmt::Error> {
+    let pipeline = [("pipeline", e.pipeline.as_str())];
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
+    counter(enc, "weir_checkpoints_completed", "Checkpoints completed by this process.", &pipeline, load(&c.completed))?;
+    checkpoint_failures(enc, &e.pipeline, c)?;
+    counter(enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
+    use crate::runtime::metrics::{DURATION_BOUNDS_US, SIZE_BOUNDS};
+    let histograms = [
+        (
+            "weir_checkpoint_duration_seconds",
+            "Trigger to `_metadata` written, of every completed checkpoint.",
+            &c.duration_histogram,
+            &DURATION_BOUNDS_US,
+            1e-6,
+        ),
+        (
+            "weir_checkpoint_alignment_duration_seconds",
+            "The longest barrier alignment over the tasks, of every completed checkpoint.",
+            &c.alignment_histogram,
+            &DURATION_BOUNDS_US,
+            1e-6,
+        ),
+        (
+            "weir_checkpoint_size_bytes",
+            "Bytes written by every completed checkpoint (state files, in-flight records).",
+            &c.size_histogram,
+            &SIZE_BOUNDS,
+            1.0,
+        ),
+    ];
+    for (name, help, h, bounds, scale) in histograms {
+        let (sum, count, buckets) = h.read(bounds, scale);
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Histogram)?;
+        m.encode_family(&pipeline)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)?;
+    }
+    let seconds: [(&str, &str, f64); 7] = [
+        (
+            "weir_checkpoint_last_duration_seconds",
+            "Trigger to `_metadata` written, of the newest completed checkpoint.",
+            secs(&c.last_duration_ms),
+        ),
+        ("weir_checkpoint_last_sync_duration_seconds", "The longest synchronous snapshot part over the tasks.", secs(&c.last_sync_ms)),
+        ("weir_checkpoint_last_async_duration_seconds", "The longest asynchronous write over the tasks.", secs(&c.last_async_ms)),
+        ("weir_checkpoint_last_alignment_duration_seconds", "The longest barrier alignment over the tasks.", secs(&c.last_alignment_ms)),
+        ("weir_checkpoint_last_rendezvous_pause_seconds", "The longest pause of a bundle's RocksDB rendezvous.", secs(&c.last_pause_ms)),
+        ("weir_checkpoint_last_completed_timestamp_seconds", "Its `_metadata` time, Unix seconds (0: none).", secs(&c.last_completed_ms)),
+        ("weir_checkpoint_interval_seconds", "The configured checkpoint interval.", e.checkpoint_interval.as_secs_f64()),
+    ];
+    for (name, help, v) in seconds {
+        gauge(enc, name, help, &pipeline, v)?;
+    }
+    let whole: [(&str, &str, u64); 4] = [
+        ("weir_checkpoint_last_size_bytes", "Bytes the newest completed checkpoint wrote.", load(&c.last_bytes)),
+        (
+            "weir_checkpoint_last_reused_size_bytes",
+            "Bytes of shared files it referenced from earlier checkpoints.",
+            load(&c.last_reused_bytes),
+        ),
+        ("weir_checkpoint_last_completed_id", "Id of the newest checkpoint this process completed (0: none).", load(&c.last_id)),
+        ("weir_checkpoint_restored_id", "The checkpoint or savepoint this run restored from (0: none).", load(&c.restored_id)),
+    ];
+    for (name, help, v) in whole {
+        gauge(enc, name, help, &pipeline, v)?;
+    }
+    Ok(())
+}
+
+/// Records in and out and source bytes, per operator subtask, as the
+/// end-of-run summary counts them.
+fn records(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    type Pick = fn(&crate::runtime::Totals) -> u64;
+    let per_subtask: [(&str, &str, Pick, fn(&str) -> bool); 3] = [
+        ("weir_records_in", "Records an operator or sink subtask received.", |t| t.records_in, |k| k != "source"),
+        ("weir_records_out", "Records a source or operator subtask emitted.", |t| t.records_out, |k| k != "sink"),
+        ("weir_source_bytes_in", "Bytes a source subtask consumed.", |t| t.bytes_in, |k| k == "source"),
+    ];
+    for (name, help, pick, applies) in per_subtask {
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+        for node in e.nodes.iter().filter(|n| applies(n.kind)) {
+            for (i, sub) in node.subtasks.iter().enumerate() {
+                let t = crate::runtime::Totals::of(sub);
+                let subtask = i.to_string();
+                let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
+                ConstCounter::new(pick(&t)).encode(m.encode_family(&labels)?)?;
+            }
         }
     }
-    conns.abort_all();
+    Ok(())
 }
 
 /// One request per connection (`Connection: close`), read within `limits.idle`.
@@ -305,24 +376,7 @@ impl Collector for WeirCollector {
             running,
         )?;
 
-        // Per operator subtask, as the end-of-run summary counts them.
-        type Pick = fn(&crate::runtime::Totals) -> u64;
-        let per_subtask: [(&str, &str, Pick, fn(&str) -> bool); 3] = [
-            ("weir_records_in", "Records an operator or sink subtask received.", |t| t.records_in, |k| k != "source"),
-            ("weir_records_out", "Records a source or operator subtask emitted.", |t| t.records_out, |k| k != "sink"),
-            ("weir_source_bytes_in", "Bytes a source subtask consumed.", |t| t.bytes_in, |k| k == "source"),
-        ];
-        for (name, help, pick, applies) in per_subtask {
-            let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
-            for node in e.nodes.iter().filter(|n| applies(n.kind)) {
-                for (i, sub) in node.subtasks.iter().enumerate() {
-                    let t = crate::runtime::Totals::of(sub);
-                    let subtask = i.to_string();
-                    let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];
-                    ConstCounter::new(pick(&t)).encode(m.encode_family(&labels)?)?;
-                }
-            }
-        }
+        records(&mut enc, e)?;
         counter(
             &mut enc,
             "weir_restarts",
@@ -339,81 +393,7 @@ impl Collector for WeirCollector {
         rocksdb_properties(&mut enc, e)?;
         kafka_lag(&mut enc, e)?;
         let Some(c) = &e.checkpoints else { return Ok(()) };
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let secs = |a: &std::sync::atomic::AtomicU64| load(a) as f64 / 1000.0;
-        counter(&mut enc, "weir_checkpoints_completed", "Checkpoints completed by this process.", &pipeline, load(&c.completed))?;
-        checkpoint_failures(&mut enc, &e.pipeline, c)?;
-        counter(&mut enc, "weir_savepoints_completed", "Savepoints completed by this process.", &pipeline, load(&c.savepoints_completed))?;
-        use crate::runtime::metrics::{DURATION_BOUNDS_US, SIZE_BOUNDS};
-        let histograms = [
-            (
-                "weir_checkpoint_duration_seconds",
-                "Trigger to `_metadata` written, of every completed checkpoint.",
-                &c.duration_histogram,
-                &DURATION_BOUNDS_US,
-                1e-6,
-            ),
-            (
-                "weir_checkpoint_alignment_duration_seconds",
-                "The longest barrier alignment over the tasks, of every completed checkpoint.",
-                &c.alignment_histogram,
-                &DURATION_BOUNDS_US,
-                1e-6,
-            ),
-            (
-                "weir_checkpoint_size_bytes",
-                "Bytes written by every completed checkpoint (state files, in-flight records).",
-                &c.size_histogram,
-                &SIZE_BOUNDS,
-                1.0,
-            ),
-        ];
-        for (name, help, h, bounds, scale) in histograms {
-            let (sum, count, buckets) = h.read(bounds, scale);
-            let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Histogram)?;
-            m.encode_family(&pipeline)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)?;
-        }
-        let seconds: [(&str, &str, f64); 7] = [
-            (
-                "weir_checkpoint_last_duration_seconds",
-                "Trigger to `_metadata` written, of the newest completed checkpoint.",
-                secs(&c.last_duration_ms),
-            ),
-            ("weir_checkpoint_last_sync_duration_seconds", "The longest synchronous snapshot part over the tasks.", secs(&c.last_sync_ms)),
-            ("weir_checkpoint_last_async_duration_seconds", "The longest asynchronous write over the tasks.", secs(&c.last_async_ms)),
-            (
-                "weir_checkpoint_last_alignment_duration_seconds",
-                "The longest barrier alignment over the tasks.",
-                secs(&c.last_alignment_ms),
-            ),
-            (
-                "weir_checkpoint_last_rendezvous_pause_seconds",
-                "The longest pause of a bundle's RocksDB rendezvous.",
-                secs(&c.last_pause_ms),
-            ),
-            (
-                "weir_checkpoint_last_completed_timestamp_seconds",
-                "Its `_metadata` time, Unix seconds (0: none).",
-                secs(&c.last_completed_ms),
-            ),
-            ("weir_checkpoint_interval_seconds", "The configured checkpoint interval.", e.checkpoint_interval.as_secs_f64()),
-        ];
-        for (name, help, v) in seconds {
-            gauge(&mut enc, name, help, &pipeline, v)?;
-        }
-        let whole: [(&str, &str, u64); 4] = [
-            ("weir_checkpoint_last_size_bytes", "Bytes the newest completed checkpoint wrote.", load(&c.last_bytes)),
-            (
-                "weir_checkpoint_last_reused_size_bytes",
-                "Bytes of shared files it referenced from earlier checkpoints.",
-                load(&c.last_reused_bytes),
-            ),
-            ("weir_checkpoint_last_completed_id", "Id of the newest checkpoint this process completed (0: none).", load(&c.last_id)),
-            ("weir_checkpoint_restored_id", "The checkpoint or savepoint this run restored from (0: none).", load(&c.restored_id)),
-        ];
-        for (name, help, v) in whole {
-            gauge(&mut enc, name, help, &pipeline, v)?;
-        }
+        checkpoint_metrics(&mut enc, e, c)?;
         checkpoint_progress(&mut enc, &pipeline, c)?;
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! `/ready`) and the process figures it reports. They read what the
 //! runtime exports and send it commands; the runtime never calls them.
 
+mod accept;
 pub mod control;
 pub mod http;
 pub mod process;

@@ -13,7 +13,7 @@ pub const NATIVE_MARKER: &[u8] = b"WEIRNAT1";
 /// Remove the local state of bundles this run does not have (`bundles`
 /// and up): a crashed run at another parallelism or with another backend
 /// left their working DBs and local checkpoints, which nothing restores.
-pub fn remove_other_bundles(local_dir: &std::path::Path, bundles: crate::checkpoint::BundleId) {
+pub fn remove_other_bundles(local_dir: &std::path::Path, bundles: crate::types::BundleId) {
     let Ok(entries) = std::fs::read_dir(local_dir) else { return };
     for e in entries.flatten() {
         let name = e.file_name();

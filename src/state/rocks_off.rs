@@ -43,7 +43,7 @@ impl BundleDb {
         Err(unavailable())
     }
 
-    pub fn local_checkpoint(&self, _id: crate::checkpoint::CheckpointId) -> Result<native::LocalCheckpoint, StateError> {
+    pub fn local_checkpoint(&self, _id: crate::types::CheckpointId) -> Result<native::LocalCheckpoint, StateError> {
         match *self {}
     }
 
@@ -94,8 +94,8 @@ pub mod native {
     use super::{unavailable, BundleDb, RocksOptions};
     use crate::checkpoint::disk::StoreError;
     use crate::checkpoint::manifest::FileEntry;
-    use crate::checkpoint::{BundleId, CheckpointId};
     use crate::state::StateError;
+    use crate::types::{BundleId, CheckpointId};
 
     pub use crate::state::native_format::{remove_other_bundles, DB_SUBDIR, NATIVE_MARKER};
 

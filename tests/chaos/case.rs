@@ -385,7 +385,10 @@ impl Case {
 
     fn write_reproduction(&self) {
         let weir = env!("CARGO_BIN_EXE_weir");
-        let mut sh = format!("#!/bin/sh\n# chaos case seed {}: the commands it ran, in order.\nWEIR=${{WEIR:-{weir}}}\n", self.seed);
+        let mut sh = format!(
+            "#!/bin/sh\n# chaos case seed {}: the commands it ran, in order.\nWEIR=${{WEIR:-{weir}}}\nexport WEIR_CHECKPOINT_LOG=each\n",
+            self.seed
+        );
         for l in self.log.lines() {
             let _ = writeln!(sh, "{l}");
         }

@@ -43,6 +43,8 @@ impl Cmd {
         log.push(self.line());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
         cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).env_remove("WEIR_FAULTS");
+        // The checks read each "Checkpoint complete." line.
+        cmd.env("WEIR_CHECKPOINT_LOG", "each");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

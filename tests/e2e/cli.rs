@@ -123,3 +123,42 @@ fn json_logs_are_one_object_per_line_with_the_fields() {
     let other: Vec<&str> = o.stderr.lines().filter(|l| !l.starts_with('{')).collect();
     assert!(other.len() <= 1, "lines that are not JSON objects: {other:?}");
 }
+
+/// Without a terminal, completed checkpoints are summed up (a line per
+/// minute and one at the end) instead of a line each; `each` keeps a line
+/// per checkpoint. The summary counts every checkpoint the run completed.
+#[test]
+fn without_a_terminal_checkpoints_are_summed_up_and_each_keeps_a_line_per_checkpoint() {
+    let dir = tmp();
+    let run = |log: Option<&str>, out: &str| {
+        let mut w = weir_run("pipelines/checkpointed.yaml", 2)
+            .set("state.dir", dir.path().join(format!("state-{out}")))
+            .set("sinks.out.path", dir.path().join(out))
+            .arg("--log-format")
+            .arg("json")
+            .env_remove("WEIR_CHECKPOINT_LOG");
+        if let Some(log) = log {
+            w = w.arg("--checkpoint-log").arg(log);
+        }
+        let o = w.ok();
+        o.stderr.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect::<Vec<_>>()
+    };
+    let summed = run(None, "auto");
+    let each_line = summed.iter().filter(|v| v["message"] == "Checkpoint complete.").count();
+    let summaries: Vec<_> = summed.iter().filter(|v| v["message"] == "Checkpoints since the last summary.").collect();
+    assert_eq!(each_line, 0, "a line per checkpoint without a terminal: {summed:?}");
+    // A run of a few seconds: its one summary is the one at the end.
+    assert_eq!(summaries.len(), 1, "{summed:?}");
+    let s = summaries[0];
+    let completed = s["completed"].as_u64().unwrap();
+    assert!(completed >= 3, "a 150 ms interval over a run of seconds: {s}");
+    // The final checkpoint is the newest one summed up.
+    let last_final = summed.iter().find(|v| v["message"] == "Final checkpoint complete.").unwrap_or_else(|| panic!("{summed:?}"));
+    assert_eq!(s["last_checkpoint"], last_final["checkpoint"], "{s}");
+    assert!(s["slowest_ms"].as_u64().is_some() && s["slowest_checkpoint"].as_u64().unwrap() >= 1, "{s}");
+
+    let each = run(Some("each"), "each");
+    let lines = each.iter().filter(|v| v["message"] == "Checkpoint complete.").count();
+    assert!(lines >= 3, "{each:?}");
+    assert!(each.iter().all(|v| v["message"] != "Checkpoints since the last summary."), "{each:?}");
+}

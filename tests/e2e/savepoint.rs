@@ -401,7 +401,8 @@ fn entries(dir: &Path) -> std::collections::BTreeMap<PathBuf, (String, u64)> {
 /// A savepoint made from a finished run's newest checkpoint (its
 /// `_metadata` rewritten to kind savepoint, checksum and all).
 fn crafted_savepoint(job: &Job, at: &Path) {
-    use weir::checkpoint::manifest::{Document, Kind, Metadata};
+    use weir::checkpoint::manifest::{Document, Metadata};
+    use weir::types::Kind;
     fast(job.cmd()).ok();
     let chk = job.checkpoints().pop().expect("a retained checkpoint");
     super::ckpt::copy_dir(&chk, at);

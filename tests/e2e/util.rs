@@ -22,6 +22,9 @@ pub struct Weir {
 pub fn weir<S: AsRef<str>>(args: &[S]) -> Weir {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
     cmd.current_dir(repo()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Tests read each "Checkpoint complete." line (the default without a
+    // terminal is a line per minute).
+    cmd.env("WEIR_CHECKPOINT_LOG", "each");
     let mut w = Weir { cmd, line: vec!["weir".into()] };
     for a in args {
         w = w.arg(a.as_ref());

@@ -399,6 +399,83 @@ pub fn default_transaction_timeout(interval: Duration, timeout: Duration) -> Dur
     ((interval + timeout) * 2).clamp(Duration::from_secs(60), Duration::from_secs(900))
 }
 
+/// The producer's configuration: idempotent, every send bounded by
+/// `broker_timeout`, transactional for exactly-once; the user's properties last.
+fn producer_config(spec: &KafkaSinkSpec, txn_id: &str, transaction_timeout: Duration) -> ClientConfig {
+    let mut config = client_config(&spec.brokers, &[]);
+    let bound_ms = spec.broker_timeout.as_millis().to_string();
+    config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
+    if spec.delivery == Delivery::ExactlyOnce {
+        // The user's `transaction.timeout.ms` (validated against the
+        // checkpoint interval and timeout) is the one the producer gets:
+        // `message.timeout.ms` must not exceed it, or librdkafka refuses
+        // the configuration.
+        let chosen = spec.properties.iter().find(|(k, _)| k == "transaction.timeout.ms").and_then(|(_, v)| v.parse::<u64>().ok());
+        let transaction_timeout = chosen.map_or(transaction_timeout, Duration::from_millis);
+        let ms = transaction_timeout.as_millis().to_string();
+        config.set("transactional.id", txn_id).set("transaction.timeout.ms", &ms);
+        if spec.broker_timeout > transaction_timeout {
+            config.set("message.timeout.ms", &ms);
+        }
+    }
+    for (k, v) in &spec.properties {
+        config.set(k, v);
+    }
+    config
+}
+
+/// The configuration of the consumers whose group offsets record markers
+/// (the parallelism, a transaction's commit): the user's security settings only.
+fn marker_config(spec: &KafkaSinkSpec) -> ClientConfig {
+    let mut config = client_config(&spec.brokers, &[]);
+    config.set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+    for (k, v) in spec.properties.iter().filter(|(k, _)| k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.")) {
+        config.set(k, v);
+    }
+    config
+}
+
+/// What subtask 0 of an exactly-once sink knows of the subtasks before it.
+struct OldSubtasks<'a> {
+    restored_parallelism: Option<u16>,
+    parallelism: u16,
+    txn_prefix: &'a str,
+    who: &'a str,
+}
+
+/// Subtask 0 ends the transactions of every old subtask beyond this
+/// parallelism, then records it; returns the subtasks fenced. Every sink
+/// opens before any task runs, so no transaction begins on an id before the
+/// record covers it; a crash before the record leaves the old one, and the
+/// next start fences again.
+fn fence_vanished_subtasks(
+    spec: &KafkaSinkSpec,
+    producer_config: &ClientConfig,
+    marker_config: &ClientConfig,
+    old: &OldSubtasks<'_>,
+) -> Result<Vec<u16>, String> {
+    let (who, t, parallelism) = (old.who, spec.broker_timeout, old.parallelism);
+    let group = parallelism_group(old.txn_prefix);
+    let record = marker_consumer(marker_config, &group, who, &spec.brokers, t)?;
+    let unreadable = |e: KafkaError| format!("{who}: reading the parallelism recorded in group `{group}`: {e}");
+    let last = committed_offset(&record, &spec.topic, t).map_err(unreadable)?.min(u16::MAX as u64) as u16;
+    let mut fenced = Vec::new();
+    for gone in vanished_subtasks(last.max(old.restored_parallelism.unwrap_or(0)), parallelism) {
+        let old_id = format!("{}{gone}", old.txn_prefix);
+        fence(producer_config, &old_id, t).map_err(|e| format!("{who}: {e}"))?;
+        tracing::info!(%who, transactional_id = %old_id, "Fenced the transactional id of a subtask that no longer exists.");
+        fenced.push(gone);
+    }
+    if last != parallelism {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&spec.topic, 0, Offset::Offset(parallelism as i64)).map_err(|e| e.to_string())?;
+        record
+            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+            .map_err(|e| format!("{who}: recording the parallelism in group `{group}`: {e}"))?;
+    }
+    Ok(fenced)
+}
+
 impl KafkaSink {
     /// Create the producer; exactly-once: `init_transactions`, which fences
     /// an older producer of this subtask and ends its open transaction, and
@@ -418,9 +495,6 @@ impl KafkaSink {
     ) -> Result<Self, String> {
         let who = format!("sink `{name}`[{subtask}]");
         let max_message_bytes = message_max_bytes(&spec.properties)?;
-        let mut config = client_config(&spec.brokers, &[]);
-        let bound_ms = spec.broker_timeout.as_millis().to_string();
-        config.set("acks", "all").set("enable.idempotence", "true").set("message.timeout.ms", &bound_ms);
         // In a cluster every instance has its own ids (it fences only its own zombies).
         let txn_prefix = txn_prefix(pipeline, name, spec.instance);
         if let Some(partitions) = spec.repartition {
@@ -428,28 +502,8 @@ impl KafkaSink {
                 .map_err(|e| format!("{who}: {e}"))?;
         }
         let txn_id = format!("{txn_prefix}{subtask}");
-        let mut marker_config = client_config(&spec.brokers, &[]);
-        marker_config.set("enable.auto.commit", "false").set("isolation.level", "read_committed");
-        for (k, v) in spec.properties.iter().filter(|(k, _)| k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl."))
-        {
-            marker_config.set(k, v);
-        }
-        if spec.delivery == Delivery::ExactlyOnce {
-            // The user's `transaction.timeout.ms` (validated against the
-            // checkpoint interval and timeout) is the one the producer gets:
-            // `message.timeout.ms` must not exceed it, or librdkafka refuses
-            // the configuration.
-            let chosen = spec.properties.iter().find(|(k, _)| k == "transaction.timeout.ms").and_then(|(_, v)| v.parse::<u64>().ok());
-            let transaction_timeout = chosen.map_or(transaction_timeout, Duration::from_millis);
-            let ms = transaction_timeout.as_millis().to_string();
-            config.set("transactional.id", &txn_id).set("transaction.timeout.ms", &ms);
-            if spec.broker_timeout > transaction_timeout {
-                config.set("message.timeout.ms", &ms);
-            }
-        }
-        for (k, v) in &spec.properties {
-            config.set(k, v);
-        }
+        let marker_config = marker_config(spec);
+        let config = producer_config(spec, &txn_id, transaction_timeout);
         let context = SinkContext { base: WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout), failed: Mutex::new(None) };
         let producer_config = config.clone();
         let producer: ThreadedProducer<SinkContext> =
@@ -463,29 +517,8 @@ impl KafkaSink {
             Delivery::ExactlyOnce => {
                 producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
                 if subtask == 0 {
-                    // Subtask 0 ends the transactions of every old subtask
-                    // beyond this parallelism, then records it. Every sink
-                    // opens before any task runs, so no transaction begins
-                    // on an id before the record covers it; a crash before
-                    // the record leaves the old one, and the next start
-                    // fences again.
-                    let group = parallelism_group(&txn_prefix);
-                    let record = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
-                    let unreadable = |e: KafkaError| format!("{who}: reading the parallelism recorded in group `{group}`: {e}");
-                    let last = committed_offset(&record, &spec.topic, t).map_err(unreadable)?.min(u16::MAX as u64) as u16;
-                    for old in vanished_subtasks(last.max(restored_parallelism.unwrap_or(0)), parallelism) {
-                        let old_id = format!("{txn_prefix}{old}");
-                        fence(&producer_config, &old_id, t).map_err(|e| format!("{who}: {e}"))?;
-                        tracing::info!(%who, transactional_id = %old_id, "Fenced the transactional id of a subtask that no longer exists.");
-                        fenced.push(old);
-                    }
-                    if last != parallelism {
-                        let mut tpl = TopicPartitionList::new();
-                        tpl.add_partition_offset(&spec.topic, 0, Offset::Offset(parallelism as i64)).map_err(|e| e.to_string())?;
-                        record
-                            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
-                            .map_err(|e| format!("{who}: recording the parallelism in group `{group}`: {e}"))?;
-                    }
+                    let old = OldSubtasks { restored_parallelism, parallelism, txn_prefix: &txn_prefix, who: &who };
+                    fenced = fence_vanished_subtasks(spec, &producer_config, &marker_config, &old)?;
                 }
                 let run = crate::run_id::draw();
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));

@@ -34,7 +34,7 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::producers::ProducerWatermarks;
 use super::stamp::{BatchReader, Stamp};
@@ -181,76 +181,16 @@ impl KafkaSource {
                     .map_err(|e| format!("{who}: {e}"))?;
             }
         }
-        let mut config = client_config(&spec.brokers, &[]);
-        config
-            .set("group.id", spec.group_id.clone().unwrap_or_else(|| format!("weir-{pipeline}-{name}")))
-            .set("isolation.level", "read_committed");
-        for (k, v) in &spec.properties {
-            config.set(k, v);
-        }
-        // An offset out of range is reported, never jumped over (see above).
-        config.set("auto.offset.reset", "error");
-        // Offsets live in checkpoints; the partition end is watched (bounded reads).
-        config.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false").set("enable.partition.eof", "true");
-        // Consumer lag per partition for the metrics endpoint, delivered by
-        // the poll(0) of the main queue below (`WeirContext::stats_raw`).
-        if !spec.properties.iter().any(|(k, _)| k == "statistics.interval.ms") {
-            config.set("statistics.interval.ms", STATS_INTERVAL_MS);
-        }
+        let config = consumer_config(spec, pipeline, name);
         let context = WeirContext::new(who.clone(), &spec.brokers, spec.broker_timeout);
         let consumer: BaseConsumer<WeirContext> =
             config.create_with_context(context).map_err(|e| format!("creating the Kafka consumer: {e}"))?;
         let t = spec.broker_timeout;
         let metadata = super::fetch_metadata_at_start(consumer.client(), None, t, &who, &spec.brokers)?;
         let unreachable = |e: KafkaError| format!("cannot reach Kafka brokers `{}` within {t:?} (broker_timeout): {e}", spec.brokers);
-        let mut all: Vec<Tp> = Vec::new();
-        match &spec.topics {
-            KafkaTopics::Names(names) => {
-                for n in names {
-                    let topic = metadata.topics().iter().find(|m| m.name() == n && !m.partitions().is_empty());
-                    let Some(topic) = topic else {
-                        return Err(format!("topic `{n}` does not exist on Kafka brokers `{}` (create it first)", spec.brokers));
-                    };
-                    all.extend(topic.partitions().iter().map(|p| (n.clone(), p.id())));
-                }
-            }
-            KafkaTopics::Pattern(p) => {
-                let re = regex::Regex::new(p).map_err(|e| format!("invalid topic_pattern: {e}"))?;
-                for topic in metadata.topics().iter().filter(|m| re.is_match(m.name()) && !m.name().starts_with("__")) {
-                    all.extend(topic.partitions().iter().map(|p| (topic.name().to_string(), p.id())));
-                }
-                if all.is_empty() {
-                    tracing::warn!(%who, pattern = %p, "No topic matches the topic pattern; this subtask reads nothing.");
-                }
-            }
-        }
+        let all = topic_partitions(&metadata, spec, &who)?;
         let mine = assign_partitions(instance_share(all, spec.instance, spec.repartition.as_ref()), parallelism, subtask);
-        let committed = match (spec.start, mine.is_empty()) {
-            (KafkaStart::GroupOffsets, false) => {
-                let mut tpl = TopicPartitionList::new();
-                for (topic, p) in &mine {
-                    tpl.add_partition(topic, *p);
-                }
-                Some(consumer.committed_offsets(tpl, t).map_err(unreachable)?)
-            }
-            _ => None,
-        };
-        let mut parts = BTreeMap::new();
-        let mut bounds = BTreeMap::new();
-        for (topic, p) in mine {
-            let (low, high) = consumer.fetch_watermarks(&topic, p, t).map_err(unreachable)?;
-            let group = committed.as_ref().and_then(|c| c.find_partition(&topic, p)).and_then(|e| match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            });
-            let next = match spec.start {
-                KafkaStart::Earliest => low,
-                KafkaStart::Latest => high,
-                KafkaStart::GroupOffsets => group.unwrap_or(low),
-            };
-            bounds.insert((topic.clone(), p), (low, high));
-            parts.insert((topic, p), Part { next, stop: spec.bounded.then_some(high) });
-        }
+        let (parts, bounds) = start_positions(&consumer, spec, mine).map_err(unreachable)?;
         tracing::info!(%who, partitions = ?parts.keys().collect::<Vec<_>>(), "Kafka partitions assigned.");
         let now = Instant::now();
         let times = parts.keys().map(|tp| (tp.clone(), PartTime { max_ts: MIN_WATERMARK, last_data: now })).collect();
@@ -803,50 +743,129 @@ fn encode_producers(out: &mut Vec<u8>, producers: u32, generation: u64, parts: i
     out.extend_from_slice(&generation.to_be_bytes());
 }
 
+/// The consumer's configuration: read committed, offsets in checkpoints
+/// (never auto-committed or reset), partition ends reported, statistics on.
+fn consumer_config(spec: &KafkaSourceSpec, pipeline: &str, name: &str) -> ClientConfig {
+    let mut config = client_config(&spec.brokers, &[]);
+    config
+        .set("group.id", spec.group_id.clone().unwrap_or_else(|| format!("weir-{pipeline}-{name}")))
+        .set("isolation.level", "read_committed");
+    for (k, v) in &spec.properties {
+        config.set(k, v);
+    }
+    // An offset out of range is reported, never jumped over (see above).
+    config.set("auto.offset.reset", "error");
+    // Offsets live in checkpoints; the partition end is watched (bounded reads).
+    config.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false").set("enable.partition.eof", "true");
+    // Consumer lag per partition for the metrics endpoint, delivered by
+    // the poll(0) of the main queue below (`WeirContext::stats_raw`).
+    if !spec.properties.iter().any(|(k, _)| k == "statistics.interval.ms") {
+        config.set("statistics.interval.ms", STATS_INTERVAL_MS);
+    }
+    config
+}
+
+/// Every partition of the topics (or the pattern's topics) the source reads.
+fn topic_partitions(metadata: &rdkafka::metadata::Metadata, spec: &KafkaSourceSpec, who: &str) -> Result<Vec<Tp>, String> {
+    let mut all: Vec<Tp> = Vec::new();
+    match &spec.topics {
+        KafkaTopics::Names(names) => {
+            for n in names {
+                let topic = metadata.topics().iter().find(|m| m.name() == n && !m.partitions().is_empty());
+                let Some(topic) = topic else {
+                    return Err(format!("topic `{n}` does not exist on Kafka brokers `{}` (create it first)", spec.brokers));
+                };
+                all.extend(topic.partitions().iter().map(|p| (n.clone(), p.id())));
+            }
+        }
+        KafkaTopics::Pattern(p) => {
+            let re = regex::Regex::new(p).map_err(|e| format!("invalid topic_pattern: {e}"))?;
+            for topic in metadata.topics().iter().filter(|m| re.is_match(m.name()) && !m.name().starts_with("__")) {
+                all.extend(topic.partitions().iter().map(|p| (topic.name().to_string(), p.id())));
+            }
+            if all.is_empty() {
+                tracing::warn!(who, pattern = %p, "No topic matches the topic pattern; this subtask reads nothing.");
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Where reading starts in each partition (`start:`), and each one's
+/// low and high offsets.
+type Positions = (BTreeMap<Tp, Part>, BTreeMap<Tp, (i64, i64)>);
+
+fn start_positions(consumer: &BaseConsumer<WeirContext>, spec: &KafkaSourceSpec, mine: Vec<Tp>) -> Result<Positions, KafkaError> {
+    let t = spec.broker_timeout;
+    let committed = match (spec.start, mine.is_empty()) {
+        (KafkaStart::GroupOffsets, false) => {
+            let mut tpl = TopicPartitionList::new();
+            for (topic, p) in &mine {
+                tpl.add_partition(topic, *p);
+            }
+            Some(consumer.committed_offsets(tpl, t)?)
+        }
+        _ => None,
+    };
+    let mut parts = BTreeMap::new();
+    let mut bounds = BTreeMap::new();
+    for (topic, p) in mine {
+        let (low, high) = consumer.fetch_watermarks(&topic, p, t)?;
+        let group = committed.as_ref().and_then(|c| c.find_partition(&topic, p)).and_then(|e| match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        });
+        let next = match spec.start {
+            KafkaStart::Earliest => low,
+            KafkaStart::Latest => high,
+            KafkaStart::GroupOffsets => group.unwrap_or(low),
+        };
+        bounds.insert((topic.clone(), p), (low, high));
+        parts.insert((topic, p), Part { next, stop: spec.bounded.then_some(high) });
+    }
+    Ok((parts, bounds))
+}
+
 /// The partitions, and (a repartition topic's) each one's producer
 /// watermarks and their generation.
 type Decoded = (Vec<(Tp, Part, Millis)>, Vec<Vec<Millis>>, u64);
 
 fn decode_position(b: &[u8]) -> Result<Decoded, String> {
     let bad = || format!("Kafka source position of {} bytes is malformed", b.len());
-    let mut r = b.strip_prefix(POSITION_MAGIC.as_slice()).ok_or_else(|| "not a Kafka source position".to_string())?;
-    let left = std::cell::Cell::new(r.len());
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        let (head, tail) = r.split_at_checked(n).ok_or_else(bad)?;
-        r = tail;
-        left.set(tail.len());
-        Ok(head)
-    };
-    let count = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
-    let mut out = Vec::with_capacity(count as usize);
+    let r = b.strip_prefix(POSITION_MAGIC.as_slice()).ok_or_else(|| "not a Kafka source position".to_string())?;
+    let mut d = crate::codec::Dec::new(r);
+    let count = d.u32("partition count").map_err(|_| bad())?;
+    let mut out = Vec::with_capacity((count as usize).min(d.remaining() / 22));
     for _ in 0..count {
-        let len = u16::from_be_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
-        let topic = String::from_utf8(take(len)?.to_vec()).map_err(|_| bad())?;
-        let p = i32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
-        let next = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
-        let stop = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+        let len = d.u16("topic length").map_err(|_| bad())? as usize;
+        let topic = String::from_utf8(d.take(len, "topic").map_err(|_| bad())?.to_vec()).map_err(|_| bad())?;
+        let p = d.i32("partition").map_err(|_| bad())?;
+        let next = d.i64("next offset").map_err(|_| bad())?;
+        let stop = d.i64("stop offset").map_err(|_| bad())?;
         out.push(((topic, p), Part { next, stop: (stop >= 0).then_some(stop) }, MIN_WATERMARK));
     }
-    if left.get() > 0 {
+    // Later versions appended each partition's max event time, then the
+    // producers' watermarks and their generation.
+    if !d.is_empty() {
         for (_, _, max_ts) in &mut out {
-            *max_ts = i64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+            *max_ts = d.i64("max event time").map_err(|_| bad())?;
         }
     }
     let (mut producers, mut generation) = (Vec::new(), 0);
-    if left.get() > 0 {
-        let n = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+    if !d.is_empty() {
+        let n = d.u32("producer count").map_err(|_| bad())? as usize;
         for _ in 0..out.len() {
-            let mut wms = Vec::with_capacity(n.min(left.get() / 8));
+            let mut wms = Vec::with_capacity(n.min(d.remaining() / 8));
             for _ in 0..n {
-                wms.push(i64::from_be_bytes(take(8)?.try_into().expect("8 bytes")));
+                wms.push(d.i64("producer watermark").map_err(|_| bad())?);
             }
             producers.push(wms);
         }
-        if left.get() > 0 {
-            generation = u64::from_be_bytes(take(8)?.try_into().expect("8 bytes"));
+        if !d.is_empty() {
+            generation = d.u64("generation").map_err(|_| bad())?;
         }
     }
-    if left.get() == 0 {
+    if d.is_empty() {
         Ok((out, producers, generation))
     } else {
         Err(bad())

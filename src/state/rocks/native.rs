@@ -26,9 +26,9 @@ use super::{BundleDb, RocksOptions};
 use crate::checkpoint::disk::{self, StoreError};
 use crate::checkpoint::layout::checkpoint_dir_name;
 use crate::checkpoint::manifest::FileEntry;
-use crate::checkpoint::{BundleId, CheckpointId};
 use crate::faults;
 use crate::state::StateError;
+use crate::types::{BundleId, CheckpointId};
 
 pub use crate::state::native_format::{remove_other_bundles, DB_SUBDIR, NATIVE_MARKER};
 
