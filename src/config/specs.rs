@@ -422,38 +422,8 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             let broker_timeout =
                 broker_timeout.as_ref().and_then(|t| cx.duration_in(at, "broker_timeout", t, PROCESSING)).unwrap_or(DEFAULT_BROKER_TIMEOUT);
             cx.not_empty(at, "brokers", brokers, "bootstrap servers such as `127.0.0.1:9092`");
-            let topics = match (topics, topic_pattern) {
-                (Some(t), None) => {
-                    if t.is_empty() || t.iter().any(|t| t.trim().is_empty()) {
-                        cx.err(&child(at, "topics"), "`topics` must list at least one non-empty topic name");
-                    }
-                    KafkaTopics::Names(t.clone())
-                }
-                (None, Some(p)) => {
-                    if let Err(e) = regex::Regex::new(p) {
-                        cx.err(&child(at, "topic_pattern"), format!("invalid `topic_pattern`: {e}"));
-                    }
-                    KafkaTopics::Pattern(p.clone())
-                }
-                (Some(_), Some(_)) => {
-                    cx.err_key(&child(at, "topic_pattern"), "`topics` and `topic_pattern` exclude each other: expected one of them");
-                    KafkaTopics::Names(Vec::new())
-                }
-                (None, None) => {
-                    cx.err(at, "a kafka source needs `topics: [NAME, ...]` or `topic_pattern: REGEX`");
-                    KafkaTopics::Names(Vec::new())
-                }
-            };
-            let start = match start.unwrap_or(RawKafkaStart::Earliest) {
-                RawKafkaStart::Earliest => KafkaStart::Earliest,
-                RawKafkaStart::Latest => KafkaStart::Latest,
-                RawKafkaStart::GroupOffsets => KafkaStart::GroupOffsets,
-            };
-            let commit_offsets = commit_offsets.unwrap_or(false);
-            if group_id.is_none() && (start == KafkaStart::GroupOffsets || commit_offsets) {
-                let why = if commit_offsets { "`commit_offsets: true`" } else { "`start: group_offsets`" };
-                cx.err(at, format!("{why} needs `group_id`: the consumer group to read and commit offsets"));
-            }
+            let topics = kafka_topics(cx, at, topics.as_deref(), topic_pattern.as_deref());
+            let (start, commit_offsets) = kafka_start(cx, at, *start, group_id.is_some(), commit_offsets.unwrap_or(false));
             let reserved = ["enable.auto.commit", "bootstrap.servers", "auto.offset.reset"];
             let properties = kafka_properties(cx, &child(at, "properties"), properties, &reserved);
             SourceSpec {
@@ -506,6 +476,47 @@ pub(crate) fn source(cx: &mut Cx, at: &[Seg], raw: &RawSource) -> SourceSpec {
             }
         }
     }
+}
+
+/// `topics` or `topic_pattern`, exactly one of them.
+fn kafka_topics(cx: &mut Cx, at: &[Seg], topics: Option<&[String]>, topic_pattern: Option<&str>) -> KafkaTopics {
+    match (topics, topic_pattern) {
+        (Some(t), None) => {
+            if t.is_empty() || t.iter().any(|t| t.trim().is_empty()) {
+                cx.err(&child(at, "topics"), "`topics` must list at least one non-empty topic name");
+            }
+            KafkaTopics::Names(t.to_vec())
+        }
+        (None, Some(p)) => {
+            if let Err(e) = regex::Regex::new(p) {
+                cx.err(&child(at, "topic_pattern"), format!("invalid `topic_pattern`: {e}"));
+            }
+            KafkaTopics::Pattern(p.to_string())
+        }
+        (Some(_), Some(_)) => {
+            cx.err_key(&child(at, "topic_pattern"), "`topics` and `topic_pattern` exclude each other: expected one of them");
+            KafkaTopics::Names(Vec::new())
+        }
+        (None, None) => {
+            cx.err(at, "a kafka source needs `topics: [NAME, ...]` or `topic_pattern: REGEX`");
+            KafkaTopics::Names(Vec::new())
+        }
+    }
+}
+
+/// Where a Kafka source starts, and whether it commits offsets: both
+/// need a consumer group.
+fn kafka_start(cx: &mut Cx, at: &[Seg], start: Option<RawKafkaStart>, has_group: bool, commit_offsets: bool) -> (KafkaStart, bool) {
+    let start = match start.unwrap_or(RawKafkaStart::Earliest) {
+        RawKafkaStart::Earliest => KafkaStart::Earliest,
+        RawKafkaStart::Latest => KafkaStart::Latest,
+        RawKafkaStart::GroupOffsets => KafkaStart::GroupOffsets,
+    };
+    if !has_group && (start == KafkaStart::GroupOffsets || commit_offsets) {
+        let why = if commit_offsets { "`commit_offsets: true`" } else { "`start: group_offsets`" };
+        cx.err(at, format!("{why} needs `group_id`: the consumer group to read and commit offsets"));
+    }
+    (start, commit_offsets)
 }
 
 fn no_message_timestamp(cx: &mut Cx, at: &[Seg], e: Option<&RawEventTime>) {

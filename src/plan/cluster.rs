@@ -171,7 +171,6 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
         Some(crate::config::Alignment::AtLeastOnce) | None => Delivery::AtLeastOnce,
         Some(_) => Delivery::ExactlyOnce,
     };
-    let kg = key_group_range(c.index, c.instances, p.max_parallelism);
     let send_name = |x: usize| format!("{}{SEND_SUFFIX}", p.nodes[x].name);
     let receive_name = |x: usize| format!("{}{RECEIVE_SUFFIX}", p.nodes[x].name);
     for &x in hashed {
@@ -196,29 +195,10 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
     for n in p.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Source(_))) {
         out.push((n.clone(), None));
     }
+    let topics = Topics { brokers, broker_timeout, delivery };
     for &x in hashed {
-        let topic = topic_name(&p.name, &p.nodes[x].name);
-        let spec = KafkaSourceSpec {
-            brokers: brokers.clone(),
-            topics: KafkaTopics::Names(vec![topic]),
-            start: KafkaStart::Earliest,
-            on_offset_out_of_range: OffsetOutOfRange::Fail,
-            group_id: None,
-            commit_offsets: false,
-            key_field: None,
-            message_timestamp: false,
-            bounded: false,
-            broker_timeout,
-            properties: Vec::new(),
-            instance: (c.index, c.instances),
-            repartition: Some(RepartitionIn { partitions: p.max_parallelism, owned: kg.clone(), generation: c.generation }),
-        };
         let (on_error, event_time) = root(p.nodes[x].input.expect("a hash edge has an input"));
-        // The records carry their event times and the topic its producers'
-        // watermarks (connectors/kafka/stamp.rs): no field to read, no
-        // lateness of its own; idle producers as the source says.
-        let event_time = event_time.map(|e| EventTimeSpec { max_out_of_orderness: std::time::Duration::ZERO, ..e });
-        let source = SourceSpec { kind: SourceKind::Kafka(spec), event_time, rate_limit: None, batch_size: None, on_error };
+        let source = topics.receive(p, x, on_error, event_time);
         out.push((Node { name: receive_name(x), input: None, kind: NodeKind::Source(source) }, None));
     }
     for (id, n) in p.nodes.iter().enumerate() {
@@ -227,19 +207,8 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
             out.push((n.clone(), input));
         }
         for &x in hashed.iter().filter(|&&x| p.nodes[x].input == Some(id)) {
-            let spec = KafkaSinkSpec {
-                brokers: brokers.clone(),
-                topic: topic_name(&p.name, &p.nodes[x].name),
-                key: key_of(&p.nodes[x].kind).to_vec(),
-                delivery,
-                broker_timeout,
-                properties: Vec::new(),
-                on_error: OnError::Fail,
-                instance: Some(c.index),
-                repartition: Some(p.max_parallelism),
-                generation: c.generation,
-            };
-            out.push((Node { name: send_name(x), input: None, kind: NodeKind::Sink(SinkSpec::Kafka(spec)) }, Some(n.name.clone())));
+            let sink = NodeKind::Sink(SinkSpec::Kafka(topics.send(p, x)));
+            out.push((Node { name: send_name(x), input: None, kind: sink }, Some(n.name.clone())));
         }
     }
     let names: Vec<String> = out.iter().map(|(n, _)| n.name.clone()).collect();
@@ -250,6 +219,61 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
             n
         })
         .collect())
+}
+
+/// What the repartition topics of a cluster share.
+struct Topics {
+    brokers: String,
+    broker_timeout: std::time::Duration,
+    delivery: Delivery,
+}
+
+impl Topics {
+    /// The source reading node `x`'s repartition topic: this instance's key
+    /// groups, from every producer of the cluster.
+    fn receive(&self, p: &Pipeline, x: usize, on_error: OnError, event_time: Option<EventTimeSpec>) -> SourceSpec {
+        let c = &p.cluster;
+        let spec = KafkaSourceSpec {
+            brokers: self.brokers.clone(),
+            topics: KafkaTopics::Names(vec![topic_name(&p.name, &p.nodes[x].name)]),
+            start: KafkaStart::Earliest,
+            on_offset_out_of_range: OffsetOutOfRange::Fail,
+            group_id: None,
+            commit_offsets: false,
+            key_field: None,
+            message_timestamp: false,
+            bounded: false,
+            broker_timeout: self.broker_timeout,
+            properties: Vec::new(),
+            instance: (c.index, c.instances),
+            repartition: Some(RepartitionIn {
+                partitions: p.max_parallelism,
+                owned: key_group_range(c.index, c.instances, p.max_parallelism),
+                generation: c.generation,
+            }),
+        };
+        // The records carry their event times and the topic its producers'
+        // watermarks (connectors/kafka/stamp.rs): no field to read, no
+        // lateness of its own; idle producers as the source says.
+        let event_time = event_time.map(|e| EventTimeSpec { max_out_of_orderness: std::time::Duration::ZERO, ..e });
+        SourceSpec { kind: SourceKind::Kafka(spec), event_time, rate_limit: None, batch_size: None, on_error }
+    }
+
+    /// The sink writing node `x`'s input to its repartition topic, by key.
+    fn send(&self, p: &Pipeline, x: usize) -> KafkaSinkSpec {
+        KafkaSinkSpec {
+            brokers: self.brokers.clone(),
+            topic: topic_name(&p.name, &p.nodes[x].name),
+            key: key_of(&p.nodes[x].kind).to_vec(),
+            delivery: self.delivery,
+            broker_timeout: self.broker_timeout,
+            properties: Vec::new(),
+            on_error: OnError::Fail,
+            instance: Some(p.cluster.index),
+            repartition: Some(p.max_parallelism),
+            generation: p.cluster.generation,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -285,14 +285,7 @@ impl Engine {
                     Err(_) => {
                         // Tasks that did not wind down after a failure, or
                         // after a stop's last checkpoint, are cut off.
-                        let mut left: Vec<String> = names.values().cloned().collect();
-                        left.sort_unstable();
-                        let left = left.join(", ");
-                        tracing::warn!(tasks = %left, "Tasks did not end in time; cutting them off.");
-                        first_error = Some(match first_error.take() {
-                            None => RuntimeError::CutOff { tasks: left },
-                            Some(e) => RuntimeError::Stuck { error: Box::new(e), tasks: left },
-                        });
+                        first_error = Some(cut_off(names.values(), first_error.take()));
                         // Not waited for: a task blocked in a call is not
                         // at an await point, where an abort takes effect.
                         set.abort_all();
@@ -315,20 +308,8 @@ impl Engine {
                 // hold the process forever.
                 deadline = Some(Instant::now() + ENDING_GRACE);
             }
-            let failure = match joined {
-                Ok((_, Ok(TaskEnd::Finished))) => None,
-                Ok((_, Ok(TaskEnd::Stopped))) => {
-                    stopped = true;
-                    None
-                }
-                Ok((_, Err(e))) => Some(e),
-                Err(e) if e.is_cancelled() => None,
-                Err(e) => {
-                    let message = panic_message(e.into_panic());
-                    Some(RuntimeError::Panicked { task, message })
-                }
-            };
-            if let Some(f) = failure {
+            stopped |= matches!(joined, Ok((_, Ok(TaskEnd::Stopped))));
+            if let Some(f) = failure_of(joined, task) {
                 if first_error.is_none() {
                     tracing::error!(error = %f, "Task failed; stopping the pipeline.");
                     first_error = Some(f);
@@ -347,6 +328,31 @@ impl Engine {
             None if stopped => Ok(Outcome::Stopped),
             None => Ok(Outcome::Finished),
         }
+    }
+}
+
+/// The error of tasks (`left`) cut off after they did not end in time,
+/// with the failure that stopped the pipeline, if any.
+fn cut_off<'a>(left: impl Iterator<Item = &'a String>, first_error: Option<RuntimeError>) -> RuntimeError {
+    let mut left: Vec<&str> = left.map(String::as_str).collect();
+    left.sort_unstable();
+    let left = left.join(", ");
+    tracing::warn!(tasks = %left, "Tasks did not end in time; cutting them off.");
+    match first_error {
+        None => RuntimeError::CutOff { tasks: left },
+        Some(e) => RuntimeError::Stuck { error: Box::new(e), tasks: left },
+    }
+}
+
+type Joined = Result<(tokio::task::Id, Result<TaskEnd, RuntimeError>), tokio::task::JoinError>;
+
+/// How a task that ended failed, if it did (a cancelled one did not).
+fn failure_of(joined: Joined, task: String) -> Option<RuntimeError> {
+    match joined {
+        Ok((_, Ok(_))) => None,
+        Ok((_, Err(e))) => Some(e),
+        Err(e) if e.is_cancelled() => None,
+        Err(e) => Some(RuntimeError::Panicked { task, message: panic_message(e.into_panic()) }),
     }
 }
 
