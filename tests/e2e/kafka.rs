@@ -1262,3 +1262,45 @@ fn broker_holds_an_empty_fetch_for_its_max_wait() {
     let fetches = poll_for(Duration::from_secs(3)) - before;
     assert!(fetches <= 30, "{fetches} fetches in 3 s of an idle consumer (fetch.wait.max.ms 500: about 6)");
 }
+
+/// A frozen broker (SIGSTOP: its connections stay open, so librdkafka sees
+/// no outage) under an exactly-once sink: the wait is logged when it
+/// begins, every 10 s while it lasts and when it ends, not once a second;
+/// after it the run goes on and every record is committed once.
+#[test]
+fn kafka_a_frozen_broker_is_logged_when_it_goes_while_it_lasts_and_when_it_returns() {
+    let (addr, dir) = start_script_broker();
+    let output = topic("frozen-out");
+    create_topic(&addr, &output, 1);
+    let rows = 3000;
+    let tmpd = tmp();
+    let yaml = format!(
+        "name: frozen\nstate: {{dir: '{state}'}}\ncheckpoint: {{interval: 500ms, timeout: 20s, tolerable_failures: 10}}\n\
+         sources:\n  - {{name: gen, type: datagen, rows: {rows}, rate_limit: 200, fields: {{id: {{kind: sequence}}}}}}\n\
+         sinks:\n  - {{name: out, type: kafka, input: gen, brokers: '{addr}', topic: {output}, delivery: exactly_once, broker_timeout: 40s}}\n",
+        state = tmpd.path().join("state").display()
+    );
+    let pipeline = write_pipeline(tmpd.path(), "frozen", &yaml);
+    let run = weir_run(&pipeline, 1).spawn();
+    std::thread::sleep(Duration::from_secs(4));
+    let pid = broker_pid(&dir);
+    let signal = |sig: &str| assert!(Command::new("kill").arg(format!("-{sig}")).arg(&pid).status().unwrap().success());
+    signal("STOP");
+    std::thread::sleep(Duration::from_secs(14));
+    signal("CONT");
+    let o = run.wait_for(Duration::from_secs(90));
+    o.expect_code(0);
+    let waiting = o.stderr.lines().filter(|l| l.contains("Kafka flush is waiting for the brokers")).count();
+    assert!((1..=2).contains(&waiting), "{waiting} waiting lines for a 14 s freeze (one at once, one after 10 s):\n{}", o.stderr);
+    o.expect_stderr_contains("Kafka flush done: the brokers acknowledged again.");
+    let got = read_committed(&addr, &output, Duration::from_secs(20));
+    let ids: BTreeSet<i64> = got.iter().map(|l| parse(l)["id"].as_i64().unwrap()).collect();
+    assert_eq!((got.len(), ids.len()), (rows, rows), "every record committed once");
+}
+
+/// The process id of the test broker serving `dir`.
+fn broker_pid(dir: &str) -> String {
+    let o = Command::new("pgrep").args(["-f", &format!("noida-db start.*--data-dir {dir}$")]).output().unwrap();
+    let pid = String::from_utf8(o.stdout).unwrap().lines().next().map(str::to_string);
+    pid.unwrap_or_else(|| panic!("no broker process for {dir}"))
+}

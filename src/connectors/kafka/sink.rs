@@ -399,6 +399,9 @@ pub fn default_transaction_timeout(interval: Duration, timeout: Duration) -> Dur
     ((interval + timeout) * 2).clamp(Duration::from_secs(60), Duration::from_secs(900))
 }
 
+/// How often a flush still waiting for the brokers says so.
+const FLUSH_WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// The producer's configuration: idempotent, every send bounded by
 /// `broker_timeout`, transactional for exactly-once; the user's properties last.
 fn producer_config(spec: &KafkaSinkSpec, txn_id: &str, transaction_timeout: Duration) -> ClientConfig {
@@ -648,13 +651,29 @@ impl KafkaSink {
 
     /// Wait until every message sent is acknowledged (or failed), for at
     /// most the broker timeout; fail on any delivery error.
+    /// A wait is logged when it begins, every [`FLUSH_WAIT_LOG_EVERY`]
+    /// while it lasts, and when it ends (a frozen broker keeps its
+    /// connections, so librdkafka reports no outage).
     fn flush(&self) -> OpResult {
-        let deadline = Instant::now() + self.timeout;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let mut logged: Option<Instant> = None;
         loop {
             match self.producer.flush(Duration::from_secs(1)) {
-                Ok(()) => break,
+                Ok(()) => {
+                    if logged.is_some() {
+                        let waited_s = format!("{:.1}", started.elapsed().as_secs_f64());
+                        tracing::info!(who = %self.who, waited_s, "Kafka flush done: the brokers acknowledged again.");
+                    }
+                    break;
+                }
                 Err(e) if Instant::now() < deadline => {
-                    tracing::warn!(who = %self.who, error = %e, "Kafka flush is waiting for the brokers.");
+                    if logged.is_none_or(|at| at.elapsed() >= FLUSH_WAIT_LOG_EVERY) {
+                        let waited_s = format!("{:.1}", started.elapsed().as_secs_f64());
+                        let timeout_s = self.timeout.as_secs();
+                        tracing::warn!(who = %self.who, error = %e, waited_s, timeout_s, "Kafka flush is waiting for the brokers (they do not acknowledge; fails at broker_timeout).");
+                        logged = Some(Instant::now());
+                    }
                     self.producer.context().base.check()?;
                 }
                 Err(e) => {
