@@ -30,7 +30,7 @@ if [ -z "${AWS_ENDPOINT_URL:-}" ] && [ -z "${WEIR_S3_ENDPOINT:-}" ]; then
   eval "$(scripts/s3-server.sh start --data-dir "$s3_dir")"
   echo "Test S3 server: $AWS_ENDPOINT_URL (data in $s3_dir)"
 fi
-cargo test --release "$@"
+cargo test --release --workspace "$@"
 
 # The quickstart as the README runs it (scripts/quickstart.sh: a build
 # without the rocksdb and kafka features), so that path keeps compiling and

@@ -23,12 +23,6 @@
 //! server; half the cases then keep their checkpoints there and draw
 //! restores on new machines, stale owners and network faults.
 
-#[path = "../e2e/records.rs"]
-#[allow(dead_code)]
-mod records;
-#[path = "../e2e/reference.rs"]
-#[allow(dead_code)]
-mod reference;
 
 mod case;
 mod check;
@@ -39,17 +33,12 @@ mod input;
 mod kafka;
 mod oracle;
 mod proc;
-#[path = "../e2e/proxy.rs"]
-mod proxy;
-#[path = "../common/rng.rs"]
-#[allow(dead_code)]
-mod rng;
 mod run;
 mod s3;
 mod shape;
 mod stats;
-#[path = "../common/wait.rs"]
-mod wait;
+
+use weir_test_support::{proxy, records, reference, rng, wait};
 
 pub use wait::wait_until;
 

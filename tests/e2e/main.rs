@@ -24,14 +24,7 @@ mod inspect;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;
-#[allow(dead_code)]
-mod proxy;
-mod records;
-mod reference;
 mod restart;
-#[path = "../common/rng.rs"]
-#[allow(dead_code)]
-mod rng;
 #[cfg(feature = "kafka")]
 mod rollout;
 mod s3;
@@ -46,5 +39,5 @@ mod util;
 mod validate;
 mod value_aggs;
 mod values;
-#[path = "../common/wait.rs"]
-mod wait;
+
+use weir_test_support::{proxy, records, reference, rng, wait};

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Number, Value};
 
-use super::records::{parse, Obj};
+use crate::records::{parse, Obj};
 
 /// One step of a field path, as docs/pipeline-reference.md defines them.
 enum Step {
