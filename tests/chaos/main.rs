@@ -23,7 +23,6 @@
 //! server; half the cases then keep their checkpoints there and draw
 //! restores on new machines, stale owners and network faults.
 
-
 mod case;
 mod check;
 mod cluster;
