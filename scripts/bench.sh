@@ -15,6 +15,9 @@
 #       # parallelisms, BENCH_REPEAT=3 runs each pair three times (CPU
 #       # seconds depend on how many 1 s checkpoints a run takes, so on
 #       # the machine's load: compare the best or the median of a few)
+#   BENCH_ONLY=cpu BENCH_JOBS="distinct distinct_rocks approx_distinct" scripts/bench.sh
+#       # count_distinct (exact: memory, RocksDB; approximate) over ONE key
+#       # holding BENCH_ROWS distinct values, datagen input of BENCH_ROWS rows
 set -euo pipefail
 # The timings below read each "Checkpoint complete." line.
 export WEIR_CHECKPOINT_LOG=each

@@ -385,6 +385,8 @@ pub enum AggFunc {
     Collect {
         max_items: u32,
     },
+    /// Estimated number of distinct non-null values (HyperLogLog).
+    ApproxCountDistinct,
 }
 
 /// The largest `max_items` of `collect`: it bounds a key's (or window's) state.

@@ -298,6 +298,7 @@ pub enum RawAggFn {
     First,
     Last,
     Collect,
+    ApproxCountDistinct,
 }
 
 #[derive(Debug, Deserialize)]

@@ -973,6 +973,7 @@ fn aggregate_fns(cx: &mut Cx, at: &[Seg], raw: &[RawAggregate], key_names: &[Str
 fn agg_func(f: RawAggFn, max_items: Option<u64>) -> AggFunc {
     match f {
         RawAggFn::CountDistinct => AggFunc::CountDistinct,
+        RawAggFn::ApproxCountDistinct => AggFunc::ApproxCountDistinct,
         RawAggFn::First => AggFunc::First,
         RawAggFn::Last => AggFunc::Last,
         // Out of range is reported above; clamped only to build a spec that is never run.
@@ -993,6 +994,7 @@ fn fn_name(f: RawAggFn) -> &'static str {
         RawAggFn::Max => "max",
         RawAggFn::Avg => "avg",
         RawAggFn::CountDistinct => "count_distinct",
+        RawAggFn::ApproxCountDistinct => "approx_count_distinct",
         RawAggFn::First => "first",
         RawAggFn::Last => "last",
         RawAggFn::Collect => "collect",

@@ -14,6 +14,7 @@ mod crash;
 mod damage;
 mod dead_letter;
 mod determinism;
+mod distinct_sets;
 mod ending;
 mod event_time;
 mod exact_numbers;

@@ -71,6 +71,7 @@ fn kind_of(func: AggFunc) -> Option<Kind> {
         AggFunc::First => Some(Kind::First),
         AggFunc::Last => Some(Kind::Last),
         AggFunc::Collect { max_items } => Some(Kind::Collect(max_items as usize)),
+        AggFunc::ApproxCountDistinct => Some(Kind::Approx),
         AggFunc::Count | AggFunc::Sum | AggFunc::Min | AggFunc::Max | AggFunc::Avg => None,
     }
 }
@@ -194,7 +195,7 @@ const TAG_DECIMAL: u8 = 3;
 fn width_of(func: AggFunc) -> usize {
     match func {
         // Variable: the empty payload's length.
-        AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => 0,
+        AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => 0,
         AggFunc::Count => 8,
         AggFunc::Min | AggFunc::Max => 9,
         AggFunc::Sum => 1 + SUM_WIDTH,
@@ -206,7 +207,7 @@ fn width_of(func: AggFunc) -> usize {
 fn legacy_width_of(func: AggFunc) -> usize {
     match func {
         // Never in the legacy layout.
-        AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => 0,
+        AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => 0,
         AggFunc::Count => 8,
         AggFunc::Sum | AggFunc::Min | AggFunc::Max => 9,
         AggFunc::Avg => 16,
@@ -324,6 +325,49 @@ impl Accumulators {
         self.fixed + 8 * (self.vars.len() + self.exact)
     }
 
+    /// The variable-width slots that are `count_distinct`: (index among
+    /// the variable slots, input field).
+    pub fn distinct_slots(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.vars.iter().enumerate().filter(|(_, (k, _))| *k == Kind::Distinct).map(|(i, &(_, input))| (i, input))
+    }
+
+    /// Whether any slot is `count_distinct` (whose values live in the `distinct` table).
+    pub fn has_distinct(&self) -> bool {
+        self.vars.iter().any(|(k, _)| *k == Kind::Distinct)
+    }
+
+    /// The payload of variable slot `i` of the well-formed set `acc`.
+    pub fn var_payload<'a>(&self, acc: &'a [u8], i: usize) -> Option<&'a [u8]> {
+        let mut at = self.fixed;
+        for _ in 0..i {
+            at = payload_at(acc, at)?.1;
+        }
+        payload_at(acc, at).map(|(p, _)| p)
+    }
+
+    /// The byte range of the payload of variable slot `i` of the well-formed set `acc`.
+    pub fn var_range(&self, acc: &[u8], i: usize) -> Option<std::ops::Range<usize>> {
+        let mut at = self.fixed;
+        for _ in 0..i {
+            at = payload_at(acc, at)?.1;
+        }
+        let (_, end) = payload_at(acc, at)?;
+        Some(at + 8..end)
+    }
+
+    /// Replace the payload of variable slot `i` of the well-formed set `acc` by `p`.
+    pub fn set_var_payload(&self, acc: &mut Vec<u8>, i: usize, p: &[u8]) {
+        let mut at = self.fixed;
+        for _ in 0..i {
+            let Some((_, next)) = payload_at(acc, at) else { return };
+            at = next;
+        }
+        let Some((_, end)) = payload_at(acc, at) else { return };
+        let mut framed = Vec::with_capacity(8 + p.len());
+        push_payload(p, &mut framed);
+        acc.splice(at..end, framed);
+    }
+
     /// True if every set has the same length (count alone).
     pub fn is_fixed(&self) -> bool {
         self.vars.is_empty() && self.exact == 0
@@ -353,9 +397,11 @@ impl Accumulators {
         if bytes.len() < at {
             return None;
         }
-        for _ in &self.vars {
+        for &(kind, _) in &self.vars {
             let (p, next) = payload_at(bytes, at)?;
-            variable::items(p)?;
+            if !variable::is_payload(kind, p) {
+                return None;
+            }
             at = next;
         }
         Some(at)
@@ -367,9 +413,9 @@ impl Accumulators {
             return acc.len() == self.fixed;
         }
         let mut at = self.fixed;
-        for _ in &self.vars {
+        for &(kind, _) in &self.vars {
             match payload_at(acc, at) {
-                Some((p, next)) if variable::items(p).is_some() => at = next,
+                Some((p, next)) if variable::is_payload(kind, p) => at = next,
                 _ => return false,
             }
         }
@@ -427,6 +473,9 @@ impl Accumulators {
             tail.extend_from_slice(&[0; 8]);
             match fields.get(input) {
                 None | Some(Value::Null) => tail.extend_from_slice(payload),
+                Some(v) if kind == Kind::Approx => super::hll::add(payload, v, &mut tail),
+                // Counted by `distinct::add`, which keeps the values.
+                Some(_) if kind == Kind::Distinct && variable::read_external(payload).is_some() => tail.extend_from_slice(payload),
                 Some(v) => {
                     variable::single(kind, v, ts, &mut one);
                     if !variable::merge(kind, payload, &one, &mut tail) {
@@ -485,7 +534,7 @@ impl Accumulators {
                         edits.add(s.tail, spill);
                     }
                 }
-                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => {}
                 AggFunc::Min | AggFunc::Max => {
                     if let Some(n) = input.and_then(num_of) {
                         self.fold(s, acc, rest, n, edits);
@@ -598,7 +647,7 @@ impl Accumulators {
                         edits.add(s.tail, Some(e));
                     }
                 }
-                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => {}
                 AggFunc::Min | AggFunc::Max => {
                     if let Some(n) = rd_num(from, at, from_tail) {
                         self.fold(s, into, rest, n, edits);
@@ -654,7 +703,7 @@ impl Accumulators {
                     acc[at..at + 8].copy_from_slice(&old[from..from + 8]);
                     write_v2_sum(acc, at + 8, 0, f64::from_bits(rd_u64(&old, from + 8)));
                 }
-                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => {}
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => {}
             }
             from += legacy_width_of(s.func);
         }
@@ -718,7 +767,7 @@ impl Accumulators {
                     (n, Err(x)) => Value::Float(x / n as f64),
                     (n, Ok(t)) => Value::Float(mean(&t, n)),
                 },
-                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } => Value::Null,
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => Value::Null,
             });
         }
     }

@@ -44,6 +44,10 @@
 //!   such a key is dirty is then known only to `dirty`, so the next record
 //!   of it writes its mark again (an idempotent put) and the flag.
 //!
+//! - with `count_distinct`, a third table after those: `distinct`
+//!   (ordered): set prefix ++ value → empty, one entry per distinct value
+//!   of each set (see `distinct.rs`); a window's entries go when it fires.
+//!
 //! Keys are `Value::encode_key` bytes (decoded back with `decode_key` when
 //! firing); times are sign-flipped big-endian (8 bytes); accumulators use the
 //! layout of `accumulator.rs`: fixed-width unless the spec has a
@@ -52,7 +56,9 @@
 //! (`session_spans`).
 
 pub mod accumulator;
+mod distinct;
 mod exact;
+mod hll;
 mod variable;
 pub mod window;
 
@@ -74,6 +80,8 @@ const TIMERS: TableId = 1;
 // Running tables.
 const ACCS: TableId = 0;
 const DIRTY: TableId = 1;
+/// Every mode, when the spec has `count_distinct`: the values (`distinct.rs`).
+const DISTINCT: TableId = 2;
 
 /// The last byte of a running accumulator entry: whether its key has a
 /// mark in `dirty`.
@@ -150,12 +158,16 @@ pub struct Aggregate {
     emit_interval: Duration,
     dead_letter: Option<DeadLetter>,
     output: Output,
+    /// Where the `count_distinct` values live, if the spec has any.
+    sets: Option<distinct::Sets>,
     // Scratch buffers, reused across records.
     key: Vec<u8>,
     wkey: Vec<u8>,
     timer: Vec<u8>,
     acc: Vec<u8>,
     other: Vec<u8>,
+    /// A `distinct` entry key.
+    entry: Vec<u8>,
     json: Vec<u8>,
     windows: Vec<Window>,
     sessions: Vec<Window>,
@@ -356,7 +368,10 @@ impl Aggregate {
                 b.into_boxed_slice()
             })
             .collect();
+        let sessions = matches!(window, Some(Assigner::Session { .. }));
+        let sets = accs.has_distinct().then_some(distinct::Sets { table: DISTINCT, sessions });
         Ok(Aggregate {
+            sets,
             key_indices,
             window,
             lateness: duration_ms(spec.allowed_lateness),
@@ -368,6 +383,7 @@ impl Aggregate {
             timer: Vec::new(),
             acc: Vec::new(),
             other: Vec::new(),
+            entry: Vec::new(),
             json: Vec::new(),
             windows: Vec::new(),
             sessions: Vec::new(),
@@ -400,14 +416,39 @@ impl Aggregate {
     /// the window and its timer if new.
     fn add_to_window(&mut self, kg: KeyGroup, w: Window, record: &Record, ctx: &mut Context<'_>) -> OpResult {
         window_key(&self.key, w, &mut self.wkey);
-        let (created, ok) = add_to_accumulator(&self.output.accs, WINDOWS, kg, &self.wkey, record, ctx)?;
-        if !ok {
-            return Err(corrupt("accumulator"));
-        }
+        let created = match self.sets {
+            Some(sets) => self.add_with_sets(sets, kg, record, ctx)?,
+            None => {
+                let (created, ok) = add_to_accumulator(&self.output.accs, WINDOWS, kg, &self.wkey, record, ctx)?;
+                if !ok {
+                    return Err(corrupt("accumulator"));
+                }
+                created
+            }
+        };
         if created {
             self.put_timer(kg, w, ctx)?;
         }
         Ok(())
+    }
+
+    /// Fold `record` into the window at `self.wkey` (created empty if
+    /// absent) and its distinct values into their sets. Returns whether the
+    /// window was created.
+    fn add_with_sets(&mut self, sets: distinct::Sets, kg: KeyGroup, record: &Record, ctx: &mut Context<'_>) -> Result<bool, OpError> {
+        let (accs, acc, wkey) = (&self.output.accs, &mut self.acc, &self.wkey);
+        let found = ctx.state.get(WINDOWS, kg, wkey, acc)?;
+        if !found {
+            accs.init(acc);
+        } else if !accs.adopt(acc) {
+            return Err(corrupt("accumulator"));
+        } else {
+            sets.upgrade(accs, acc, wkey, 0, &mut *ctx.state, kg)?;
+        }
+        sets.add(accs, acc, wkey, 0, &record.fields, &mut *ctx.state, kg, &mut self.entry)?;
+        accs.add(acc, &record.fields, record.event_time);
+        ctx.state.put(WINDOWS, kg, wkey, acc)?;
+        Ok(!found)
     }
 
     /// Timer key for window `w` of the key whose window key is in `self.wkey`.
@@ -484,6 +525,10 @@ impl Aggregate {
             } else {
                 self.acc.clear();
                 self.acc.extend_from_slice(&self.other[span.clone()]);
+                if let Some(sets) = self.sets {
+                    sets.upgrade(accs, &mut self.acc, &self.key, merged.start, &mut *ctx.state, kg)?;
+                    sets.add(accs, &mut self.acc, &self.key, merged.start, &record.fields, &mut *ctx.state, kg, &mut self.entry)?;
+                }
                 accs.add(&mut self.acc, &record.fields, record.event_time);
                 self.other.splice(span, self.acc.iter().copied());
             }
@@ -492,9 +537,22 @@ impl Aggregate {
         // Replace the overlapped sessions (maybe none) by one holding them and the record.
         accs.init(&mut self.acc);
         for i in range.clone() {
-            self.output.accs.merge(&mut self.acc, &self.other[self.spans[i].clone()]);
+            match self.sets {
+                Some(sets) => {
+                    let accs = &self.output.accs;
+                    let mut from = self.other[self.spans[i].clone()].to_vec();
+                    sets.upgrade(accs, &mut from, &self.key, self.sessions[i].start, &mut *ctx.state, kg)?;
+                    accs.merge(&mut self.acc, &from);
+                    sets.merge(accs, &mut self.acc, &from, &self.key, &mut *ctx.state, kg)?;
+                }
+                None => self.output.accs.merge(&mut self.acc, &self.other[self.spans[i].clone()]),
+            }
             self.session_timer(self.sessions[i]);
             ctx.state.delete(TIMERS, kg, &self.timer)?;
+        }
+        if let Some(sets) = self.sets {
+            let accs = &self.output.accs;
+            sets.add(accs, &mut self.acc, &self.key, merged.start, &record.fields, &mut *ctx.state, kg, &mut self.entry)?;
         }
         self.output.accs.add(&mut self.acc, &record.fields, record.event_time);
         // The overlapped entries' bytes: from the first's start to the last's end, or the insertion point.
@@ -577,6 +635,36 @@ impl Aggregate {
         Ok(())
     }
 
+    /// `process_running` for a spec with `count_distinct`: the values go to
+    /// their sets first, so the accumulators are read and written apart.
+    fn process_running_with_sets(
+        accs: &Accumulators,
+        sets: distinct::Sets,
+        record: &Record,
+        key: &[u8],
+        ctx: &mut Context<'_>,
+        acc: &mut Vec<u8>,
+        entry: &mut Vec<u8>,
+    ) -> OpResult {
+        let kg = record.key_group;
+        let marked = if ctx.state.get(ACCS, kg, key, acc)? {
+            let marked = take_flag(accs, acc)? == Some(true);
+            sets.upgrade(accs, acc, key, 0, &mut *ctx.state, kg)?;
+            marked
+        } else {
+            accs.init(acc);
+            false
+        };
+        sets.add(accs, acc, key, 0, &record.fields, &mut *ctx.state, kg, entry)?;
+        accs.add(acc, &record.fields, record.event_time);
+        acc.push(MARKED);
+        ctx.state.put(ACCS, kg, key, acc)?;
+        if !marked {
+            ctx.state.put(DIRTY, kg, key, &[])?;
+        }
+        Ok(())
+    }
+
     /// Fire every window whose fire time is <= `watermark`.
     fn fire(&mut self, watermark: Millis, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
         if watermark < self.timers_from {
@@ -627,9 +715,18 @@ impl Aggregate {
             self.acc.clear();
             self.acc.extend(self.other.drain(span.start - 16..span.end).skip(16));
             self.save_sessions(kg, ctx)?;
+            if let Some(sets) = self.sets {
+                sets.clear(&self.output.accs, &self.acc, key, &mut *ctx.state, kg)?;
+            }
         } else {
             if !ctx.state.take(WINDOWS, kg, wkey, &mut self.acc)? {
                 return Err(corrupt("timer without window"));
+            }
+            if let Some(sets) = self.sets {
+                if !self.output.accs.is_valid(&self.acc) && !self.output.accs.adopt(&mut self.acc) {
+                    return Err(corrupt("accumulator"));
+                }
+                sets.clear(&self.output.accs, &self.acc, wkey, &mut *ctx.state, kg)?;
             }
         }
         self.output.emit(kg, key, Some(w), &self.acc, &mut self.json, out)
@@ -685,13 +782,17 @@ impl Aggregate {
 
 impl Operator for Aggregate {
     fn tables(&self) -> Vec<TableSpec> {
-        match self.window {
+        let mut tables = match self.window {
             None => vec![TableSpec { name: "accumulators", kind: TableKind::Point }, TableSpec { name: "dirty", kind: TableKind::Point }],
             Some(Assigner::Session { .. }) => {
                 vec![TableSpec { name: "sessions", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }]
             }
             Some(_) => vec![TableSpec { name: "windows", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }],
+        };
+        if self.sets.is_some() {
+            tables.push(TableSpec { name: "distinct", kind: TableKind::Ordered });
         }
+        tables
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
@@ -706,8 +807,18 @@ impl Operator for Aggregate {
                 ctx.state.prefetch(ACCS, r.key_group, key);
             }
             let accs = &self.output.accs;
-            for (r, key) in batch.iter().zip(keys.iter()) {
-                Self::process_running(accs, r, key, ctx)?;
+            match self.sets {
+                Some(sets) => {
+                    let (acc, entry) = (&mut self.acc, &mut self.entry);
+                    for (r, key) in batch.iter().zip(keys.iter()) {
+                        Self::process_running_with_sets(accs, sets, r, key, ctx, acc, entry)?;
+                    }
+                }
+                None => {
+                    for (r, key) in batch.iter().zip(keys.iter()) {
+                        Self::process_running(accs, r, key, ctx)?;
+                    }
+                }
             }
             return Ok(());
         };

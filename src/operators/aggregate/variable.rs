@@ -1,15 +1,21 @@
-//! The variable-width accumulators: `count_distinct`, `first`, `last` and
-//! `collect`.
+//! The variable-width accumulators: `count_distinct`, `first`, `last`,
+//! `collect` and `approx_count_distinct`.
 //!
 //! Each keeps a payload: a list of items, each `u32 LE length ++ bytes`,
-//! sorted by their bytes. Adding a value merges a one-item list into it;
+//! sorted by their bytes (`approx_count_distinct`: a sketch, `hll.rs`). Adding a value merges a one-item list into it;
 //! merging two accumulators (sessions) merges their lists. Every function is
 //! a pure function of the multiset of its inputs (the sorted union, then
 //! cut), so neither arrival order nor parallelism changes a result.
 //!
-//! - `count_distinct`: the items are the values' key encodings
-//!   (`Value::encode_key`: `1` and `1.0` are one value, as for keys), without
-//!   duplicates. The values are stored, not hashes: the count is exact.
+//! - `count_distinct`: its values are entries of their own in the
+//!   aggregate's `distinct` table (`distinct.rs`); the payload is the
+//!   *external* form `FF FF FF FF ++ u64 LE count ++ i64 LE set id` (20
+//!   bytes), or empty (no value yet). No item list starts with `FF FF FF FF`
+//!   (an item of 4 GiB), so the form is told apart from the *legacy* one
+//!   older builds wrote, still read: the values' key encodings
+//!   (`Value::encode_key`: `1` and `1.0` are one value, as for keys) as
+//!   items, without duplicates. `distinct::upgrade` moves a legacy list's
+//!   items to entries the first time its set is touched.
 //! - `first`, `last`, `collect`: the items are entries
 //!   `event time (sign-flipped big-endian) ++ JSON text ++ 0x00 ++ value`,
 //!   so byte order is (event time, JSON text of the value): JSON text never
@@ -29,6 +35,39 @@ pub enum Kind {
     First,
     Last,
     Collect(usize),
+    Approx,
+}
+
+/// The first bytes of an external `count_distinct` payload.
+const EXTERNAL: [u8; 4] = [0xFF; 4];
+/// The length of an external `count_distinct` payload.
+pub const EXTERNAL_LEN: usize = 20;
+
+/// An external `count_distinct` payload: `count` values, kept as entries
+/// under set id `id`.
+pub fn external(count: u64, id: i64) -> [u8; EXTERNAL_LEN] {
+    let mut p = [0u8; EXTERNAL_LEN];
+    p[..4].copy_from_slice(&EXTERNAL);
+    p[4..12].copy_from_slice(&count.to_le_bytes());
+    p[12..].copy_from_slice(&id.to_le_bytes());
+    p
+}
+
+/// The (count, set id) of an external `count_distinct` payload.
+pub fn read_external(p: &[u8]) -> Option<(u64, i64)> {
+    if p.len() != EXTERNAL_LEN || p[..4] != EXTERNAL {
+        return None;
+    }
+    Some((u64::from_le_bytes(p[4..12].try_into().ok()?), i64::from_le_bytes(p[12..].try_into().ok()?)))
+}
+
+/// Whether `p` is a well-formed payload of a slot of `kind`.
+pub fn is_payload(kind: Kind, p: &[u8]) -> bool {
+    match kind {
+        Kind::Distinct => read_external(p).is_some() || items(p).is_some(),
+        Kind::Approx => super::hll::is_valid(p),
+        Kind::First | Kind::Last | Kind::Collect(_) => items(p).is_some(),
+    }
 }
 
 /// The items of a payload, or None if it is malformed.
@@ -51,6 +90,14 @@ fn push_item(item: &[u8], out: &mut Vec<u8>) {
 /// Append to `out` the payload holding what `kind` keeps of the items of
 /// `a` and `b`; false (and `out` unspecified) if either is malformed.
 pub fn merge(kind: Kind, a: &[u8], b: &[u8], out: &mut Vec<u8>) -> bool {
+    if kind == Kind::Approx {
+        return super::hll::merge(a, b, out);
+    }
+    if kind == Kind::Distinct && (read_external(a).is_some() || read_external(b).is_some()) {
+        // Entries of their own: `distinct::merge` unites the sets and sets the payload.
+        out.extend_from_slice(a);
+        return true;
+    }
     let (Some(a), Some(b)) = (items(a), items(b)) else { return false };
     if kind == Kind::Last {
         // The last of the union is the larger of the two lasts.
@@ -62,7 +109,7 @@ pub fn merge(kind: Kind, a: &[u8], b: &[u8], out: &mut Vec<u8>) -> bool {
     let limit = match kind {
         Kind::First => 1,
         Kind::Collect(n) => n,
-        Kind::Distinct | Kind::Last => usize::MAX,
+        Kind::Distinct | Kind::Last | Kind::Approx => usize::MAX,
     };
     let (mut i, mut j, mut kept) = (0, 0, 0);
     while kept < limit && (i < a.len() || j < b.len()) {
@@ -102,11 +149,12 @@ pub fn merge(kind: Kind, a: &[u8], b: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// The item a value adds to a slot of `kind`, framed as a one-item payload.
+/// The item a value adds to a slot of `kind`, framed as a one-item payload
+/// (not called for `Approx`, whose payload is a sketch).
 pub fn single(kind: Kind, v: &Value, ts: Millis, out: &mut Vec<u8>) {
     let mut item = Vec::new();
     match kind {
-        Kind::Distinct => v.encode_key(&mut item),
+        Kind::Distinct | Kind::Approx => v.encode_key(&mut item),
         Kind::First | Kind::Last | Kind::Collect(_) => {
             item.extend_from_slice(&((ts as u64) ^ (1 << 63)).to_be_bytes());
             v.write_json(&mut item);
@@ -120,9 +168,15 @@ pub fn single(kind: Kind, v: &Value, ts: Millis, out: &mut Vec<u8>) {
 
 /// The output of a slot of `kind` over the (well-formed) `payload`.
 pub fn finish(kind: Kind, payload: &[u8]) -> Value {
+    if let (Kind::Distinct, Some((count, _))) = (kind, read_external(payload)) {
+        return Value::Int(count.min(i64::MAX as u64) as i64);
+    }
+    if kind == Kind::Approx {
+        return Value::Int(super::hll::estimate(payload).min(i64::MAX as u64) as i64);
+    }
     let items = items(payload).unwrap_or_default();
     match kind {
-        Kind::Distinct => Value::Int(items.len().min(i64::MAX as usize) as i64),
+        Kind::Distinct | Kind::Approx => Value::Int(items.len().min(i64::MAX as usize) as i64),
         Kind::First | Kind::Last => items.first().and_then(|e| entry(e)).map_or(Value::Null, |(_, v)| v),
         Kind::Collect(_) => {
             let mut json = String::from("[");
