@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use super::{Context, OpError, OpResult, Operator};
 use crate::faults;
 use crate::state::{TableKind, TableSpec};
-use crate::types::{KeyGroup, Record};
+use crate::types::Record;
 
 #[derive(Clone)]
 pub struct DeadLetter {
@@ -248,16 +248,7 @@ impl Segments {
     }
 
     fn next_free_seq(&self) -> io::Result<u64> {
-        let mut next = 0;
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            if let Some((subtask, seq)) = self.parse(&name.to_string_lossy()) {
-                if subtask == self.subtask {
-                    next = next.max(seq.saturating_add(1));
-                }
-            }
-        }
-        Ok(next)
+        super::staged_files::next_free_seq(&self.dir, self.subtask, |name| self.parse(name))
     }
 
     fn open(&mut self) -> io::Result<&mut BufWriter<File>> {
@@ -362,19 +353,9 @@ impl Segments {
         }
     }
 
-    /// Remove segments no checkpoint will append: this subtask's numbered
-    /// below `below`, and those of old subtasks beyond `parallelism` that map
-    /// to this one.
+    /// Remove the segments no checkpoint will append (`staged_files`).
     fn remove_leftovers(&self, below: u64, parallelism: u16) -> io::Result<()> {
-        for entry in fs::read_dir(&self.dir)?.flatten() {
-            let Some((subtask, seq)) = self.parse(&entry.file_name().to_string_lossy()) else { continue };
-            let ours = subtask == self.subtask && seq < below;
-            let orphaned = subtask >= parallelism && subtask % parallelism == self.subtask;
-            if ours || orphaned {
-                fs::remove_file(entry.path())?;
-            }
-        }
-        Ok(())
+        super::staged_files::remove_leftovers(&self.dir, self.subtask, below, parallelism, |name| self.parse(name))
     }
 }
 
@@ -422,13 +403,12 @@ impl DeadLetterCommit {
 
     /// Append every segment staged for a checkpoint <= `id`.
     fn publish_up_to(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let due: Vec<(String, KeyGroup)> =
-            ctx.staged_names(SEGMENTS)?.into_iter().filter(|(_, staged, _)| *staged <= id).map(|(n, _, kg)| (n, kg)).collect();
+        let due = super::staged_files::due(ctx, SEGMENTS, id)?;
         if due.is_empty() {
             return Ok(());
         }
         faults::get().crash_point("before_sink_commit");
-        for (name, kg) in due {
+        for (name, _, kg) in due {
             self.dl.staged(|s| s.publish(&name)).map_err(self.io_err("committing"))?;
             ctx.state.delete(SEGMENTS, kg, name.as_bytes())?;
         }

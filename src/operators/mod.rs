@@ -16,6 +16,7 @@ pub mod dead_letter;
 pub mod dedup;
 pub mod filter;
 pub mod map;
+pub mod staged_files;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -46,9 +46,10 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::faults;
+use crate::operators::staged_files;
 use crate::operators::{Context, OpError, OpResult, Operator, OperatorMetrics};
 use crate::state::{TableKind, TableSpec};
-use crate::types::{KeyGroup, Record};
+use crate::types::Record;
 
 /// Staged parts: hidden file name → checkpoint id (0 = closed, not staged yet).
 const PARTS: usize = 0;
@@ -166,7 +167,7 @@ impl FileSink {
 
     /// Publish every part staged for a checkpoint <= `id`.
     fn publish_up_to(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let due: Vec<(String, u64, KeyGroup)> = ctx.staged_names(PARTS)?.into_iter().filter(|(_, c, _)| *c != 0 && *c <= id).collect();
+        let due = staged_files::due(ctx, PARTS, id)?;
         if due.is_empty() {
             return Ok(());
         }
@@ -193,25 +194,6 @@ impl FileSink {
             ctx.state.delete(PARTS, *kg, hidden.as_bytes())?;
         }
         crate::checkpoint::disk::sync_dir(&self.dir).map_err(|e| OpError::io(format!("syncing directory {}", self.dir.display()), e))
-    }
-}
-
-impl FileSink {
-    /// Remove hidden parts no checkpoint will publish: this subtask's
-    /// numbered below `below` (written before the restore), and those of old
-    /// subtasks beyond the current parallelism that map to this one.
-    fn remove_leftovers(&self, below: u64, parallelism: u16) -> OpResult {
-        let entries = fs::read_dir(&self.dir).map_err(|e| OpError::io(format!("listing {}", self.dir.display()), e))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((subtask, seq)) = stem_of(&name).and_then(parse_part_name) else { continue };
-            let ours = subtask == self.subtask && seq < below;
-            let orphaned = subtask >= parallelism && subtask % parallelism == self.subtask;
-            if ours || orphaned {
-                fs::remove_file(entry.path()).map_err(|e| OpError::io(format!("removing {}", entry.path().display()), e))?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -264,21 +246,15 @@ fn lines_of(part: &Path) -> u64 {
     })
 }
 
+/// (subtask, sequence) of a hidden or published part's name.
+fn part_of(name: &str) -> Option<(u16, u64)> {
+    parse_part_name(stem_of(name).unwrap_or(name))
+}
+
 /// One past the highest part number this subtask already has in `dir`, so
 /// a new run never overwrites earlier output.
 fn next_free_seq(dir: &Path, subtask: u16) -> std::io::Result<u64> {
-    let mut next = 0;
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
-        let name = stem_of(&name).unwrap_or(&name);
-        if let Some((s, seq)) = parse_part_name(name) {
-            if s == subtask {
-                next = next.max(seq.saturating_add(1));
-            }
-        }
-    }
-    Ok(next)
+    staged_files::next_free_seq(dir, subtask, part_of)
 }
 
 impl Operator for FileSink {
@@ -314,7 +290,10 @@ impl Operator for FileSink {
     fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         self.publish_up_to(id, ctx)?;
         if let Some(below) = self.leftovers_below.take() {
-            self.remove_leftovers(below, ctx.info.parallelism)?;
+            // Hidden parts only: a published one is output.
+            let hidden = |name: &str| stem_of(name).and_then(parse_part_name);
+            staged_files::remove_leftovers(&self.dir, self.subtask, below, ctx.info.parallelism, hidden)
+                .map_err(|e| OpError::io(format!("removing leftover parts in {}", self.dir.display()), e))?;
         }
         Ok(())
     }

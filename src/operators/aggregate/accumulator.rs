@@ -767,7 +767,9 @@ impl Accumulators {
                     (n, Err(x)) => Value::Float(x / n as f64),
                     (n, Ok(t)) => Value::Float(mean(&t, n)),
                 },
-                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => Value::Null,
+                AggFunc::CountDistinct | AggFunc::First | AggFunc::Last | AggFunc::Collect { .. } | AggFunc::ApproxCountDistinct => {
+                    Value::Null
+                }
             });
         }
     }

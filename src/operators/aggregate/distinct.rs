@@ -57,13 +57,22 @@ impl Sets {
     /// Move every legacy value list of `acc` (a set read from state, of
     /// the current layout) to entries. `start`: the session's start (its
     /// set id), for sessions.
-    pub fn upgrade(&self, accs: &Accumulators, acc: &mut Vec<u8>, base: &[u8], start: Millis, state: &mut dyn KeyedState, kg: KeyGroup) -> OpResult {
+    pub fn upgrade(
+        &self,
+        accs: &Accumulators,
+        acc: &mut Vec<u8>,
+        base: &[u8],
+        start: Millis,
+        state: &mut dyn KeyedState,
+        kg: KeyGroup,
+    ) -> OpResult {
         for (i, _) in accs.distinct_slots() {
             let p = accs.var_payload(acc, i).ok_or_else(|| super::corrupt("accumulator"))?;
             if p.is_empty() || read_external(p).is_some() {
                 continue;
             }
-            let items: Vec<Vec<u8>> = variable::items(p).ok_or_else(|| super::corrupt("accumulator"))?.into_iter().map(<[u8]>::to_vec).collect();
+            let items: Vec<Vec<u8>> =
+                variable::items(p).ok_or_else(|| super::corrupt("accumulator"))?.into_iter().map(<[u8]>::to_vec).collect();
             let id = if self.sessions { start } else { 0 };
             let mut entry = Vec::new();
             let mut count = 0u64;
@@ -133,7 +142,15 @@ impl Sets {
     /// Unite the distinct sets of `from` (a session's set, upgraded, about
     /// to be dropped) into those of `into`: the smaller set's entries move
     /// into the larger, whose id the union keeps. Sessions only.
-    pub fn merge(&self, accs: &Accumulators, into: &mut Vec<u8>, from: &[u8], base: &[u8], state: &mut dyn KeyedState, kg: KeyGroup) -> OpResult {
+    pub fn merge(
+        &self,
+        accs: &Accumulators,
+        into: &mut Vec<u8>,
+        from: &[u8],
+        base: &[u8],
+        state: &mut dyn KeyedState,
+        kg: KeyGroup,
+    ) -> OpResult {
         for (i, _) in accs.distinct_slots() {
             let of = |acc: &[u8]| accs.var_payload(acc, i).and_then(read_external).filter(|&(count, _)| count > 0);
             let Some((from_count, from_id)) = of(from) else { continue };
@@ -201,4 +218,3 @@ impl Sets {
         }
     }
 }
-

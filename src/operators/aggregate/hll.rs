@@ -131,7 +131,8 @@ pub fn merge(a: &[u8], b: &[u8], out: &mut Vec<u8>) -> bool {
         return false;
     }
     let (ra, rb) = (registers(a), registers(b));
-    let entries: Vec<(usize, u8)> = ra.iter().zip(&rb).enumerate().filter_map(|(i, (&x, &y))| (x.max(y) > 0).then_some((i, x.max(y)))).collect();
+    let entries: Vec<(usize, u8)> =
+        ra.iter().zip(&rb).enumerate().filter_map(|(i, (&x, &y))| (x.max(y) > 0).then_some((i, x.max(y)))).collect();
     write(&entries, out);
     true
 }
