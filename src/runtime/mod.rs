@@ -10,6 +10,8 @@ pub mod channel;
 pub mod checkpoint_log;
 pub mod checkpointing;
 pub mod control;
+#[cfg(test)]
+mod driver_tests;
 pub mod gauges;
 pub mod input;
 pub mod message;
