@@ -331,9 +331,19 @@ impl Accumulators {
         self.vars.iter().enumerate().filter(|(_, (k, _))| *k == Kind::Distinct).map(|(i, &(_, input))| (i, input))
     }
 
-    /// Whether any slot is `count_distinct` (whose values live in the `distinct` table).
-    pub fn has_distinct(&self) -> bool {
-        self.vars.iter().any(|(k, _)| *k == Kind::Distinct)
+    /// The variable-width slots that are `collect`: (index among the
+    /// variable slots, input field, max_items).
+    pub fn collect_slots(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        self.vars.iter().enumerate().filter_map(|(i, &(k, input))| match k {
+            Kind::Collect(limit) => Some((i, input, limit)),
+            _ => None,
+        })
+    }
+
+    /// Whether any slot keeps its values as entries of their own in the
+    /// `entries` table (`count_distinct`, `collect`).
+    pub fn has_entries(&self) -> bool {
+        self.vars.iter().any(|(k, _)| matches!(k, Kind::Distinct | Kind::Collect(_)))
     }
 
     /// The payload of variable slot `i` of the well-formed set `acc`.
@@ -475,7 +485,9 @@ impl Accumulators {
                 None | Some(Value::Null) => tail.extend_from_slice(payload),
                 Some(v) if kind == Kind::Approx => super::hll::add(payload, v, &mut tail),
                 // Counted by `distinct::add`, which keeps the values.
-                Some(_) if kind == Kind::Distinct && variable::read_external(payload).is_some() => tail.extend_from_slice(payload),
+                Some(_) if matches!(kind, Kind::Distinct | Kind::Collect(_)) && variable::read_external(payload).is_some() => {
+                    tail.extend_from_slice(payload)
+                }
                 Some(v) => {
                     variable::single(kind, v, ts, &mut one);
                     if !variable::merge(kind, payload, &one, &mut tail) {

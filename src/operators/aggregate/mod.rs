@@ -44,9 +44,10 @@
 //!   such a key is dirty is then known only to `dirty`, so the next record
 //!   of it writes its mark again (an idempotent put) and the flag.
 //!
-//! - with `count_distinct`, a third table after those: `distinct`
-//!   (ordered): set prefix ++ value → empty, one entry per distinct value
-//!   of each set (see `distinct.rs`); a window's entries go when it fires.
+//! - with `count_distinct` or `collect`, a third table after those:
+//!   `entries` (ordered): one entry per distinct value of each
+//!   `count_distinct` set, one per item of each `collect` list (see
+//!   `entries.rs`, `collect.rs`); a window's entries go when it fires.
 //!
 //! Keys are `Value::encode_key` bytes (decoded back with `decode_key` when
 //! firing); times are sign-flipped big-endian (8 bytes); accumulators use the
@@ -56,7 +57,8 @@
 //! (`session_spans`).
 
 pub mod accumulator;
-mod distinct;
+mod collect;
+mod entries;
 mod exact;
 mod hll;
 mod variable;
@@ -80,8 +82,8 @@ const TIMERS: TableId = 1;
 // Running tables.
 const ACCS: TableId = 0;
 const DIRTY: TableId = 1;
-/// Every mode, when the spec has `count_distinct`: the values (`distinct.rs`).
-const DISTINCT: TableId = 2;
+/// Every mode, when the spec has `count_distinct` or `collect`: their values (`entries.rs`).
+const ENTRIES: TableId = 2;
 
 /// The last byte of a running accumulator entry: whether its key has a
 /// mark in `dirty`.
@@ -158,15 +160,15 @@ pub struct Aggregate {
     emit_interval: Duration,
     dead_letter: Option<DeadLetter>,
     output: Output,
-    /// Where the `count_distinct` values live, if the spec has any.
-    sets: Option<distinct::Sets>,
+    /// Where the `count_distinct` and `collect` values live, if the spec has any.
+    sets: Option<entries::Sets>,
     // Scratch buffers, reused across records.
     key: Vec<u8>,
     wkey: Vec<u8>,
     timer: Vec<u8>,
     acc: Vec<u8>,
     other: Vec<u8>,
-    /// A `distinct` entry key.
+    /// An `entries` key.
     entry: Vec<u8>,
     json: Vec<u8>,
     windows: Vec<Window>,
@@ -369,7 +371,7 @@ impl Aggregate {
             })
             .collect();
         let sessions = matches!(window, Some(Assigner::Session { .. }));
-        let sets = accs.has_distinct().then_some(distinct::Sets { table: DISTINCT, sessions });
+        let sets = accs.has_entries().then_some(entries::Sets { table: ENTRIES, sessions });
         Ok(Aggregate {
             sets,
             key_indices,
@@ -435,7 +437,7 @@ impl Aggregate {
     /// Fold `record` into the window at `self.wkey` (created empty if
     /// absent) and its distinct values into their sets. Returns whether the
     /// window was created.
-    fn add_with_sets(&mut self, sets: distinct::Sets, kg: KeyGroup, record: &Record, ctx: &mut Context<'_>) -> Result<bool, OpError> {
+    fn add_with_sets(&mut self, sets: entries::Sets, kg: KeyGroup, record: &Record, ctx: &mut Context<'_>) -> Result<bool, OpError> {
         let (accs, acc, wkey) = (&self.output.accs, &mut self.acc, &self.wkey);
         let found = ctx.state.get(WINDOWS, kg, wkey, acc)?;
         if !found {
@@ -445,7 +447,7 @@ impl Aggregate {
         } else {
             sets.upgrade(accs, acc, wkey, 0, &mut *ctx.state, kg)?;
         }
-        sets.add(accs, acc, wkey, 0, &record.fields, &mut *ctx.state, kg, &mut self.entry)?;
+        sets.add(accs, acc, wkey, 0, &record.fields, record.event_time, &mut *ctx.state, kg, &mut self.entry)?;
         accs.add(acc, &record.fields, record.event_time);
         ctx.state.put(WINDOWS, kg, wkey, acc)?;
         Ok(!found)
@@ -527,7 +529,17 @@ impl Aggregate {
                 self.acc.extend_from_slice(&self.other[span.clone()]);
                 if let Some(sets) = self.sets {
                     sets.upgrade(accs, &mut self.acc, &self.key, merged.start, &mut *ctx.state, kg)?;
-                    sets.add(accs, &mut self.acc, &self.key, merged.start, &record.fields, &mut *ctx.state, kg, &mut self.entry)?;
+                    sets.add(
+                        accs,
+                        &mut self.acc,
+                        &self.key,
+                        merged.start,
+                        &record.fields,
+                        record.event_time,
+                        &mut *ctx.state,
+                        kg,
+                        &mut self.entry,
+                    )?;
                 }
                 accs.add(&mut self.acc, &record.fields, record.event_time);
                 self.other.splice(span, self.acc.iter().copied());
@@ -552,7 +564,17 @@ impl Aggregate {
         }
         if let Some(sets) = self.sets {
             let accs = &self.output.accs;
-            sets.add(accs, &mut self.acc, &self.key, merged.start, &record.fields, &mut *ctx.state, kg, &mut self.entry)?;
+            sets.add(
+                accs,
+                &mut self.acc,
+                &self.key,
+                merged.start,
+                &record.fields,
+                record.event_time,
+                &mut *ctx.state,
+                kg,
+                &mut self.entry,
+            )?;
         }
         self.output.accs.add(&mut self.acc, &record.fields, record.event_time);
         // The overlapped entries' bytes: from the first's start to the last's end, or the insertion point.
@@ -639,7 +661,7 @@ impl Aggregate {
     /// their sets first, so the accumulators are read and written apart.
     fn process_running_with_sets(
         accs: &Accumulators,
-        sets: distinct::Sets,
+        sets: entries::Sets,
         record: &Record,
         key: &[u8],
         ctx: &mut Context<'_>,
@@ -655,7 +677,7 @@ impl Aggregate {
             accs.init(acc);
             false
         };
-        sets.add(accs, acc, key, 0, &record.fields, &mut *ctx.state, kg, entry)?;
+        sets.add(accs, acc, key, 0, &record.fields, record.event_time, &mut *ctx.state, kg, entry)?;
         accs.add(acc, &record.fields, record.event_time);
         acc.push(MARKED);
         ctx.state.put(ACCS, kg, key, acc)?;
@@ -716,6 +738,7 @@ impl Aggregate {
             self.acc.extend(self.other.drain(span.start - 16..span.end).skip(16));
             self.save_sessions(kg, ctx)?;
             if let Some(sets) = self.sets {
+                sets.materialize(&self.output.accs, &mut self.acc, key, &mut *ctx.state, kg, true)?;
                 sets.clear(&self.output.accs, &self.acc, key, &mut *ctx.state, kg)?;
             }
         } else {
@@ -726,6 +749,7 @@ impl Aggregate {
                 if !self.output.accs.is_valid(&self.acc) && !self.output.accs.adopt(&mut self.acc) {
                     return Err(corrupt("accumulator"));
                 }
+                sets.materialize(&self.output.accs, &mut self.acc, wkey, &mut *ctx.state, kg, true)?;
                 sets.clear(&self.output.accs, &self.acc, wkey, &mut *ctx.state, kg)?;
             }
         }
@@ -776,6 +800,9 @@ impl Aggregate {
             true
         })?;
         result?;
+        if let Some(sets) = self.sets {
+            sets.materialize(&self.output.accs, &mut self.acc, key, &mut *ctx.state, kg, false)?;
+        }
         self.output.emit(kg, key, None, &self.acc, &mut self.json, out)
     }
 }
@@ -790,7 +817,7 @@ impl Operator for Aggregate {
             Some(_) => vec![TableSpec { name: "windows", kind: TableKind::Point }, TableSpec { name: "timers", kind: TableKind::Ordered }],
         };
         if self.sets.is_some() {
-            tables.push(TableSpec { name: "distinct", kind: TableKind::Ordered });
+            tables.push(TableSpec { name: "entries", kind: TableKind::Ordered });
         }
         tables
     }

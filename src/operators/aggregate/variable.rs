@@ -66,7 +66,8 @@ pub fn is_payload(kind: Kind, p: &[u8]) -> bool {
     match kind {
         Kind::Distinct => read_external(p).is_some() || items(p).is_some(),
         Kind::Approx => super::hll::is_valid(p),
-        Kind::First | Kind::Last | Kind::Collect(_) => items(p).is_some(),
+        Kind::Collect(_) => read_external(p).is_some() || items(p).is_some(),
+        Kind::First | Kind::Last => items(p).is_some(),
     }
 }
 
@@ -93,8 +94,8 @@ pub fn merge(kind: Kind, a: &[u8], b: &[u8], out: &mut Vec<u8>) -> bool {
     if kind == Kind::Approx {
         return super::hll::merge(a, b, out);
     }
-    if kind == Kind::Distinct && (read_external(a).is_some() || read_external(b).is_some()) {
-        // Entries of their own: `distinct::merge` unites the sets and sets the payload.
+    if matches!(kind, Kind::Distinct | Kind::Collect(_)) && (read_external(a).is_some() || read_external(b).is_some()) {
+        // Entries of their own: `entries::Sets::merge` unites them and sets the payload.
         out.extend_from_slice(a);
         return true;
     }

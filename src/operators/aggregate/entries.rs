@@ -1,5 +1,5 @@
 //! `count_distinct` values as entries of their own in the aggregate's
-//! ordered `distinct` table, so a record costs one lookup of its value
+//! ordered `entries` table (`collect` items too: `collect.rs`), so a record costs one lookup of its value
 //! instead of a rewrite of every value its key or window holds.
 //!
 //! An entry's key is `set prefix ++ value key encoding` (value: empty),
@@ -45,7 +45,7 @@ pub struct Sets {
 
 impl Sets {
     /// The prefix of set `id` of slot `slot` under the state key `base`, into `out`.
-    fn prefix(&self, base: &[u8], id: i64, slot: usize, out: &mut Vec<u8>) {
+    pub(super) fn prefix(&self, base: &[u8], id: i64, slot: usize, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(base);
         if self.sessions {
@@ -83,11 +83,12 @@ impl Sets {
             }
             accs.set_var_payload(acc, i, &external(count, id));
         }
-        Ok(())
+        self.collect_upgrade(accs, acc, base, start, state, kg)
     }
 
     /// Add the record's values to the distinct sets of `acc` (upgraded),
-    /// counting the new ones. `start`: the session's start, for sessions
+    /// counting the new ones, and to its `collect` lists (`ts`: the
+    /// record's event time). `start`: the session's start, for sessions
     /// (the id of a set that has none yet).
     #[allow(clippy::too_many_arguments)]
     pub fn add(
@@ -97,6 +98,7 @@ impl Sets {
         base: &[u8],
         start: Millis,
         fields: &[Value],
+        ts: Option<Millis>,
         state: &mut dyn KeyedState,
         kg: KeyGroup,
         entry: &mut Vec<u8>,
@@ -123,17 +125,18 @@ impl Sets {
                 accs.set_var_payload(acc, i, &p);
             }
         }
-        Ok(())
+        self.collect_add(accs, acc, base, start, fields, ts, state, kg, entry)
     }
 
-    /// Delete the entries of every distinct set of `acc` (its window fired).
+    /// Delete the entries of every distinct set and `collect` list of `acc` (its window fired).
     pub fn clear(&self, accs: &Accumulators, acc: &[u8], base: &[u8], state: &mut dyn KeyedState, kg: KeyGroup) -> OpResult {
         let mut prefix = Vec::new();
-        for (i, _) in accs.distinct_slots() {
+        let slots = accs.distinct_slots().map(|(i, _)| i).chain(accs.collect_slots().map(|(i, _, _)| i));
+        for i in slots {
             let Some((count, id)) = accs.var_payload(acc, i).and_then(read_external) else { continue };
             if count > 0 {
                 self.prefix(base, id, i, &mut prefix);
-                self.drain(&prefix, state, kg, &mut |_, _| Ok(()))?;
+                self.drain(&prefix, state, kg, &mut |_, _, _| Ok(()))?;
             }
         }
         Ok(())
@@ -164,7 +167,7 @@ impl Sets {
             self.prefix(base, small_id, i, &mut small);
             self.prefix(base, big_id, i, &mut big);
             let (table, big_len, mut added) = (self.table, big.len(), 0u64);
-            self.drain(&small, state, kg, &mut |state, value| {
+            self.drain(&small, state, kg, &mut |state, value, _| {
                 big.truncate(big_len);
                 big.extend_from_slice(value);
                 added += state.put_if_absent(table, kg, &big, &[])? as u64;
@@ -172,42 +175,48 @@ impl Sets {
             })?;
             accs.set_var_payload(into, i, &external(big_count.saturating_add(added), big_id));
         }
-        Ok(())
+        self.collect_merge(accs, into, from, base, state, kg)
+    }
+
+    /// The first key after every key under `prefix` (a set prefix, whose
+    /// last 4 bytes are the slot, below u32::MAX).
+    pub(super) fn successor(&self, prefix: &[u8]) -> Result<Vec<u8>, super::OpError> {
+        let mut to = prefix.to_vec();
+        let Some(last) = to.len().checked_sub(4) else { return Err(super::corrupt("entry set")) };
+        let slot = u32::from_be_bytes([to[last], to[last + 1], to[last + 2], to[last + 3]]);
+        let next = slot.checked_add(1).ok_or_else(|| super::corrupt("entry set"))?;
+        to[last..].copy_from_slice(&next.to_be_bytes());
+        Ok(to)
     }
 
     /// Delete every entry under `prefix`, a chunk at a time, calling `f`
-    /// with each one's value part (the key after the prefix) before.
-    fn drain(
+    /// with each one's key after the prefix and its value before.
+    pub(super) fn drain(
         &self,
         prefix: &[u8],
         state: &mut dyn KeyedState,
         kg: KeyGroup,
-        f: &mut dyn FnMut(&mut dyn KeyedState, &[u8]) -> OpResult,
+        f: &mut dyn FnMut(&mut dyn KeyedState, &[u8], &[u8]) -> OpResult,
     ) -> OpResult {
-        let mut to = prefix.to_vec();
-        // The prefix's successor: its last 4 bytes are the slot, below u32::MAX.
-        let Some(last) = to.len().checked_sub(4) else { return Err(super::corrupt("distinct set")) };
-        let slot = u32::from_be_bytes([to[last], to[last + 1], to[last + 2], to[last + 3]]);
-        let next = slot.checked_add(1).ok_or_else(|| super::corrupt("distinct set"))?;
-        to[last..].copy_from_slice(&next.to_be_bytes());
+        let to = self.successor(prefix)?;
         let mut from = prefix.to_vec();
-        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         loop {
-            keys.clear();
-            state.scan_range(self.table, kg, &from, Some(&to), &mut |k, _| {
-                keys.push(k.to_vec());
-                if keys.len() == CHUNK {
+            entries.clear();
+            state.scan_range(self.table, kg, &from, Some(&to), &mut |k, v| {
+                entries.push((k.to_vec(), v.to_vec()));
+                if entries.len() == CHUNK {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
                 }
             })?;
-            for k in &keys {
-                f(state, &k[prefix.len()..])?;
+            for (k, v) in &entries {
+                f(state, &k[prefix.len()..], v)?;
                 state.delete(self.table, kg, k)?;
             }
-            match keys.last() {
-                Some(k) if keys.len() == CHUNK => {
+            match entries.last() {
+                Some((k, _)) if entries.len() == CHUNK => {
                     // Resume after the last key: never over its tombstone again.
                     from.clear();
                     from.extend_from_slice(k);
