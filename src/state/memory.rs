@@ -827,15 +827,16 @@ impl KeyedState for MemoryState {
                 }
             },
             Map::Point(m) => put_if_absent_in(m, hasher, stats, key, value).unwrap_or(false),
-            Map::Ordered(m) => {
-                if m.contains_key(key) {
-                    false
-                } else {
-                    m.insert(Bytes::new(key), Bytes::new(value));
+            // One search: the key's copy is made first, present or not (a
+            // search costs more than a small allocation in a large table).
+            Map::Ordered(m) => match m.entry(Bytes::new(key)) {
+                std::collections::btree_map::Entry::Occupied(_) => false,
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(Bytes::new(value));
                     stats.added(key.len(), value.len());
                     true
                 }
-            }
+            },
         })
     }
 
