@@ -440,7 +440,11 @@ impl Case {
             }
             let exit = p.wait(SHORT_LIMIT);
             let held = exit.code == Some(2) && exit.stderr.contains("is in use by weir process");
-            let other_p = exit.code == Some(2) && exit.stderr.contains("restores only with the same parallelism");
+            // A keyed restore says "restores only with the same parallelism";
+            // an unaligned checkpoint with in-flight records "can only be
+            // restored at parallelism N" (seed 1600046).
+            let refusals = ["restores only with the same parallelism", "can only be restored at parallelism"];
+            let other_p = exit.code == Some(2) && refusals.iter().any(|r| exit.stderr.contains(r));
             if other_p && parallelism != self.run_parallelism {
                 parallelism = self.run_parallelism;
                 self.log.note(format!("the latest checkpoint is the stale run's: take over at -p {parallelism}"));
