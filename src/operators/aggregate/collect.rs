@@ -82,11 +82,7 @@ impl Sets {
                 None | Some(Value::Null) => continue,
                 Some(v) => v,
             };
-            let range = accs.var_range(acc, i).ok_or_else(|| corrupt("accumulator"))?;
-            let (count, id) = match read_external(&acc[range]) {
-                Some((count, id)) if count > 0 => (count, id),
-                _ => (0, if self.sessions { start } else { 0 }),
-            };
+            let (_, count, id) = self.opened(accs, acc, i, start)?;
             // Without event time (a running aggregate's input may have none) items order by their JSON text alone.
             variable::single(Kind::Collect(limit), v, ts.unwrap_or(Millis::MIN), &mut one);
             let item = one.get(4..).ok_or_else(|| corrupt("collect item"))?;

@@ -108,11 +108,7 @@ impl Sets {
                 None | Some(Value::Null) => continue,
                 Some(v) => v,
             };
-            let range = accs.var_range(acc, i).ok_or_else(|| super::corrupt("accumulator"))?;
-            let (mut count, id) = match read_external(&acc[range.clone()]) {
-                Some((count, id)) if count > 0 => (count, id),
-                _ => (0, if self.sessions { start } else { 0 }),
-            };
+            let (range, mut count, id) = self.opened(accs, acc, i, start)?;
             self.prefix(base, id, i, entry);
             v.encode_key(entry);
             if state.put_if_absent(self.table, kg, entry, &[])? {
@@ -126,6 +122,23 @@ impl Sets {
             }
         }
         self.collect_add(accs, acc, base, start, fields, ts, state, kg, entry)
+    }
+
+    /// Where variable slot `i`'s payload is in `acc`, and the (count, id)
+    /// of its set: 0 and a new id (`start` for sessions) if it has none yet.
+    pub(super) fn opened(
+        &self,
+        accs: &Accumulators,
+        acc: &[u8],
+        i: usize,
+        start: Millis,
+    ) -> Result<(std::ops::Range<usize>, u64, i64), super::OpError> {
+        let range = accs.var_range(acc, i).ok_or_else(|| super::corrupt("accumulator"))?;
+        let (count, id) = match read_external(&acc[range.clone()]) {
+            Some((count, id)) if count > 0 => (count, id),
+            _ => (0, if self.sessions { start } else { 0 }),
+        };
+        Ok((range, count, id))
     }
 
     /// Delete the entries of every distinct set and `collect` list of `acc` (its window fired).

@@ -453,6 +453,18 @@ impl Aggregate {
         Ok(!found)
     }
 
+    /// Fold `record` into the session accumulators in `self.acc` (upgraded)
+    /// of the session starting at `start`, its values into their sets.
+    fn fold_into_session(&mut self, start: Millis, kg: KeyGroup, record: &Record, ctx: &mut Context<'_>) -> OpResult {
+        let accs = &self.output.accs;
+        if let Some(sets) = self.sets {
+            let (fields, ts) = (&record.fields, record.event_time);
+            sets.add(accs, &mut self.acc, &self.key, start, fields, ts, &mut *ctx.state, kg, &mut self.entry)?;
+        }
+        accs.add(&mut self.acc, &record.fields, record.event_time);
+        Ok(())
+    }
+
     /// Timer key for window `w` of the key whose window key is in `self.wkey`.
     fn timer_key(&mut self, w: Window) {
         let fire = window::fire_time(w.end, self.lateness);
@@ -529,19 +541,8 @@ impl Aggregate {
                 self.acc.extend_from_slice(&self.other[span.clone()]);
                 if let Some(sets) = self.sets {
                     sets.upgrade(accs, &mut self.acc, &self.key, merged.start, &mut *ctx.state, kg)?;
-                    sets.add(
-                        accs,
-                        &mut self.acc,
-                        &self.key,
-                        merged.start,
-                        &record.fields,
-                        record.event_time,
-                        &mut *ctx.state,
-                        kg,
-                        &mut self.entry,
-                    )?;
                 }
-                accs.add(&mut self.acc, &record.fields, record.event_time);
+                self.fold_into_session(merged.start, kg, record, ctx)?;
                 self.other.splice(span, self.acc.iter().copied());
             }
             return self.save_sessions(kg, ctx);
@@ -562,21 +563,7 @@ impl Aggregate {
             self.session_timer(self.sessions[i]);
             ctx.state.delete(TIMERS, kg, &self.timer)?;
         }
-        if let Some(sets) = self.sets {
-            let accs = &self.output.accs;
-            sets.add(
-                accs,
-                &mut self.acc,
-                &self.key,
-                merged.start,
-                &record.fields,
-                record.event_time,
-                &mut *ctx.state,
-                kg,
-                &mut self.entry,
-            )?;
-        }
-        self.output.accs.add(&mut self.acc, &record.fields, record.event_time);
+        self.fold_into_session(merged.start, kg, record, ctx)?;
         // The overlapped entries' bytes: from the first's start to the last's end, or the insertion point.
         let from = self.spans.get(range.start).map_or(self.other.len(), |r| r.start - 16);
         let to = if range.is_empty() { from } else { self.spans[range.end - 1].end };
