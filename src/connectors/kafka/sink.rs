@@ -70,6 +70,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::stamp::{BatchWriter, Stamp, BATCH_RECORD_OVERHEAD};
 use super::{client_config, is_connectivity, WeirContext};
+use crate::codec::{Dec, DecodeError, Enc};
 use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
 use crate::operators::dead_letter::reject;
@@ -898,14 +899,10 @@ fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str,
 /// none), value, and with `stamped` (WKT4) its stamp.
 fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
     match key {
-        Some(k) => {
-            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-            out.extend_from_slice(k);
-        }
-        None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
+        Some(k) => out.put_bytes(k),
+        None => out.put_u32(u32::MAX),
     }
-    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
-    out.extend_from_slice(value);
+    out.put_bytes(value);
     if stamped {
         stamp.encode(out);
     }
@@ -933,52 +930,48 @@ fn encode_staged(out: &mut Vec<u8>, origin: u16, instance: Option<u16>, run: &st
         Some(_) => out.extend_from_slice(STAGED_MAGIC_STAMPED),
         None => out.extend_from_slice(STAGED_MAGIC),
     };
-    out.extend_from_slice(&origin.to_be_bytes());
+    out.put_u16(origin);
     if let Some(i) = instance {
-        out.extend_from_slice(&i.to_be_bytes());
+        out.put_u16(i);
     }
-    out.push(run.len() as u8);
+    out.put_u8(run.len() as u8);
     out.extend_from_slice(run);
-    out.extend_from_slice(&id.to_be_bytes());
+    out.put_u64(id);
     out.extend_from_slice(messages);
 }
 
 fn decode_staged(b: &[u8]) -> Result<Staged, String> {
-    let bad = || "malformed staged Kafka transaction in state".to_string();
-    // WKT3 (WKT4 with stamps): the instance after the origin; read it out
-    // and go on as WKT2.
-    let (instance, with_instance);
+    let bad = |e: DecodeError| format!("malformed staged Kafka transaction in state: {e}");
+    // WKT2: origin, run. WKT3 (WKT4 with stamps): origin, instance, run.
+    // Older: origin only.
     let stamped = b.starts_with(STAGED_MAGIC_STAMPED);
-    let b = match b.strip_prefix(STAGED_MAGIC_INSTANCE.as_slice()).or_else(|| b.strip_prefix(STAGED_MAGIC_STAMPED.as_slice())) {
-        Some(r) => {
-            let i = r.get(2..4).map(|i| u16::from_be_bytes([i[0], i[1]])).ok_or_else(bad)?;
-            instance = (i != NO_INSTANCE).then_some(i);
-            with_instance = [STAGED_MAGIC.as_slice(), &r[..2], &r[4..]].concat();
-            with_instance.as_slice()
-        }
-        None => {
-            instance = None;
-            b
-        }
+    let with_instance = b.starts_with(STAGED_MAGIC_INSTANCE) || stamped;
+    let with_run = with_instance || b.starts_with(STAGED_MAGIC);
+    let mut d = Dec::new(b);
+    if with_run {
+        d.take(STAGED_MAGIC.len(), "magic").map_err(bad)?;
+    }
+    let origin = d.u16("origin").map_err(bad)?;
+    let instance = match with_instance {
+        true => Some(d.u16("instance").map_err(bad)?).filter(|&i| i != NO_INSTANCE),
+        false => None,
     };
-    let (lineage, rest) = match b.strip_prefix(STAGED_MAGIC.as_slice()) {
-        Some(r) => {
-            let len = *r.get(2).ok_or_else(bad)? as usize;
-            let run = r.get(3..3 + len).ok_or_else(bad)?;
-            let run = String::from_utf8(run.to_vec()).map_err(|_| bad())?;
-            (Lineage::Run(run), [&r[..2], &r[3 + len..]].concat())
+    let lineage = match with_run {
+        true => {
+            let len = d.u8("run length").map_err(bad)?;
+            let run = d.take(usize::from(len), "run").map_err(bad)?;
+            Lineage::Run(String::from_utf8(run.to_vec()).map_err(|_| "malformed staged Kafka transaction in state: the run is not UTF-8")?)
         }
-        None => (Lineage::Legacy, b.to_vec()),
+        false => Lineage::Legacy,
     };
-    let origin = rest.get(..2).map(|o| u16::from_be_bytes([o[0], o[1]])).ok_or_else(bad)?;
-    let (id, records) = decode_txn(&rest[2..], stamped)?;
+    let (id, records) = decode_txn(d.rest(), stamped)?;
     Ok(Staged { origin, instance, lineage, id, records })
 }
 
 fn decode_txn(b: &[u8], stamped: bool) -> Result<(u64, Vec<Msg>), String> {
-    let (id, rest) = b.split_at_checked(8).ok_or_else(|| "malformed staged Kafka transaction in state".to_string())?;
-    let id = u64::from_be_bytes(id.try_into().expect("8 bytes"));
-    let records = MsgIter::new(rest, stamped)
+    let mut d = Dec::new(b);
+    let id = d.u64("transaction id").map_err(|e| format!("malformed staged Kafka transaction in state: {e}"))?;
+    let records = MsgIter::new(d.rest(), stamped)
         .map(|m| m.map(|(k, v, stamp)| (k.map(|k| k.to_vec().into_boxed_slice()), Box::from(v), stamp)))
         .collect::<Result<_, _>>()?;
     Ok((id, records))
@@ -990,28 +983,24 @@ type MsgRef<'a> = (Option<&'a [u8]>, &'a [u8], Stamp);
 /// The messages of a staged transaction (`encode_msg` one after the other),
 /// borrowed; an error (and then nothing) where they are malformed.
 struct MsgIter<'a> {
-    rest: &'a [u8],
+    dec: Dec<'a>,
     stamped: bool,
 }
 
 impl<'a> MsgIter<'a> {
     fn new(messages: &'a [u8], stamped: bool) -> Self {
-        MsgIter { rest: messages, stamped }
+        MsgIter { dec: Dec::new(messages), stamped }
     }
 
-    fn next_msg(&mut self) -> Option<MsgRef<'a>> {
-        fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-            let (h, t) = r.split_at_checked(n)?;
-            *r = t;
-            Some(h)
-        }
-        let r = &mut self.rest;
-        let klen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes"));
-        let key = if klen == u32::MAX { None } else { Some(take(r, klen as usize)?) };
-        let vlen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes")) as usize;
-        let value = take(r, vlen)?;
-        let stamp = if self.stamped { Stamp::decode(r)? } else { Stamp::None };
-        Some((key, value, stamp))
+    fn next_msg(&mut self) -> Result<MsgRef<'a>, DecodeError> {
+        let d = &mut self.dec;
+        let key = match d.u32("key length")? {
+            u32::MAX => None,
+            n => Some(d.take(n as usize, "key")?),
+        };
+        let value = d.bytes("value")?;
+        let stamp = if self.stamped { Stamp::decode(d)? } else { Stamp::None };
+        Ok((key, value, stamp))
     }
 }
 
@@ -1019,14 +1008,14 @@ impl<'a> Iterator for MsgIter<'a> {
     type Item = Result<MsgRef<'a>, String>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
+        if self.dec.is_empty() {
             return None;
         }
         match self.next_msg() {
-            Some(m) => Some(Ok(m)),
-            None => {
-                self.rest = &[];
-                Some(Err("malformed staged Kafka transaction in state".to_string()))
+            Ok(m) => Some(Ok(m)),
+            Err(e) => {
+                self.dec = Dec::new(&[]);
+                Some(Err(format!("malformed staged Kafka transaction in state: {e}")))
             }
         }
     }
@@ -1260,6 +1249,37 @@ mod tests {
         assert_eq!(decode_txn(&encode_txn(6, &with_batch, true), true).unwrap(), (6, with_batch.clone()));
         assert_eq!(records_in(&with_batch), 3);
         assert_eq!(with_batch[2].2.partition(), Some(3), "sent to the partition it was built for");
+    }
+
+    #[test]
+    fn a_staged_value_cut_anywhere_is_an_error_not_a_panic() {
+        let recs: Vec<Msg> = vec![
+            (Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 }),
+            (None, val("{}"), Stamp::Watermark { partition: 0, generation: 3, producer: 1, watermark: 7 }),
+        ];
+        let mut messages = Vec::new();
+        for (k, v, stamp) in &recs {
+            encode_msg(&mut messages, k.as_deref(), v, stamp, true);
+        }
+        let mut whole = Vec::new();
+        encode_staged(&mut whole, 2, Some(1), "run-a", 9, &messages);
+        let back = decode_staged(&whole).unwrap();
+        assert_eq!((back.origin, back.instance, back.id, &back.records), (2, Some(1), 9, &recs));
+        // Every cut but those between two whole messages.
+        let ends: Vec<usize> = (0..=recs.len()).map(|n| whole.len() - messages.len() + encoded_len(&recs[..n])).collect();
+        for cut in 0..whole.len() {
+            if !ends.contains(&cut) {
+                assert!(decode_staged(&whole[..cut]).is_err(), "cut at {cut} of {}", whole.len());
+            }
+        }
+    }
+
+    fn encoded_len(recs: &[Msg]) -> usize {
+        let mut out = Vec::new();
+        for (k, v, stamp) in recs {
+            encode_msg(&mut out, k.as_deref(), v, stamp, true);
+        }
+        out.len()
     }
 
     /// A staged transaction's state value as the sink writes it.

@@ -199,17 +199,13 @@ impl Stamp {
         }
     }
 
-    /// Read what `encode` wrote at the front of `r`, advancing it (None:
-    /// an unknown tag or cut short; `r` is then left as it was).
-    pub fn decode(r: &mut &[u8]) -> Option<Stamp> {
-        let mut d = Dec::new(r);
-        let stamp = Self::decode_from(&mut d).ok()??;
-        *r = d.rest();
-        Some(stamp)
+    /// Read what `encode` wrote, advancing `d`.
+    pub fn decode(d: &mut Dec) -> Result<Stamp, DecodeError> {
+        let tag = d.u8("stamp tag")?;
+        Self::decode_tagged(tag, d)?.ok_or_else(|| DecodeError(format!("unknown stamp tag {tag}")))
     }
 
-    fn decode_from(d: &mut Dec) -> Result<Option<Stamp>, DecodeError> {
-        let tag = d.u8("stamp tag")?;
+    fn decode_tagged(tag: u8, d: &mut Dec) -> Result<Option<Stamp>, DecodeError> {
         Ok(Some(match tag {
             0 => Stamp::None,
             // 1–3: written before the generation was added (generation 0).
@@ -342,14 +338,14 @@ mod tests {
             s.encode(&mut out);
         }
         out.extend_from_slice(b"rest");
-        let mut r = out.as_slice();
+        let mut d = Dec::new(&out);
         for s in STAMPS {
-            assert_eq!(Stamp::decode(&mut r), Some(s));
+            assert_eq!(Stamp::decode(&mut d).unwrap(), s);
         }
-        assert_eq!(r, b"rest");
-        assert_eq!(Stamp::decode(&mut &[9u8][..]), None, "an unknown tag");
-        assert_eq!(Stamp::decode(&mut &[3u8, 0, 0][..]), None, "cut short");
-        assert_eq!(Stamp::decode(&mut &[6u8; 24][..]), None, "cut short by the generation's last byte");
+        assert_eq!(d.rest(), b"rest");
+        assert!(Stamp::decode(&mut Dec::new(&[9u8])).is_err(), "an unknown tag");
+        assert!(Stamp::decode(&mut Dec::new(&[3u8, 0, 0])).is_err(), "cut short");
+        assert!(Stamp::decode(&mut Dec::new(&[6u8; 24])).is_err(), "cut short by the generation's last byte");
     }
 
     #[test]
@@ -363,10 +359,10 @@ mod tests {
         old.extend_from_slice(&11i32.to_be_bytes());
         old.extend_from_slice(&5u32.to_be_bytes());
         old.extend_from_slice(&42i64.to_be_bytes());
-        let mut r = old.as_slice();
-        assert_eq!(Stamp::decode(&mut r), Some(Stamp::Record { generation: 0, producer: 7, event_time: Some(-3), split_watermark: 5 }));
-        assert_eq!(Stamp::decode(&mut r), Some(Stamp::Watermark { partition: 11, generation: 0, producer: 5, watermark: 42 }));
-        assert!(r.is_empty());
+        let mut d = Dec::new(&old);
+        assert_eq!(Stamp::decode(&mut d).unwrap(), Stamp::Record { generation: 0, producer: 7, event_time: Some(-3), split_watermark: 5 });
+        assert_eq!(Stamp::decode(&mut d).unwrap(), Stamp::Watermark { partition: 11, generation: 0, producer: 5, watermark: 42 });
+        assert!(d.is_empty());
     }
 
     #[test]
