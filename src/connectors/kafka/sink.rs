@@ -241,6 +241,35 @@ fn group_digits(n: u64) -> String {
     out
 }
 
+/// The producer and what sending needs, in either delivery mode.
+struct Client {
+    who: String,
+    topic: String,
+    producer: ThreadedProducer<SinkContext>,
+    timeout: Duration,
+    /// A repartition topic of this many partitions: the message key is the
+    /// record's encoded key and the partition its key group.
+    repartition: Option<u16>,
+}
+
+/// How records count as committed: the delivery mode and its bookkeeping.
+enum Mode {
+    AtLeastOnce(Acks),
+    ExactlyOnce(Box<Txn>),
+}
+
+/// At least once: what has been acknowledged for which checkpoint.
+struct Acks {
+    /// The pipeline takes checkpoints (else records count as committed
+    /// once acknowledged at close).
+    checkpointed: bool,
+    /// Records sent since the last barrier.
+    sent: u64,
+    /// (checkpoint, records acknowledged at its barrier) of checkpoints
+    /// that have not completed yet, oldest first.
+    acked: Vec<(u64, u64)>,
+}
+
 /// The exactly-once machinery of one subtask.
 struct Txn {
     /// This instance's run: its marker group is `weir-txn-<txn id>-<run>`.
@@ -257,7 +286,8 @@ struct Txn {
 }
 
 pub struct KafkaSink {
-    who: String,
+    client: Client,
+    mode: Mode,
     subtask: u16,
     /// `weir-<pipeline>-<sink>-`: the transactional id of subtask i is this plus i.
     txn_prefix: String,
@@ -265,15 +295,8 @@ pub struct KafkaSink {
     marker_config: ClientConfig,
     /// The producer's settings (to fence the transactional id of another subtask).
     producer_config: ClientConfig,
-    topic: String,
     key: Vec<usize>,
-    producer: ThreadedProducer<SinkContext>,
-    txn: Option<Txn>,
-    timeout: Duration,
     key_buf: Vec<u8>,
-    /// A repartition topic of this many partitions: the message key is the
-    /// record's encoded key and the partition its key group.
-    repartition: Option<u16>,
     /// Old subtasks whose transactional ids this subtask fenced at open (subtask 0).
     fenced: Vec<u16>,
     /// Subtasks of this sink now: ids below it belong to live producers.
@@ -290,14 +313,6 @@ pub struct KafkaSink {
     max_message_bytes: u64,
     on_error: OnError,
     dead_letter: Option<DeadLetter>,
-    /// At least once: the pipeline takes checkpoints (else records count as
-    /// committed once acknowledged at close).
-    checkpointed: bool,
-    /// At least once: records sent since the last barrier.
-    sent: u64,
-    /// At least once: (checkpoint, records acknowledged at its barrier) of
-    /// checkpoints that have not completed yet, oldest first.
-    acked: Vec<(u64, u64)>,
     /// A repartition send: this producer's id (instance × parallelism +
     /// subtask) and the watermark it last wrote into every partition (not
     /// saved: a restarted producer writes its restored watermark again).
@@ -516,8 +531,8 @@ impl KafkaSink {
         // Fail early and clearly when no broker answers.
         super::fetch_metadata_at_start(producer.client(), Some(&spec.topic), t, &who, &spec.brokers)?;
         let mut fenced = Vec::new();
-        let txn = match spec.delivery {
-            Delivery::AtLeastOnce => None,
+        let mode = match spec.delivery {
+            Delivery::AtLeastOnce => Mode::AtLeastOnce(Acks { checkpointed: false, sent: 0, acked: Vec::new() }),
             Delivery::ExactlyOnce => {
                 producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
                 if subtask == 0 {
@@ -528,22 +543,18 @@ impl KafkaSink {
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
                 let marker = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
                 tracing::debug!(%who, marker_group = %group, "Exactly-once Kafka sink ready.");
-                Some(Txn { run, marker, open: false, records: Staging::default(), staged: None, held: Staging::default() })
+                Mode::ExactlyOnce(Box::new(Txn { run, marker, open: false, records: Staging::default(), staged: None, held: Staging::default() }))
             }
         };
         Ok(KafkaSink {
-            who,
+            client: Client { who, topic: spec.topic.clone(), producer, timeout: t, repartition: spec.repartition },
+            mode,
             subtask,
             txn_prefix,
             marker_config,
             producer_config,
-            topic: spec.topic.clone(),
             key,
-            producer,
-            txn,
-            timeout: t,
             key_buf: Vec::new(),
-            repartition: spec.repartition,
             fenced,
             parallelism,
             id_parts: (pipeline.to_string(), name.to_string()),
@@ -552,9 +563,6 @@ impl KafkaSink {
             max_message_bytes,
             on_error: spec.on_error.clone(),
             dead_letter,
-            checkpointed: false,
-            sent: 0,
-            acked: Vec::new(),
             producer_id: u32::from(spec.instance.unwrap_or(0)) * u32::from(parallelism) + u32::from(subtask),
             generation: spec.generation,
             written_watermark: MIN_WATERMARK,
@@ -566,7 +574,9 @@ impl KafkaSink {
     /// Tell an at-least-once sink that the pipeline takes checkpoints, so
     /// only records a completed checkpoint covers count as committed.
     pub fn with_checkpoints(mut self, on: bool) -> Self {
-        self.checkpointed = on;
+        if let Mode::AtLeastOnce(a) = &mut self.mode {
+            a.checkpointed = on;
+        }
         self
     }
 
@@ -589,7 +599,7 @@ impl KafkaSink {
     /// one watermark record into every partition of the topic (those its
     /// records never go to too, so that no receiver waits for it).
     fn watermark_records(&mut self, watermark: Millis) -> Vec<Msg> {
-        let Some(partitions) = self.repartition else { return Vec::new() };
+        let Some(partitions) = self.client.repartition else { return Vec::new() };
         if watermark <= self.written_watermark {
             return Vec::new();
         }
@@ -602,163 +612,6 @@ impl KafkaSink {
             .collect()
     }
 
-    /// Hand one message to the producer, waiting while its queue is full.
-    fn send(&self, m: &Msg) -> OpResult {
-        self.send_parts(m.0.as_deref(), &m.1, &m.2)
-    }
-
-    fn send_parts(&self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp) -> OpResult {
-        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(value);
-        if let Some(k) = key {
-            rec = rec.key(k);
-            if let Some(partitions) = self.repartition {
-                // A single record (as an earlier weir sent them, and a
-                // repaired transaction of one): the partition of its key group.
-                rec = rec.partition(crate::types::key_group_of(k, partitions) as i32);
-            }
-        }
-        if let Some(partition) = stamp.partition() {
-            rec = rec.partition(partition);
-        }
-        if let Some(h) = stamp.headers() {
-            rec = rec.headers(h);
-        }
-        match self.producer.send(rec) {
-            Ok(()) => Ok(()),
-            // Backpressure: the background thread drains the queue; with the
-            // brokers down that takes up to broker_timeout.
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                crate::blocking::call(|| self.send_when_queue_drains(back))
-            }
-            Err((e, _)) => Err(self.produce_err(e)),
-        }
-    }
-
-    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], [u8]>) -> OpResult {
-        loop {
-            self.producer.context().base.check()?;
-            std::thread::sleep(Duration::from_millis(1));
-            match self.producer.send(rec) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => rec = back,
-                Err((e, _)) => return Err(self.produce_err(e)),
-            }
-        }
-    }
-
-    fn produce_err(&self, e: KafkaError) -> OpError {
-        OpError::Data(format!("{}: producing to `{}`: {e}", self.who, self.topic))
-    }
-
-    /// Wait until every message sent is acknowledged (or failed), for at
-    /// most the broker timeout; fail on any delivery error.
-    /// A wait is logged when it begins, every [`FLUSH_WAIT_LOG_EVERY`]
-    /// while it lasts, and when it ends (a frozen broker keeps its
-    /// connections, so librdkafka reports no outage).
-    fn flush(&self) -> OpResult {
-        let started = Instant::now();
-        let deadline = started + self.timeout;
-        let mut logged: Option<Instant> = None;
-        loop {
-            match self.producer.flush(Duration::from_secs(1)) {
-                Ok(()) => {
-                    if logged.is_some() {
-                        let waited_s = format!("{:.1}", started.elapsed().as_secs_f64());
-                        tracing::info!(who = %self.who, waited_s, "Kafka flush done: the brokers acknowledged again.");
-                    }
-                    break;
-                }
-                Err(e) if Instant::now() < deadline => {
-                    if logged.is_none_or(|at| at.elapsed() >= FLUSH_WAIT_LOG_EVERY) {
-                        let waited_s = format!("{:.1}", started.elapsed().as_secs_f64());
-                        let timeout_s = self.timeout.as_secs();
-                        tracing::warn!(who = %self.who, error = %e, waited_s, timeout_s, "Kafka flush is waiting for the brokers (they do not acknowledge; fails at broker_timeout).");
-                        logged = Some(Instant::now());
-                    }
-                    self.producer.context().base.check()?;
-                }
-                Err(e) => {
-                    return Err(OpError::Data(format!(
-                        "{}: messages to `{}` not acknowledged within {:?} (broker_timeout): {e}",
-                        self.who, self.topic, self.timeout
-                    )))
-                }
-            }
-        }
-        if let Some(f) = self.producer.context().failed.lock().expect("failed lock").take() {
-            let brokers = match f.connectivity {
-                true => format!(" (brokers {} not reachable)", self.producer.context().base.brokers),
-                false => String::new(),
-            };
-            return Err(OpError::Data(format!("{}: delivery to `{}` failed{brokers}: {}", self.who, self.topic, f.error)));
-        }
-        Ok(())
-    }
-
-    fn txn_err(&self, what: &str, e: KafkaError) -> OpError {
-        OpError::Data(format!("{}: {what}: {e}", self.who))
-    }
-
-    /// The transaction gauges of the metrics endpoint.
-    fn show_transactions(&self, metrics: &OperatorMetrics) {
-        let Some(t) = &self.txn else { return };
-        metrics.transactions_open.store(u64::from(t.open), std::sync::atomic::Ordering::Relaxed);
-        metrics.transactions_pending.store(u64::from(t.staged.is_some()), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Begin a transaction unless one is open.
-    fn ensure_open(&mut self) -> OpResult {
-        let txn = self.txn.as_ref().expect("exactly-once");
-        if !txn.open {
-            self.producer.begin_transaction().map_err(|e| self.txn_err("begin_transaction", e))?;
-            self.txn.as_mut().expect("exactly-once").open = true;
-        }
-        Ok(())
-    }
-
-    /// Send into the open transaction, beginning one if needed.
-    fn send_in_txn(&mut self, m: Msg) -> OpResult {
-        self.ensure_open()?;
-        self.send(&m)?;
-        let stamped = self.stamped();
-        self.txn.as_mut().expect("exactly-once").records.push(m.0.as_deref(), &m.1, &m.2, stamped);
-        Ok(())
-    }
-
-    /// Send the messages of `batch` into the open transaction (beginning
-    /// one if needed) and add them to its records.
-    fn send_staging_in_txn(&mut self, batch: &Staging) -> OpResult {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.ensure_open()?;
-        for m in MsgIter::new(&batch.bytes, self.stamped()) {
-            let (key, value, stamp) = m.map_err(OpError::Data)?;
-            self.send_parts(key, value, &stamp)?;
-        }
-        self.txn.as_mut().expect("exactly-once").records.append(batch);
-        Ok(())
-    }
-
-    /// Add marker `id` to the open transaction.
-    fn add_marker(&self, id: u64) -> OpResult {
-        self.add_marker_for(&self.txn.as_ref().expect("exactly-once").marker, id)
-    }
-
-    /// Add marker `id` of the marker group of `marker` to the open transaction.
-    fn add_marker_for(&self, marker: &BaseConsumer<WeirContext>, id: u64) -> OpResult {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(id as i64)).map_err(|e| self.txn_err("marker", e))?;
-        let cgm = marker.group_metadata().ok_or_else(|| OpError::Data(format!("{}: marker consumer has no group metadata", self.who)))?;
-        self.producer.send_offsets_to_transaction(&tpl, &cgm, self.timeout).map_err(|e| self.txn_err("send_offsets_to_transaction", e))
-    }
-
-    /// The newest checkpoint whose transaction the marker group of
-    /// `marker` committed (0: none).
-    fn committed_marker_of(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
-        committed_offset(marker, &self.topic, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))
-    }
-
     /// A transaction of subtask `s.origin` was pre-committed in the restored
     /// checkpoint `id`. init_transactions (at open, or here for another
     /// subtask's id) already ended the crashed run's transaction: committed
@@ -767,6 +620,8 @@ impl KafkaSink {
     /// again and commit them with that run's marker, so a second restore of
     /// the same checkpoint does not send them again.
     fn repair(&mut self, id: u64, s: Staged) -> Result<u64, OpError> {
+        let stamped = self.stamped();
+        let (c, Mode::ExactlyOnce(txn)) = (&self.client, &mut self.mode) else { return Ok(0) };
         // After a rescale the transaction may be another (old) instance's:
         // its marker group is under that instance's transactional id.
         let own = s.instance == self.instance;
@@ -782,26 +637,26 @@ impl KafkaSink {
         if own && s.origin != self.subtask && s.origin >= self.parallelism && !self.fenced.contains(&s.origin) {
             // A subtask that no longer exists: end its transaction first, as
             // its own restart would have.
-            fence(&self.producer_config, &origin_id, self.timeout).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
+            fence(&self.producer_config, &origin_id, c.timeout).map_err(|e| OpError::Data(format!("{}: {e}", c.who)))?;
             self.fenced.push(s.origin);
         }
         let group = marker_group(&origin_id, &s.lineage);
-        let marker = marker_consumer(&self.marker_config, &group, &self.who, "", self.timeout).map_err(OpError::Data)?;
-        let committed = self.committed_marker_of(&marker)?;
+        let marker = marker_consumer(&self.marker_config, &group, &c.who, "", c.timeout).map_err(OpError::Data)?;
+        let committed = c.committed_marker(&marker)?;
         let (origin, staged) = (s.origin, s.id);
         if committed >= staged {
-            tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
+            tracing::info!(who = %c.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
             return Ok(0);
         }
         let n = records_in(&s.records);
-        for m in s.records {
-            self.send_in_txn(m)?;
+        for (key, value, stamp) in s.records {
+            txn.send(c, key.as_deref(), &value, &stamp, stamped)?;
         }
-        self.flush()?;
-        self.add_marker_for(&marker, staged)?;
-        self.commit()?;
+        c.flush()?;
+        c.add_marker(&marker, staged)?;
+        txn.commit(c)?;
         tracing::warn!(
-            who = %self.who,
+            who = %c.who,
             checkpoint = id,
             origin,
             staged,
@@ -826,8 +681,8 @@ impl KafkaSink {
         for r in batch {
             crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
             if let Some(reason) = oversize(Some(&self.key_buf), r.raw.as_bytes(), self.max_message_bytes) {
-                let place = format!("topic `{}`", self.topic);
-                result = reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics);
+                let place = format!("topic `{}`", self.client.topic);
+                result = reject(&self.on_error, self.dead_letter.as_ref(), (&self.client.who, &place), &r.raw, &reason, ctx.metrics);
                 if result.is_err() {
                     break;
                 }
@@ -854,35 +709,34 @@ impl KafkaSink {
         result
     }
 
+    /// The transaction gauges of the metrics endpoint.
+    fn show_transactions(&self, metrics: &OperatorMetrics) {
+        if let Mode::ExactlyOnce(t) = &self.mode {
+            t.show(metrics);
+        }
+    }
+
+    /// Send one message as the mode says: at least once at once; exactly
+    /// once in the open transaction, or held while one waits for its checkpoint.
+    fn deliver(&mut self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp) -> OpResult {
+        let stamped = self.stamped();
+        match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                self.client.send_parts(key, value, stamp)?;
+                a.sent += stamp.records();
+                Ok(())
+            }
+            Mode::ExactlyOnce(t) => t.send_or_hold(&self.client, key, value, stamp, stamped),
+        }
+    }
+
     /// Send (or hold, while a transaction waits for its checkpoint) the
     /// batch message of `w` to `partition`, and empty `w`.
     fn send_batch(&mut self, partition: usize, w: &mut BatchWriter) -> OpResult {
         let stamp =
             Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
-        let stamped = self.stamped();
-        match self.txn.as_ref().map(|t| t.staged.is_some()) {
-            None => {
-                self.send_parts(None, &w.bytes, &stamp)?;
-                self.sent += u64::from(w.records);
-            }
-            Some(true) => self.txn.as_mut().expect("exactly-once").held.push(None, &w.bytes, &stamp, stamped),
-            Some(false) => {
-                self.ensure_open()?;
-                self.send_parts(None, &w.bytes, &stamp)?;
-                self.txn.as_mut().expect("exactly-once").records.push(None, &w.bytes, &stamp, stamped);
-            }
-        }
+        self.deliver(None, &w.bytes, &stamp)?;
         w.clear();
-        Ok(())
-    }
-
-    fn commit(&mut self) -> OpResult {
-        faults::get().crash_point("before_sink_commit");
-        self.producer.commit_transaction(self.timeout).map_err(|e| self.txn_err("commit_transaction", e))?;
-        let txn = self.txn.as_mut().expect("exactly-once");
-        txn.open = false;
-        txn.records.clear();
-        txn.staged = None;
         Ok(())
     }
 }
@@ -1021,43 +875,216 @@ impl<'a> Iterator for MsgIter<'a> {
     }
 }
 
+impl Txn {
+    /// The transaction gauges of the metrics endpoint.
+    fn show(&self, metrics: &OperatorMetrics) {
+        metrics.transactions_open.store(u64::from(self.open), std::sync::atomic::Ordering::Relaxed);
+        metrics.transactions_pending.store(u64::from(self.staged.is_some()), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Begin a transaction unless one is open.
+    fn ensure_open(&mut self, c: &Client) -> OpResult {
+        if !self.open {
+            c.producer.begin_transaction().map_err(|e| c.txn_err("begin_transaction", e))?;
+            self.open = true;
+        }
+        Ok(())
+    }
+
+    /// Send into the open transaction (beginning one if needed) and add it
+    /// to the transaction's records.
+    fn send(&mut self, c: &Client, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) -> OpResult {
+        self.ensure_open(c)?;
+        c.send_parts(key, value, stamp)?;
+        self.records.push(key, value, stamp, stamped);
+        Ok(())
+    }
+
+    /// `send`, or hold the message while a transaction waits for its
+    /// checkpoint to complete.
+    fn send_or_hold(&mut self, c: &Client, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) -> OpResult {
+        match self.staged {
+            Some(_) => {
+                self.held.push(key, value, stamp, stamped);
+                Ok(())
+            }
+            None => self.send(c, key, value, stamp, stamped),
+        }
+    }
+
+    /// Send the messages of `batch` into the open transaction (beginning
+    /// one if needed) and add them to its records.
+    fn send_staging(&mut self, c: &Client, batch: &Staging, stamped: bool) -> OpResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.ensure_open(c)?;
+        for m in MsgIter::new(&batch.bytes, stamped) {
+            let (key, value, stamp) = m.map_err(OpError::Data)?;
+            c.send_parts(key, value, &stamp)?;
+        }
+        self.records.append(batch);
+        Ok(())
+    }
+
+    /// Send what was held into the open transaction.
+    fn send_held(&mut self, c: &Client, stamped: bool) -> OpResult {
+        let mut held = std::mem::take(&mut self.held);
+        let sent = self.send_staging(c, &held, stamped);
+        held.clear();
+        self.held = held;
+        sent
+    }
+
+    fn commit(&mut self, c: &Client) -> OpResult {
+        faults::get().crash_point("before_sink_commit");
+        c.producer.commit_transaction(c.timeout).map_err(|e| c.txn_err("commit_transaction", e))?;
+        self.open = false;
+        self.records.clear();
+        self.staged = None;
+        Ok(())
+    }
+}
+
+impl Client {
+    /// Hand one message to the producer, waiting while its queue is full.
+    fn send(&self, m: &Msg) -> OpResult {
+        self.send_parts(m.0.as_deref(), &m.1, &m.2)
+    }
+
+    fn send_parts(&self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp) -> OpResult {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(value);
+        if let Some(k) = key {
+            rec = rec.key(k);
+            if let Some(partitions) = self.repartition {
+                // A single record (as an earlier weir sent them, and a
+                // repaired transaction of one): the partition of its key group.
+                rec = rec.partition(crate::types::key_group_of(k, partitions) as i32);
+            }
+        }
+        if let Some(partition) = stamp.partition() {
+            rec = rec.partition(partition);
+        }
+        if let Some(h) = stamp.headers() {
+            rec = rec.headers(h);
+        }
+        match self.producer.send(rec) {
+            Ok(()) => Ok(()),
+            // Backpressure: the background thread drains the queue; with the
+            // brokers down that takes up to broker_timeout.
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                crate::blocking::call(|| self.send_when_queue_drains(back))
+            }
+            Err((e, _)) => Err(self.produce_err(e)),
+        }
+    }
+
+    fn send_when_queue_drains(&self, mut rec: BaseRecord<'_, [u8], [u8]>) -> OpResult {
+        loop {
+            self.producer.context().base.check()?;
+            std::thread::sleep(Duration::from_millis(1));
+            match self.producer.send(rec) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => rec = back,
+                Err((e, _)) => return Err(self.produce_err(e)),
+            }
+        }
+    }
+
+    fn produce_err(&self, e: KafkaError) -> OpError {
+        OpError::Data(format!("{}: producing to `{}`: {e}", self.who, self.topic))
+    }
+
+    /// Wait until every message sent is acknowledged (or failed), for at
+    /// most the broker timeout; fail on any delivery error.
+    /// A wait is logged when it begins, every [`FLUSH_WAIT_LOG_EVERY`]
+    /// while it lasts, and when it ends (a frozen broker keeps its
+    /// connections, so librdkafka reports no outage).
+    fn flush(&self) -> OpResult {
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let mut logged: Option<Instant> = None;
+        loop {
+            match self.producer.flush(Duration::from_secs(1)) {
+                Ok(()) => {
+                    if logged.is_some() {
+                        let waited_s = format!("{:.1}", started.elapsed().as_secs_f64());
+                        tracing::info!(who = %self.who, waited_s, "Kafka flush done: the brokers acknowledged again.");
+                    }
+                    break;
+                }
+                Err(e) if Instant::now() < deadline => {
+                    if logged.is_none_or(|at| at.elapsed() >= FLUSH_WAIT_LOG_EVERY) {
+                        let waited_s = format!("{:.1}", started.elapsed().as_secs_f64());
+                        let timeout_s = self.timeout.as_secs();
+                        tracing::warn!(who = %self.who, error = %e, waited_s, timeout_s, "Kafka flush is waiting for the brokers (they do not acknowledge; fails at broker_timeout).");
+                        logged = Some(Instant::now());
+                    }
+                    self.producer.context().base.check()?;
+                }
+                Err(e) => {
+                    return Err(OpError::Data(format!(
+                        "{}: messages to `{}` not acknowledged within {:?} (broker_timeout): {e}",
+                        self.who, self.topic, self.timeout
+                    )))
+                }
+            }
+        }
+        if let Some(f) = self.producer.context().failed.lock().expect("failed lock").take() {
+            let brokers = match f.connectivity {
+                true => format!(" (brokers {} not reachable)", self.producer.context().base.brokers),
+                false => String::new(),
+            };
+            return Err(OpError::Data(format!("{}: delivery to `{}` failed{brokers}: {}", self.who, self.topic, f.error)));
+        }
+        Ok(())
+    }
+
+    fn txn_err(&self, what: &str, e: KafkaError) -> OpError {
+        OpError::Data(format!("{}: {what}: {e}", self.who))
+    }
+
+    /// Add marker `id` of the marker group of `marker` to the open transaction.
+    fn add_marker(&self, marker: &BaseConsumer<WeirContext>, id: u64) -> OpResult {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Offset(id as i64)).map_err(|e| self.txn_err("marker", e))?;
+        let cgm = marker.group_metadata().ok_or_else(|| OpError::Data(format!("{}: marker consumer has no group metadata", self.who)))?;
+        self.producer.send_offsets_to_transaction(&tpl, &cgm, self.timeout).map_err(|e| self.txn_err("send_offsets_to_transaction", e))
+    }
+
+    /// The newest checkpoint whose transaction the marker group of
+    /// `marker` committed (0: none).
+    fn committed_marker(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
+        committed_offset(marker, &self.topic, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))
+    }
+}
+
 impl Operator for KafkaSink {
     fn tables(&self) -> Vec<TableSpec> {
-        match self.txn {
-            Some(_) => vec![TableSpec { name: "kafka_txn", kind: TableKind::Point }],
-            None => Vec::new(),
+        match self.mode {
+            Mode::ExactlyOnce(_) => vec![TableSpec { name: "kafka_txn", kind: TableKind::Point }],
+            Mode::AtLeastOnce(_) => Vec::new(),
         }
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
-        self.producer.context().base.check()?;
-        if let Some(partitions) = self.repartition {
+        self.client.producer.context().base.check()?;
+        if let Some(partitions) = self.client.repartition {
             return self.process_repartition(&batch, partitions, ctx);
         }
-        let stamped = self.stamped();
         let stamp = Stamp::None;
         for r in &batch {
             let has_key = self.message(r);
             let key = has_key.then_some(self.key_buf.as_slice());
             if let Some(reason) = oversize(key, r.raw.as_bytes(), self.max_message_bytes) {
-                let place = format!("topic `{}`", self.topic);
-                reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics)?;
+                let place = format!("topic `{}`", self.client.topic);
+                reject(&self.on_error, self.dead_letter.as_ref(), (&self.client.who, &place), &r.raw, &reason, ctx.metrics)?;
                 continue;
             }
-            let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
-            match waiting {
-                None => {
-                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
-                    self.sent += 1;
-                }
-                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(key, r.raw.as_bytes(), &stamp, stamped),
-                Some(false) => {
-                    self.ensure_open()?;
-                    let key = has_key.then_some(self.key_buf.as_slice());
-                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
-                    self.txn.as_mut().expect("exactly-once").records.push(key, r.raw.as_bytes(), &stamp, stamped);
-                }
-            }
+            let key = std::mem::take(&mut self.key_buf);
+            let sent = self.deliver(has_key.then_some(key.as_slice()), r.raw.as_bytes(), &stamp);
+            self.key_buf = key;
+            sent?;
         }
         self.show_transactions(ctx.metrics);
         Ok(())
@@ -1066,36 +1093,36 @@ impl Operator for KafkaSink {
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         // At most once per checkpoint, after the records before the barrier.
         let watermarks = self.watermark_records(ctx.watermark);
-        let Some(t) = &mut self.txn else {
-            for m in &watermarks {
-                self.send(m)?;
+        let stamped = self.stamped();
+        let c = &self.client;
+        let t = match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                for m in &watermarks {
+                    c.send(m)?;
+                }
+                c.flush()?;
+                // Everything sent so far is acknowledged; it is committed when
+                // this checkpoint completes.
+                if a.sent > 0 {
+                    a.acked.push((id, std::mem::take(&mut a.sent)));
+                }
+                return Ok(());
             }
-            self.flush()?;
-            // Everything sent so far is acknowledged; it is committed when
-            // this checkpoint completes.
-            if self.sent > 0 {
-                self.acked.push((id, std::mem::take(&mut self.sent)));
-            }
-            return Ok(());
+            Mode::ExactlyOnce(t) => t,
         };
         // The previous staged transaction was not committed (its checkpoint
         // aborted, or it was a savepoint): extend it.
-        let mut held = std::mem::take(&mut t.held);
-        self.send_staging_in_txn(&held)?;
-        held.clear();
-        self.txn.as_mut().expect("exactly-once").held = held;
-        for m in watermarks {
-            self.send_in_txn(m)?;
+        t.send_held(c, stamped)?;
+        for (key, value, stamp) in &watermarks {
+            t.send(c, key.as_deref(), value, stamp, stamped)?;
         }
         let kg = ctx.state.key_groups().start;
-        let t = self.txn.as_ref().expect("exactly-once");
         if !t.open {
             ctx.state.delete(TXN, kg, &self.txn_key)?;
             return Ok(());
         }
-        self.flush()?;
-        self.add_marker(id)?;
-        let t = self.txn.as_mut().expect("exactly-once");
+        c.flush()?;
+        c.add_marker(&t.marker, id)?;
         t.staged = Some(id);
         encode_staged(&mut self.staged_value, self.subtask, self.instance, &t.run, id, &t.records.bytes);
         ctx.state.put(TXN, kg, &self.txn_key, &self.staged_value)?;
@@ -1104,30 +1131,32 @@ impl Operator for KafkaSink {
     }
 
     fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let Some(t) = &self.txn else {
-            // An aborted checkpoint's records are covered by the next one that completes.
-            let covered = self.acked.iter().take_while(|(c, _)| *c <= id).count();
-            let records: u64 = self.acked.drain(..covered).map(|(_, n)| n).sum();
-            OperatorMetrics::add(&ctx.metrics.records_committed, records);
-            return Ok(());
+        let stamped = self.stamped();
+        let c = &self.client;
+        let t = match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                // An aborted checkpoint's records are covered by the next one that completes.
+                let covered = a.acked.iter().take_while(|(c, _)| *c <= id).count();
+                let records: u64 = a.acked.drain(..covered).map(|(_, n)| n).sum();
+                OperatorMetrics::add(&ctx.metrics.records_committed, records);
+                return Ok(());
+            }
+            Mode::ExactlyOnce(t) => t,
         };
         if t.staged.is_none_or(|s| s > id) {
             return Ok(());
         }
         let committed = t.records.records;
-        self.commit()?;
+        t.commit(c)?;
         OperatorMetrics::add(&ctx.metrics.records_committed, committed);
         ctx.state.delete(TXN, ctx.state.key_groups().start, &self.txn_key)?;
-        let mut held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
-        self.send_staging_in_txn(&held)?;
-        held.clear();
-        self.txn.as_mut().expect("exactly-once").held = held;
-        self.show_transactions(ctx.metrics);
+        t.send_held(c, stamped)?;
+        t.show(ctx.metrics);
         Ok(())
     }
 
     fn on_restore(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        if self.txn.is_none() {
+        if let Mode::AtLeastOnce(_) = self.mode {
             return Ok(());
         }
         // A staged transaction is kept at the first key group of the subtask
@@ -1151,22 +1180,23 @@ impl Operator for KafkaSink {
     }
 
     fn close(&mut self, ctx: &mut Context<'_>) -> OpResult {
-        match &self.txn {
-            None => {
-                self.flush()?;
+        let c = &self.client;
+        match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                c.flush()?;
                 // With checkpoints, records after the last completed one
                 // are sent again by a restore: not committed.
-                if !self.checkpointed {
-                    OperatorMetrics::add(&ctx.metrics.records_committed, std::mem::take(&mut self.sent));
+                if !a.checkpointed {
+                    OperatorMetrics::add(&ctx.metrics.records_committed, std::mem::take(&mut a.sent));
                 }
                 Ok(())
             }
-            Some(t) => {
+            Mode::ExactlyOnce(t) => {
                 // Records after the last checkpoint: a restore produces them
                 // again. A staged transaction stays for the restore to decide.
                 if t.open && t.staged.is_none() {
-                    if let Err(e) = self.producer.abort_transaction(self.timeout) {
-                        tracing::warn!(who = %self.who, error = %e, "Aborting the open transaction at close failed.");
+                    if let Err(e) = c.producer.abort_transaction(c.timeout) {
+                        tracing::warn!(who = %c.who, error = %e, "Aborting the open transaction at close failed.");
                     }
                 }
                 Ok(())
