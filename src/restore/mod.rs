@@ -16,6 +16,7 @@
 //! the directory is not even created.
 
 pub mod cluster;
+pub mod plan;
 pub mod remote;
 
 use std::collections::HashMap;

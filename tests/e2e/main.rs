@@ -25,6 +25,7 @@ mod inspect;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;
+mod plan;
 mod restart;
 #[cfg(feature = "kafka")]
 mod rollout;
