@@ -231,6 +231,12 @@ impl Case {
                 }
             }
             (Some(1), _) if a.fails_writes() && exit.stderr.contains("consecutive failures") => Ended::Interrupted,
+            // A start that could not read the store through cut connections
+            // (seeds 1800005, 1800009) fails as with brokers unreachable; the
+            // next run restores.
+            (Some(1), _) if matches!(a.net, Some(NetFault::Cuts { .. })) && exit.stderr.contains("checkpoint storage unreachable") => {
+                Ended::Interrupted
+            }
             // An outage longer than broker_timeout fails the run; the next restores.
             (Some(1), _) if a.outage.is_some() && failed_on_the_broker(&exit.stderr) => {
                 self.kill_points += 1;
