@@ -346,7 +346,9 @@ fn plan_command(args: PlanArgs) -> anyhow::Result<ExitCode> {
         Ok(plan) => {
             match args.format {
                 PlanFormat::Text => print!("{plan}"),
-                PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan).map_err(|e| anyhow::anyhow!("the plan as JSON: {e}"))?),
+                PlanFormat::Json => {
+                    println!("{}", serde_json::to_string_pretty(&plan).map_err(|e| anyhow::anyhow!("the plan as JSON: {e}"))?)
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

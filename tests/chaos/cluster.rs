@@ -346,9 +346,12 @@ impl ClusterCase {
                 self.kill_points += 1;
                 Ok(())
             }
-            _ => {
-                Err(format!("instance {i}: a restart with crash={point}:1 ended with {:?}/{:?}\n{}", exit.code(), exit.signal(), exit.tail(12)))
-            }
+            _ => Err(format!(
+                "instance {i}: a restart with crash={point}:1 ended with {:?}/{:?}\n{}",
+                exit.code(),
+                exit.signal(),
+                exit.tail(12)
+            )),
         }
     }
 

@@ -70,7 +70,13 @@ impl Case {
         let before = self.disk();
         let exit = cmd.run(&self.log, SHORT_LIMIT);
         if exit.code() != Some(2) {
-            return Err(format!("{why}: `{}` exited {:?} (signal {:?}), want exit 2\n{}", exit.line, exit.code(), exit.signal(), exit.tail(8)));
+            return Err(format!(
+                "{why}: `{}` exited {:?} (signal {:?}), want exit 2\n{}",
+                exit.line,
+                exit.code(),
+                exit.signal(),
+                exit.tail(8)
+            ));
         }
         self.refused += 1;
         match listing_diff(&before, &self.disk()) {

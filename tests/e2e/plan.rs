@@ -26,8 +26,14 @@ fn plan_says_what_a_restore_keeps_and_changes_nothing() {
     o.expect_code(0);
     let id: u64 = last.file_name().unwrap().to_string_lossy().trim_start_matches("chk-").parse().unwrap();
     assert!(o.stdout.contains(&format!("Restores checkpoint {id} (parallelism 2)")), "{}", o.stdout);
-    for (node, kind, state) in [("events", "source", "resumes"), ("unique", "dedup", "kept"), ("per_user", "aggregate", "kept"), ("out", "sink", "kept")] {
-        let line = o.stdout.lines().find(|l| l.split_whitespace().next() == Some(node)).unwrap_or_else(|| panic!("no line for {node}: {}", o.stdout));
+    for (node, kind, state) in
+        [("events", "source", "resumes"), ("unique", "dedup", "kept"), ("per_user", "aggregate", "kept"), ("out", "sink", "kept")]
+    {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(node))
+            .unwrap_or_else(|| panic!("no line for {node}: {}", o.stdout));
         assert_eq!(line.split_whitespace().take(3).collect::<Vec<_>>(), [node, kind, state], "{line}");
     }
     assert!(o.stdout.contains(&format!("The first checkpoint of the run is {}.", id + 1)), "{}", o.stdout);

@@ -543,7 +543,14 @@ impl KafkaSink {
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
                 let marker = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
                 tracing::debug!(%who, marker_group = %group, "Exactly-once Kafka sink ready.");
-                Mode::ExactlyOnce(Box::new(Txn { run, marker, open: false, records: Staging::default(), staged: None, held: Staging::default() }))
+                Mode::ExactlyOnce(Box::new(Txn {
+                    run,
+                    marker,
+                    open: false,
+                    records: Staging::default(),
+                    staged: None,
+                    held: Staging::default(),
+                }))
             }
         };
         Ok(KafkaSink {
@@ -1284,7 +1291,11 @@ mod tests {
     #[test]
     fn a_staged_value_cut_anywhere_is_an_error_not_a_panic() {
         let recs: Vec<Msg> = vec![
-            (Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 }),
+            (
+                Some(b"k".to_vec().into_boxed_slice()),
+                val("{\"a\":1}"),
+                Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 },
+            ),
             (None, val("{}"), Stamp::Watermark { partition: 0, generation: 3, producer: 1, watermark: 7 }),
         ];
         let mut messages = Vec::new();

@@ -167,14 +167,7 @@ impl Process {
             std::thread::sleep(Duration::from_millis(5));
         };
         self.join_readers();
-        Ended {
-            status,
-            elapsed: start.elapsed(),
-            timed_out,
-            stdout: self.stdout(),
-            stderr: self.stderr(),
-            line: self.line.clone(),
-        }
+        Ended { status, elapsed: start.elapsed(), timed_out, stdout: self.stdout(), stderr: self.stderr(), line: self.line.clone() }
     }
 
     /// `wait`, and the test fails if the limit passed.
