@@ -9,6 +9,7 @@ mod compile;
 mod deser;
 mod duration;
 mod env;
+mod join;
 pub mod features;
 #[cfg(test)]
 pub(crate) mod fuzz_tests;

@@ -1,0 +1,193 @@
+//! `join` (issue 28): the interval join, a keyed operator with two inputs.
+//!
+//! Both inputs are hashed by their own key fields into the same key groups,
+//! so the records of one key from either side meet in one subtask. Each
+//! side's records wait in keyed state (`buffer`) until the watermark — the
+//! minimum over both inputs' channels — passes the last time they can
+//! match (`interval`). A record is matched against the other side's buffer
+//! when it arrives; every pair is so emitted exactly once, by whichever of
+//! the two arrives second. An outer join emits a record that never matched
+//! when it leaves state, i.e. when the watermark says no partner can come,
+//! never because of timing.
+//!
+//! A record is late when its time is at or before its split's watermark
+//! (`Record::lateness_watermark`), as for every other operator: it is
+//! dropped and counted, and matches nothing. A record that is not late
+//! finds every partner that arrived before it still in state (a partner
+//! leaves only once the watermark passed this record's time too), so which
+//! pairs are emitted depends on the input alone.
+//!
+//! The output is one JSON object per match: `{"<left as>": <left record>,
+//! "<right as>": <right record>}`, an unmatched record without the other
+//! member. Its event time is the later of the two (an unmatched record's
+//! own). The output watermark trails the input's by `Interval::hold`.
+
+pub mod buffer;
+pub mod interval;
+
+use crate::config::{JoinKind, JoinSpec};
+use crate::format::json::{FieldNeed, JsonParser};
+use crate::state::{TableKind, TableSpec};
+use crate::types::{encode_key, Millis, Record, Value, MIN_WATERMARK};
+
+use super::{Context, OpError, OpResult, Operator};
+use buffer::{Buffered, Tables};
+use interval::{Interval, Side};
+
+const LEFT: Tables = Tables { records: 0, times: 1 };
+const RIGHT: Tables = Tables { records: 2, times: 3 };
+
+fn tables(side: Side) -> Tables {
+    match side {
+        Side::Left => LEFT,
+        Side::Right => RIGHT,
+    }
+}
+
+pub struct Join {
+    name: String,
+    interval: Interval,
+    kind: JoinKind,
+    /// Key field indices in each side's records.
+    keys: [Vec<usize>; 2],
+    /// The output member names, JSON-quoted.
+    members: [String; 2],
+    /// The fields the operators after the join need, read from its output
+    /// text (None: none are needed).
+    projection: Option<JsonParser>,
+    /// Per side: every buffered record below this time is gone, so removal
+    /// scans start here (MIN after a restore).
+    removed_below: [Millis; 2],
+    // Scratch buffers.
+    key: Vec<u8>,
+    prefix: Vec<u8>,
+}
+
+impl Join {
+    /// `left_key` / `right_key`: the key fields' indices in each side's records.
+    pub fn new(name: &str, spec: &JoinSpec, left_key: Vec<usize>, right_key: Vec<usize>, projection: Vec<(String, FieldNeed)>) -> Join {
+        let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""));
+        Join {
+            name: name.to_string(),
+            interval: Interval { lower: spec.lower, upper: spec.upper },
+            kind: spec.kind,
+            keys: [left_key, right_key],
+            members: [quote(&spec.left_as), quote(&spec.right_as)],
+            projection: (!projection.is_empty()).then(|| JsonParser::new(projection, None)),
+            removed_below: [Millis::MIN; 2],
+            key: Vec::new(),
+            prefix: Vec::new(),
+        }
+    }
+
+    fn process_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        let (mine, theirs) = (tables(side), tables(side.other()));
+        for r in batch {
+            let t = r.event_time.ok_or_else(|| OpError::Data(format!("join `{}`: a record without event time", self.name)))?;
+            // Judged by the record's split watermark: whether it is late does
+            // not depend on when this operator's watermark came.
+            if t <= r.lateness_watermark(ctx.watermark) {
+                ctx.metrics.late();
+                continue;
+            }
+            self.key.clear();
+            encode_key(&r.fields, &self.keys[side.index()], &mut self.key);
+            buffer::prefix(&self.key, &mut self.prefix);
+            let (lo, hi) = self.interval.partners(side, t);
+            let partners = buffer::range(ctx.state, theirs, r.key_group, &self.prefix, lo, hi)?;
+            for p in &partners {
+                let (l, rt) = match side {
+                    Side::Left => ((r.raw.as_ref(), t), (p.raw.as_str(), p.time)),
+                    Side::Right => ((p.raw.as_str(), p.time), (r.raw.as_ref(), t)),
+                };
+                out.push(self.output(Some(l.0), Some(rt.0), l.1.max(rt.1))?);
+                // Only an outer side needs to know it matched.
+                if !p.matched && self.kind.emits_unmatched(side.other().index()) {
+                    buffer::mark_matched(ctx.state, theirs, r.key_group, p)?;
+                }
+            }
+            buffer::insert(ctx.state, mine, r.key_group, &self.prefix, t, !partners.is_empty(), &r.raw)?;
+            self.removed_below[side.index()] = self.removed_below[side.index()].min(t);
+        }
+        Ok(())
+    }
+
+    /// The output record of a match (both) or an unmatched record (one).
+    fn output(&self, left: Option<&str>, right: Option<&str>, time: Millis) -> Result<Record, OpError> {
+        let mut text = String::with_capacity(left.map_or(0, str::len) + right.map_or(0, str::len) + 32);
+        text.push('{');
+        for (member, raw) in self.members.iter().zip([left, right]) {
+            let Some(raw) = raw else { continue };
+            if text.len() > 1 {
+                text.push(',');
+            }
+            text.push_str(member);
+            text.push(':');
+            text.push_str(raw);
+        }
+        text.push('}');
+        let fields = match &self.projection {
+            Some(p) => p.fields(&text).map_err(|why| OpError::Data(format!("join `{}`: output {text}: {why}", self.name)))?,
+            None => Vec::<Value>::new(),
+        };
+        let mut r = Record::new(fields, text.into_boxed_str(), Some(time));
+        r.split_watermark = MIN_WATERMARK;
+        Ok(r)
+    }
+
+    /// Remove what the watermark passed on `side`, emitting the unmatched
+    /// records of an outer side.
+    fn remove_done(&mut self, side: Side, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        let bound = self.interval.done_up_to(side, ctx.watermark);
+        let from = self.removed_below[side.index()];
+        if bound < from {
+            return Ok(());
+        }
+        let emit = self.kind.emits_unmatched(side.index());
+        let mut gone: Vec<Buffered> = Vec::new();
+        for kg in ctx.state.key_groups() {
+            buffer::remove_up_to(ctx.state, tables(side), kg, from, bound, &mut |b| {
+                if emit && !b.matched {
+                    gone.push(b);
+                }
+                Ok(())
+            })?;
+        }
+        for b in gone {
+            let (l, r) = match side {
+                Side::Left => (Some(b.raw.as_str()), None),
+                Side::Right => (None, Some(b.raw.as_str())),
+            };
+            out.push(self.output(l, r, b.time)?);
+        }
+        self.removed_below[side.index()] = bound.saturating_add(1);
+        Ok(())
+    }
+}
+
+impl Operator for Join {
+    fn tables(&self) -> Vec<TableSpec> {
+        let ordered = |name| TableSpec { name, kind: TableKind::Ordered };
+        vec![ordered("left"), ordered("left_times"), ordered("right"), ordered("right_times")]
+    }
+
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        self.process_side(Side::Left, batch, ctx, out)
+    }
+
+    fn process_right(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        self.process_side(Side::Right, batch, ctx, out)
+    }
+
+    fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        self.remove_done(Side::Left, ctx, out)?;
+        self.remove_done(Side::Right, ctx, out)
+    }
+
+    fn output_watermark(&self, input: Millis) -> Millis {
+        self.interval.output_watermark(input)
+    }
+}
+
+#[cfg(test)]
+mod tests;

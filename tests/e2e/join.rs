@@ -1,0 +1,143 @@
+//! The interval join (issue 28) end to end: every kind at parallelism 1 to
+//! 4 on both backends against the reference model, kill -9 and `--restore
+//! latest` exactly once, and a stop-with-savepoint restored at another
+//! parallelism.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::ckpt::{abs, both_backends, kill_after, write_pipeline, Backend, Rng};
+use super::records::{assert_same_records, Obj};
+use super::reference::{self, JoinKind, JoinSide};
+use super::savepoint::savepoint_path;
+use super::util::{hidden_files, input_lines, sink_lines, tmp, wait_until, weir, weir_run, Weir, RUN_TIMEOUT};
+
+const PIPELINE: &str = "pipelines/join.yaml";
+const ORDERS: [&str; 3] =
+    ["testdata/inputs/join/orders/orders-0.jsonl", "testdata/inputs/join/orders/orders-1.jsonl", "testdata/inputs/join/orders/orders-2.jsonl"];
+const PAYMENTS: [&str; 2] = ["testdata/inputs/join/payments/payments-0.jsonl", "testdata/inputs/join/payments/payments-1.jsonl"];
+const KINDS: [(&str, JoinKind); 4] = [("inner", JoinKind::Inner), ("left", JoinKind::Left), ("right", JoinKind::Right), ("full", JoinKind::Full)];
+
+/// What `pipelines/join.yaml` must output with `kind`, from the reference model.
+fn expected(kind: JoinKind) -> Vec<Obj> {
+    let side = |files: &[&str]| {
+        let splits: Vec<Vec<String>> = files.iter().map(|f| input_lines(f)).collect();
+        reference::split_watermarks(&splits, "ts", 2000)
+    };
+    let (orders, payments) = (side(&ORDERS), side(&PAYMENTS));
+    let left = JoinSide { lines: &orders, key: &["order_id"], ts: "ts", name: "order" };
+    let right = JoinSide { lines: &payments, key: &["order"], ts: "ts", name: "payment" };
+    reference::interval_join(&left, &right, -1000, 10_000, kind)
+}
+
+fn with_backend(w: Weir, backend: Backend, state: &Path) -> Weir {
+    backend.apply(w.set("state.dir", state))
+}
+
+fn golden(backend: Backend) {
+    for (name, kind) in KINDS {
+        let want = expected(kind);
+        assert!(want.len() > 100, "{name}: the data must give matches");
+        for p in 1..=4 {
+            let dir = tmp();
+            let out = dir.path().join("out");
+            let run = weir_run(PIPELINE, p).set("operators.paid.kind", name).set("sinks.out.path", &out);
+            with_backend(run, backend, &dir.path().join("state")).ok();
+            assert!(hidden_files(&out).is_empty());
+            assert_same_records(&format!("join kind {name} -p {p} {backend:?}"), &sink_lines(&out), &want);
+        }
+    }
+}
+
+#[test]
+fn the_reference_has_unmatched_and_late_records_of_both_sides() {
+    // The test data must exercise what the join decides.
+    let (inner, full) = (expected(JoinKind::Inner).len(), expected(JoinKind::Full).len());
+    let (left, right) = (expected(JoinKind::Left).len(), expected(JoinKind::Right).len());
+    assert!(inner < left && inner < right && left < full && right < full, "{inner} {left} {right} {full}");
+    let late = ORDERS.iter().chain(&PAYMENTS).flat_map(|f| input_lines(f)).filter(|l| l.contains("\"late\"")).count();
+    assert!(late > 0);
+    assert!(expected(JoinKind::Full).iter().all(|o| !o.values().any(|v| v.get("late").is_some())), "late lines never join");
+}
+
+#[test]
+fn golden_interval_join_every_kind_at_p1_to_4_memory() {
+    golden(Backend::Memory);
+}
+
+#[test]
+fn golden_interval_join_every_kind_at_p1_to_4_rocksdb() {
+    golden(Backend::RocksDb);
+}
+
+/// `pipelines/join.yaml` with checkpoints every 100 ms, both sources slowed
+/// down, into `dir`.
+fn checkpointed(dir: &Path, alignment: &str) -> String {
+    let yaml = std::fs::read_to_string(abs(PIPELINE))
+        .unwrap()
+        .replace("testdata/", &format!("{}/", abs("testdata")))
+        .replace("parallelism: 2\n", &format!("parallelism: 2\ncheckpoint: {{interval: 100ms, {alignment}}}\n"))
+        .replace("max_out_of_orderness: 2s}", "max_out_of_orderness: 2s}\n    rate_limit: 250");
+    write_pipeline(dir, "join", &yaml)
+}
+
+both_backends! {
+    fn crash_and_restore_latest_is_exactly_once(backend: Backend) {
+        for alignment in ["alignment: aligned", "alignment: unaligned", "aligned_timeout: 1ms"] {
+            let dir = tmp();
+            let pipeline = checkpointed(dir.path(), alignment);
+            let (state, out) = (dir.path().join("state"), dir.path().join("out"));
+            let cmd = || with_backend(weir_run(&pipeline, 2).set("sinks.out.path", &out), backend, &state);
+            let mut rng = Rng::from_env("join crash");
+            let mut kills = 0;
+            for i in 0..4 {
+                let mut run = if i == 0 { cmd() } else { cmd().arg("--restore").arg("latest") }.spawn();
+                if !kill_after(&mut run, rng.millis(300, 900)) {
+                    run.wait_for(RUN_TIMEOUT).expect_code(0);
+                    break;
+                }
+                kills += 1;
+            }
+            cmd().arg("--restore").arg("latest").ok();
+            assert!(kills > 0, "{alignment}: the run ended before the first kill");
+            assert!(hidden_files(&out).is_empty());
+            let what = format!("left join after {kills} kills, {alignment}, {backend:?}");
+            assert_same_records(&what, &sink_lines(&out), &expected(JoinKind::Left));
+        }
+    }
+}
+
+both_backends! {
+    fn a_savepoint_restores_at_another_parallelism(backend: Backend) {
+        let dir = tmp();
+        let pipeline = checkpointed(dir.path(), "alignment: aligned");
+        let (state, out, target) = (dir.path().join("state"), dir.path().join("out"), dir.path().join("sps"));
+        let run = with_backend(weir_run(&pipeline, 1).set("sinks.out.path", &out), backend, &state).spawn();
+        assert!(wait_until(Duration::from_secs(30), || !sink_lines(&out).is_empty()), "no output published");
+        let trigger = weir(&["savepoint", "trigger", &pipeline, "--stop", "--target", &target.display().to_string()]);
+        let sp = savepoint_path(&trigger.set("state.dir", &state).run());
+        run.wait_for(Duration::from_secs(30)).expect_code(0);
+        let partial = sink_lines(&out).len();
+        let restore = weir(&["restore", &sp.display().to_string(), &pipeline, "--no-progress", "-p", "3"]);
+        let o = with_backend(restore.set("sinks.out.path", &out), backend, &state).run();
+        o.expect_code(0);
+        o.expect_stderr_contains("Rescaling");
+        let want = expected(JoinKind::Left);
+        assert!(partial < want.len(), "the savepoint was taken after the end of input");
+        assert_same_records(&format!("savepoint at p 1, restored at p 3, {backend:?}"), &sink_lines(&out), &want);
+    }
+}
+
+#[test]
+fn validate_reports_join_errors_at_their_place() {
+    let dir = tmp();
+    let yaml = std::fs::read_to_string(abs(PIPELINE)).unwrap().replace("right: [order]", "right: [order, paid]").replace("lower: -1s", "lower: 11s");
+    let path = write_pipeline(dir.path(), "bad", &yaml);
+    let o = weir(&["validate", &path]).run();
+    o.expect_code(2);
+    let line = |needle: &str| yaml.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    o.expect_stderr_contains(&format!("bad.yaml:{}:", line("right: [order, paid]")));
+    o.expect_stderr_contains("keys of different arity");
+    o.expect_stderr_contains(&format!("bad.yaml:{}:", line("lower: 11s")));
+    o.expect_stderr_contains("`lower` (11s) is above `upper` (10s)");
+}
