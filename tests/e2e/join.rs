@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::ckpt::{abs, both_backends, kill_after, write_pipeline, Backend, Rng};
-use super::records::{assert_same_records, Obj};
+use super::ckpt::{abs, both_backends, kill_after, restored_from, write_pipeline, Backend, Rng};
+use super::records::{assert_same_records, canonical, parse, Obj};
 use super::reference::{self, JoinKind, JoinSide};
 use super::savepoint::savepoint_path;
 use super::util::{hidden_files, input_lines, sink_lines, tmp, wait_until, weir, weir_run, Weir, RUN_TIMEOUT};
@@ -83,7 +83,7 @@ fn checkpointed(dir: &Path, alignment: &str) -> String {
 
 both_backends! {
     fn crash_and_restore_latest_is_exactly_once(backend: Backend) {
-        for alignment in ["alignment: aligned", "alignment: unaligned", "aligned_timeout: 1ms"] {
+        for alignment in ["alignment: aligned", "alignment: unaligned", "aligned_timeout: 1ms", "mode: at_least_once"] {
             let dir = tmp();
             let pipeline = checkpointed(dir.path(), alignment);
             let (state, out) = (dir.path().join("state"), dir.path().join("out"));
@@ -98,11 +98,22 @@ both_backends! {
                 }
                 kills += 1;
             }
-            cmd().arg("--restore").arg("latest").ok();
+            let last = cmd().arg("--restore").arg("latest").ok();
             assert!(kills > 0, "{alignment}: the run ended before the first kill");
+            let from = restored_from(&last.stderr);
+            eprintln!("join {alignment} {backend:?}: {kills} kills, the last run restored checkpoint {from:?}");
+            assert!(from.is_some(), "{alignment}: no checkpoint completed before the kills");
             assert!(hidden_files(&out).is_empty());
             let what = format!("left join after {kills} kills, {alignment}, {backend:?}");
-            assert_same_records(&what, &sink_lines(&out), &expected(JoinKind::Left));
+            if alignment.contains("at_least_once") {
+                // Records after a barrier may be in the snapshot and be
+                // processed again: nothing lost, copies allowed.
+                let got: std::collections::HashSet<String> = sink_lines(&out).iter().map(|l| canonical(&parse(l))).collect();
+                let lost = expected(JoinKind::Left).iter().filter(|o| !got.contains(&canonical(o))).count();
+                assert_eq!(lost, 0, "{what}: records lost");
+            } else {
+                assert_same_records(&what, &sink_lines(&out), &expected(JoinKind::Left));
+            }
         }
     }
 }

@@ -65,8 +65,10 @@ fn time_key(entry: &[u8]) -> Result<Vec<u8>, OpError> {
     Ok(k)
 }
 
-/// (prefix, time, seq) of a `records` key.
-fn split_entry(entry: &[u8]) -> Result<(&[u8], &[u8], &[u8]), OpError> {
+/// The parts of a `records` key: prefix, time, seq.
+type Parts<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+
+fn split_entry(entry: &[u8]) -> Result<Parts<'_>, OpError> {
     let len = entry.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or_else(|| corrupt("short key"))?;
     let end = 4usize.saturating_add(u32::from_be_bytes(len) as usize);
     if entry.len() != end + 12 {

@@ -74,7 +74,7 @@ impl Interval {
 
     /// The watermark the join passes on at input watermark `w`.
     pub fn output_watermark(self, w: Millis) -> Millis {
-        if w >= MAX_WATERMARK {
+        if w == MAX_WATERMARK {
             w
         } else {
             w.saturating_sub(self.hold())
