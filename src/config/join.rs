@@ -6,8 +6,9 @@
 
 use super::locate::{child, Seg};
 use super::pipeline::{JoinKind, JoinSpec, NodeKind};
-use super::raw::{RawInterval, RawJoinAs, RawJoinKind, RawJoinOn};
-use super::specs::{check_fields, event_span, key_list, Cx, Flow, Time};
+use super::pipeline::{WindowSpec, WINDOW_END, WINDOW_START};
+use super::raw::{RawInterval, RawJoinAs, RawJoinKind, RawJoinOn, RawWindow};
+use super::specs::{check_fields, event_span, key_list, window_spec, Cx, Flow, Time};
 use crate::types::Millis;
 
 /// A join's raw settings, borrowed from `RawOperator::Join`.
@@ -16,7 +17,8 @@ pub(crate) struct RawJoin<'a> {
     pub right: &'a str,
     pub on: &'a RawJoinOn,
     pub kind: Option<RawJoinKind>,
-    pub interval: &'a RawInterval,
+    pub interval: Option<&'a RawInterval>,
+    pub window: Option<&'a RawWindow>,
     pub prefixes: Option<&'a RawJoinAs>,
 }
 
@@ -40,21 +42,29 @@ pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
             format!("a join of `{}` with itself: `left` and `right` must be different nodes (put a `filter` on one side to join a stream with a copy of it)", raw.left),
         );
     }
-    let int = child(at, "interval");
-    let lower = signed_span(cx, &int, "lower", &raw.interval.lower);
-    let upper = signed_span(cx, &int, "upper", &raw.interval.upper);
-    if let (Some(l), Some(u)) = (lower, upper) {
-        if l > u {
-            cx.err(
-                &child(&int, "lower"),
-                format!(
-                    "`lower` ({}) is above `upper` ({}): the interval [left.ts + lower, left.ts + upper] would be empty",
-                    raw.interval.lower, raw.interval.upper
-                ),
-            );
-        }
+    let (mut lower, mut upper, mut window) = (None, None, None);
+    match (raw.interval, raw.window) {
+        (Some(interval), None) => (lower, upper) = bounds(cx, at, interval),
+        (None, Some(w)) => window = windows(cx, at, w),
+        (Some(_), Some(_)) => cx.err_key(
+            &child(at, "window"),
+            "a join has an `interval` (the interval join) or a `window` (the window join), not both",
+        ),
+        (None, None) => cx.err(at, "a join needs an `interval: {lower, upper}` (the interval join) or a `window` (the window join)"),
     }
     let (left_as, right_as) = prefixes(cx, at, &raw);
+    if raw.window.is_some() {
+        for (side, name) in [("left", &left_as), ("right", &right_as)] {
+            if name == WINDOW_START || name == WINDOW_END {
+                let here = if raw.prefixes.is_some_and(|p| if side == "left" { p.left.is_some() } else { p.right.is_some() }) {
+                    child(&child(at, "as"), side)
+                } else {
+                    child(at, side)
+                };
+                cx.err(&here, format!("output field `{name}` would collide with the window bound a window join outputs: give the {side} side another name with `as`"));
+            }
+        }
+    }
     NodeKind::Join(JoinSpec {
         left_key,
         right_key,
@@ -66,9 +76,42 @@ pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
         },
         lower: lower.unwrap_or(0),
         upper: upper.unwrap_or(0),
+        window,
         left_as,
         right_as,
     })
+}
+
+/// `interval: {lower, upper}`, `lower <= upper`.
+fn bounds(cx: &mut Cx, at: &[Seg], interval: &RawInterval) -> (Option<Millis>, Option<Millis>) {
+    let int = child(at, "interval");
+    let lower = signed_span(cx, &int, "lower", &interval.lower);
+    let upper = signed_span(cx, &int, "upper", &interval.upper);
+    if let (Some(l), Some(u)) = (lower, upper) {
+        if l > u {
+            cx.err(
+                &child(&int, "lower"),
+                format!(
+                    "`lower` ({}) is above `upper` ({}): the interval [left.ts + lower, left.ts + upper] would be empty",
+                    interval.lower, interval.upper
+                ),
+            );
+        }
+    }
+    (lower, upper)
+}
+
+/// A window join's windows: the aggregate's tumbling or sliding windows.
+/// One `window` serves both sides, so their windows cannot differ.
+fn windows(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
+    let w_at = child(at, "window");
+    match window_spec(cx, &w_at, raw)? {
+        WindowSpec::Session { .. } => {
+            cx.err(&w_at, "a window join takes `tumbling` or `sliding` windows: sessions of the two sides would not be the same windows");
+            None
+        }
+        w => Some(w),
+    }
 }
 
 /// The output members of the two sides: `as.left` / `as.right`, else the
@@ -117,7 +160,7 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], spec: &JoinSpec, left: (&str, &Flow)
         if let Time::Missing(why) = &flow.time {
             cx.err(
                 &child(at, side),
-                format!("an interval join needs event time on both sides, but its {side} input `{name}` has none: {why} (give the source an `event_time`)"),
+                format!("a join needs event time on both sides, but its {side} input `{name}` has none: {why} (give the source an `event_time`)"),
             );
         }
     }
@@ -220,9 +263,25 @@ operators:
     fn key_fields_and_event_time_are_checked_on_each_side() {
         let text = join(&OK.replace("right: pays", "right: plain").replace("left: [id]", "left: [nope]"));
         let errs = errors(&text);
-        assert!(errs.iter().any(|e| e.contains("an interval join needs event time on both sides, but its right input `plain` has none")), "{errs:#?}");
+        assert!(errs.iter().any(|e| e.contains("a join needs event time on both sides, but its right input `plain` has none")), "{errs:#?}");
         let text = join(&OK.replace("lower: -1h", "lower: 1.5ms"));
         assert_one(&text, &at(&text, "interval:", "1.5ms"), "whole number of milliseconds");
+    }
+
+    #[test]
+    fn a_window_join_takes_tumbling_or_sliding_windows_and_keeps_its_bounds_apart() {
+        let windowed = OK.replace("interval: {lower: -1h, upper: 10s}", "window: {type: sliding, size: 1m, slide: 10s}");
+        let p = load_str(&join(&windowed), "t.yaml", &[]).unwrap();
+        let Some(NodeKind::Join(spec)) = p.nodes.iter().find(|n| n.name == "j").map(|n| &n.kind) else { panic!("no join") };
+        assert!(spec.window.is_some());
+        let text = join(&OK.replace("interval: {lower: -1h, upper: 10s}", "window: {type: session, gap: 1s}"));
+        assert_one(&text, &at(&text, "    type: join", "{type: session"), "a window join takes `tumbling` or `sliding` windows");
+        let text = join(&format!("{windowed}    as: {{left: window_end}}\n"));
+        assert_one(&text, &at(&text, "as:", "window_end}"), "output field `window_end` would collide with the window bound");
+        let text = join(&format!("{OK}    window: {{type: tumbling, size: 1s}}\n"));
+        assert_one(&text, &at(&text, "interval:", "window:"), "not both");
+        let text = join(&OK.replace("    interval: {lower: -1h, upper: 10s}\n", ""));
+        assert_one(&text, &at(&text, "operators:", "name: j"), "a join needs an `interval");
     }
 
     #[test]

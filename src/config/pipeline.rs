@@ -201,9 +201,13 @@ pub struct JoinSpec {
     pub left_key: Vec<String>,
     pub right_key: Vec<String>,
     pub kind: JoinKind,
-    /// Bounds of the interval in ms, `lower <= upper`, each within ±10000 years.
+    /// Bounds of the interval in ms, `lower <= upper`, each within ±10000
+    /// years (0 in a window join).
     pub lower: Millis,
     pub upper: Millis,
+    /// A window join: both sides in these (tumbling or sliding) windows,
+    /// joined per window and key when the window fires.
+    pub window: Option<WindowSpec>,
     /// The output member holding each side's record.
     pub left_as: String,
     pub right_as: String,

@@ -271,7 +271,12 @@ pub enum RawOperator {
         /// inner (default), left, right or full (outer).
         #[serde(default)]
         kind: Option<RawJoinKind>,
-        interval: RawInterval,
+        /// The interval join's bounds, or
+        #[serde(default)]
+        interval: Option<RawInterval>,
+        /// the window join's windows (tumbling or sliding).
+        #[serde(default)]
+        window: Option<RawWindow>,
         /// The output member each side's record goes under (default: the node names).
         #[serde(default, rename = "as")]
         prefixes: Option<RawJoinAs>,

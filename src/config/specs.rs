@@ -767,8 +767,9 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             condition: expression(cx, &child(at, "where"), "where", condition),
             on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
         }),
-        RawOperator::Join { left, right, on, kind, interval, prefixes, .. } => {
-            super::join::spec(cx, at, super::join::RawJoin { left, right, on, kind: *kind, interval, prefixes: prefixes.as_ref() })
+        RawOperator::Join { left, right, on, kind, interval, window, prefixes, .. } => {
+            let raw = super::join::RawJoin { left, right, on, kind: *kind, interval: interval.as_ref(), window: window.as_ref(), prefixes: prefixes.as_ref() };
+            super::join::spec(cx, at, raw)
         }
         RawOperator::Map { set, drop, rename, on_error, dead_letter, .. } => {
             if set.is_empty() && drop.is_empty() && rename.is_empty() {
@@ -859,7 +860,7 @@ pub(crate) fn field_path(cx: &mut Cx, at: &[Seg], text: &str) -> String {
     }
 }
 
-fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
+pub(crate) fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
     Some(match raw {
         RawWindow::Tumbling { size } => WindowSpec::Tumbling { size: event_span(cx, at, "size", size, true)? },
         RawWindow::Sliding { size, slide } => {

@@ -3,7 +3,8 @@
 //! rescaling by key group carry them like any other keyed state.
 //!
 //! - records: `len(key) u32 BE ++ key ++ time ++ seq u32 BE` → `matched u8
-//!   ++ the record's JSON text`. A key's records sort by time, so the
+//!   ++ since i64 BE ++ the record's JSON text` (`since`: a window join's
+//!   first window end the record may join; MIN for the interval join). A key's records sort by time, so the
 //!   partners of a record are one range scan.
 //! - times: `time ++ len(key) ++ key ++ seq` → empty: the records in time
 //!   order, for removing those the watermark passed.
@@ -26,6 +27,7 @@ pub struct Buffered {
     pub entry: Vec<u8>,
     pub time: Millis,
     pub matched: bool,
+    pub since: Millis,
     pub raw: String,
 }
 
@@ -91,29 +93,33 @@ fn entry_of_time_key(k: &[u8]) -> Result<Vec<u8>, OpError> {
     Ok(e)
 }
 
-fn decode_value(v: &[u8]) -> Result<(bool, String), OpError> {
-    let (&flag, raw) = v.split_first().ok_or_else(|| corrupt("empty value"))?;
-    let raw = std::str::from_utf8(raw).map_err(|_| corrupt("record text"))?;
-    Ok((flag != 0, raw.to_string()))
+/// (matched, since, text) of a `records` value.
+fn decode_value(v: &[u8]) -> Result<(bool, Millis, String), OpError> {
+    let (&flag, rest) = v.split_first().ok_or_else(|| corrupt("empty value"))?;
+    let since = rest.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes).ok_or_else(|| corrupt("short value"))?;
+    let raw = std::str::from_utf8(&rest[8..]).map_err(|_| corrupt("record text"))?;
+    Ok((flag != 0, since, raw.to_string()))
 }
 
-fn encode_value(matched: bool, raw: &str) -> Vec<u8> {
-    let mut v = Vec::with_capacity(raw.len() + 1);
+fn encode_value(matched: bool, since: Millis, raw: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(raw.len() + 9);
     v.push(u8::from(matched));
+    v.extend_from_slice(&since.to_be_bytes());
     v.extend_from_slice(raw.as_bytes());
     v
 }
 
+/// A record to store: its time, whether it matched, `since`, its text.
+pub struct New<'a> {
+    pub time: Millis,
+    pub matched: bool,
+    pub since: Millis,
+    pub raw: &'a str,
+}
+
 /// Store a record of key `prefix` at `time`; returns its entry key.
-pub fn insert(
-    state: &mut dyn KeyedState,
-    t: Tables,
-    kg: KeyGroup,
-    prefix: &[u8],
-    time: Millis,
-    matched: bool,
-    raw: &str,
-) -> Result<Vec<u8>, OpError> {
+pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], new: New) -> Result<Vec<u8>, OpError> {
+    let time = new.time;
     // The next seq under (key, time): one past the last one there.
     let (from, to) = (entry_key(prefix, time, 0), entry_key(prefix, time, u32::MAX));
     let mut last: Option<u32> = None;
@@ -126,7 +132,7 @@ pub fn insert(
         Some(s) => s.checked_add(1).ok_or_else(|| OpError::Data("join: more than 4 billion records of one key and time".into()))?,
     };
     let entry = entry_key(prefix, time, seq);
-    state.put(t.records, kg, &entry, &encode_value(matched, raw))?;
+    state.put(t.records, kg, &entry, &encode_value(new.matched, new.since, new.raw))?;
     state.put(t.times, kg, &time_key(&entry)?, &[])?;
     Ok(entry)
 }
@@ -145,7 +151,7 @@ pub fn range(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], lo:
     state.scan_range(t.records, kg, &from, Some(&to), &mut |k, v| {
         let time = k.len().checked_sub(12).map(|at| decode_time(&k[at..]));
         match (time, decode_value(v)) {
-            (Some(time), Ok((matched, raw))) => found.push(Buffered { entry: k.to_vec(), time, matched, raw }),
+            (Some(time), Ok((matched, since, raw))) => found.push(Buffered { entry: k.to_vec(), time, matched, since, raw }),
             (_, Err(e)) => {
                 bad = Some(e);
                 return ControlFlow::Break(());
@@ -165,7 +171,7 @@ pub fn range(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], lo:
 
 /// Mark a buffered record as matched.
 pub fn mark_matched(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, b: &Buffered) -> Result<(), OpError> {
-    state.put(t.records, kg, &b.entry, &encode_value(true, &b.raw))?;
+    state.put(t.records, kg, &b.entry, &encode_value(true, b.since, &b.raw))?;
     Ok(())
 }
 
@@ -194,11 +200,41 @@ pub fn remove_up_to(
         state.delete(t.times, kg, &k)?;
         let entry = entry_of_time_key(&k)?;
         if state.take(t.records, kg, &entry, &mut value)? {
-            let (matched, raw) = decode_value(&value)?;
-            f(Buffered { time: decode_time(&k), entry, matched, raw })?;
+            let (matched, since, raw) = decode_value(&value)?;
+            f(Buffered { time: decode_time(&k), entry, matched, since, raw })?;
         }
     }
     Ok(())
+}
+
+/// Every record of key group `kg` with `from <= time <= bound`, in time
+/// order (records of one time: by key), left in state.
+pub fn up_to(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<Vec<Buffered>, OpError> {
+    let mut found = Vec::new();
+    if bound < from {
+        return Ok(found);
+    }
+    let lo = encode_time(from);
+    let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    state.scan_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| {
+        keys.push(k.to_vec());
+        ControlFlow::Continue(())
+    })?;
+    let mut value = Vec::new();
+    for k in keys {
+        let entry = entry_of_time_key(&k)?;
+        if state.get(t.records, kg, &entry, &mut value)? {
+            let (matched, since, raw) = decode_value(&value)?;
+            found.push(Buffered { time: decode_time(&k), entry, matched, since, raw });
+        }
+    }
+    Ok(found)
+}
+
+/// The key prefix (`prefix`) of a `records` key.
+pub fn key_prefix(entry: &[u8]) -> Result<&[u8], OpError> {
+    Ok(split_entry(entry)?.0)
 }
 
 #[cfg(test)]
@@ -224,7 +260,7 @@ mod tests {
     fn a_range_holds_one_key_s_records_within_the_times() {
         let mut s = state();
         for (key, time, raw) in [(&b"a"[..], 5, "a5"), (b"a", 5, "a5'"), (b"a", 9, "a9"), (b"ab", 6, "ab6"), (b"a", -3, "a-3")] {
-            insert(&mut s, T, 1, &p(key), time, false, raw).unwrap();
+            insert(&mut s, T, 1, &p(key), New { time, matched: false, since: Millis::MIN, raw }).unwrap();
         }
         let raws = |lo, hi| range(&s, T, 1, &p(b"a"), lo, hi).unwrap().into_iter().map(|b| b.raw).collect::<Vec<_>>();
         assert_eq!(raws(-3, 9), ["a-3", "a5", "a5'", "a9"]);
@@ -237,7 +273,7 @@ mod tests {
     fn records_leave_in_time_order_with_their_matched_flag() {
         let mut s = state();
         for time in [7, 3, 5] {
-            insert(&mut s, T, 2, &p(b"k"), time, false, &format!("r{time}")).unwrap();
+            insert(&mut s, T, 2, &p(b"k"), New { time, matched: false, since: time, raw: &format!("r{time}") }).unwrap();
         }
         let b = range(&s, T, 2, &p(b"k"), 5, 5).unwrap();
         mark_matched(&mut s, T, 2, &b[0]).unwrap();
@@ -248,6 +284,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(gone, [(3, false, "r3".to_string()), (5, true, "r5".to_string())]);
+        let left = up_to(&s, T, 2, Millis::MIN, 100).unwrap();
+        assert_eq!(left.iter().map(|b| (b.time, b.since)).collect::<Vec<_>>(), [(7, 7)]);
+        assert_eq!(key_prefix(&left[0].entry).unwrap(), p(b"k"));
         assert_eq!(range(&s, T, 2, &p(b"k"), Millis::MIN, Millis::MAX).unwrap().len(), 1);
         assert_eq!(s.len(T.times), 1);
     }

@@ -1,4 +1,5 @@
-//! `join` (issue 28): the interval join, a keyed operator with two inputs.
+//! `join` (issue 28): the interval join and the window join, a keyed
+//! operator with two inputs.
 //!
 //! Both inputs are hashed by their own key fields into the same key groups,
 //! so the records of one key from either side meet in one subtask. Each
@@ -21,18 +22,28 @@
 //! "<right as>": <right record>}`, an unmatched record without the other
 //! member. Its event time is the later of the two (an unmatched record's
 //! own). The output watermark trails the input's by `Interval::hold`.
+//!
+//! The window join (`windows`) keeps both sides the same way but matches
+//! nothing on arrival: when a window fires (the watermark reaches its end
+//! - 1) every pair of its records of one key is emitted, or for an outer
+//! side each record the window holds no partner for, with the window's
+//! bounds, stamped `end - 1` like an aggregate's result.
 
 pub mod buffer;
 pub mod interval;
+pub mod windows;
+
+use std::collections::BTreeMap;
 
 use crate::config::{JoinKind, JoinSpec};
 use crate::format::json::{FieldNeed, JsonParser};
 use crate::state::{TableKind, TableSpec};
-use crate::types::{encode_key, Millis, Record, Value, MIN_WATERMARK};
+use crate::types::{encode_key, KeyGroup, Millis, Record, Value, MIN_WATERMARK};
 
 use super::{Context, OpError, OpResult, Operator};
 use buffer::{Buffered, Tables};
 use interval::{Interval, Side};
+use windows::Windows;
 
 const LEFT: Tables = Tables { records: 0, times: 1 };
 const RIGHT: Tables = Tables { records: 2, times: 3 };
@@ -47,6 +58,11 @@ fn tables(side: Side) -> Tables {
 pub struct Join {
     name: String,
     interval: Interval,
+    /// A window join's windows (None: the interval join).
+    windows: Option<Windows>,
+    /// Window join: the watermark its windows fired at (MIN; after a
+    /// restore, the restored watermark, whose windows had fired).
+    fired_through: Millis,
     kind: JoinKind,
     /// Key field indices in each side's records.
     keys: [Vec<usize>; 2],
@@ -70,6 +86,8 @@ impl Join {
         Join {
             name: name.to_string(),
             interval: Interval { lower: spec.lower, upper: spec.upper },
+            windows: spec.window.as_ref().and_then(Windows::of_spec),
+            fired_through: Millis::MIN,
             kind: spec.kind,
             keys: [left_key, right_key],
             members: [quote(&spec.left_as), quote(&spec.right_as)],
@@ -84,15 +102,28 @@ impl Join {
         let (mine, theirs) = (tables(side), tables(side.other()));
         for r in batch {
             let t = r.event_time.ok_or_else(|| OpError::Data(format!("join `{}`: a record without event time", self.name)))?;
+            self.key.clear();
+            encode_key(&r.fields, &self.keys[side.index()], &mut self.key);
+            buffer::prefix(&self.key, &mut self.prefix);
+            self.removed_below[side.index()] = self.removed_below[side.index()].min(t);
+            if let Some(w) = self.windows {
+                // A window join matches when windows fire; a record joins
+                // only the windows still open at its split's watermark.
+                let mut scratch = Vec::new();
+                let Some(since) = w.since(t, r.lateness_watermark(ctx.watermark), &mut scratch) else {
+                    ctx.metrics.late();
+                    continue;
+                };
+                let new = buffer::New { time: t, matched: false, since, raw: &r.raw };
+                buffer::insert(ctx.state, mine, r.key_group, &self.prefix, new)?;
+                continue;
+            }
             // Judged by the record's split watermark: whether it is late does
             // not depend on when this operator's watermark came.
             if t <= r.lateness_watermark(ctx.watermark) {
                 ctx.metrics.late();
                 continue;
             }
-            self.key.clear();
-            encode_key(&r.fields, &self.keys[side.index()], &mut self.key);
-            buffer::prefix(&self.key, &mut self.prefix);
             let (lo, hi) = self.interval.partners(side, t);
             let partners = buffer::range(ctx.state, theirs, r.key_group, &self.prefix, lo, hi)?;
             for p in &partners {
@@ -100,22 +131,26 @@ impl Join {
                     Side::Left => ((r.raw.as_ref(), t), (p.raw.as_str(), p.time)),
                     Side::Right => ((p.raw.as_str(), p.time), (r.raw.as_ref(), t)),
                 };
-                out.push(self.output(Some(l.0), Some(rt.0), l.1.max(rt.1))?);
+                out.push(self.output(None, Some(l.0), Some(rt.0), l.1.max(rt.1))?);
                 // Only an outer side needs to know it matched.
                 if !p.matched && self.kind.emits_unmatched(side.other().index()) {
                     buffer::mark_matched(ctx.state, theirs, r.key_group, p)?;
                 }
             }
-            buffer::insert(ctx.state, mine, r.key_group, &self.prefix, t, !partners.is_empty(), &r.raw)?;
-            self.removed_below[side.index()] = self.removed_below[side.index()].min(t);
+            let new = buffer::New { time: t, matched: !partners.is_empty(), since: Millis::MIN, raw: &r.raw };
+            buffer::insert(ctx.state, mine, r.key_group, &self.prefix, new)?;
         }
         Ok(())
     }
 
-    /// The output record of a match (both) or an unmatched record (one).
-    fn output(&self, left: Option<&str>, right: Option<&str>, time: Millis) -> Result<Record, OpError> {
-        let mut text = String::with_capacity(left.map_or(0, str::len) + right.map_or(0, str::len) + 32);
+    /// The output record of a match (both) or an unmatched record (one),
+    /// after the window's bounds in a window join.
+    fn output(&self, window: Option<(Millis, Millis)>, left: Option<&str>, right: Option<&str>, time: Millis) -> Result<Record, OpError> {
+        let mut text = String::with_capacity(left.map_or(0, str::len) + right.map_or(0, str::len) + 64);
         text.push('{');
+        if let Some((start, end)) = window {
+            text.push_str(&format!("\"{}\":{start},\"{}\":{end}", crate::config::WINDOW_START, crate::config::WINDOW_END));
+        }
         for (member, raw) in self.members.iter().zip([left, right]) {
             let Some(raw) = raw else { continue };
             if text.len() > 1 {
@@ -158,9 +193,61 @@ impl Join {
                 Side::Left => (Some(b.raw.as_str()), None),
                 Side::Right => (None, Some(b.raw.as_str())),
             };
-            out.push(self.output(l, r, b.time)?);
+            out.push(self.output(None, l, r, b.time)?);
         }
         self.removed_below[side.index()] = bound.saturating_add(1);
+        Ok(())
+    }
+
+    /// Window join: fire the windows whose end - 1 the watermark passed
+    /// since the last call, then remove the records all of whose windows
+    /// have fired.
+    fn fire_windows(&mut self, w: Windows, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        let (from, to) = (self.fired_through, ctx.watermark);
+        if to <= from {
+            return Ok(());
+        }
+        // (window end, key group, key) → each side's records in the window.
+        let mut groups: BTreeMap<(Millis, KeyGroup, Vec<u8>), [Vec<Buffered>; 2]> = BTreeMap::new();
+        let mut scratch = Vec::new();
+        for side in [Side::Left, Side::Right] {
+            for kg in ctx.state.key_groups() {
+                for b in buffer::up_to(ctx.state, tables(side), kg, self.removed_below[side.index()], to)? {
+                    w.of(b.time, &mut scratch);
+                    let prefix = buffer::key_prefix(&b.entry)?.to_vec();
+                    for win in scratch.iter().filter(|win| win.end - 1 > from && win.end - 1 <= to && win.end >= b.since) {
+                        groups.entry((win.end, kg, prefix.clone())).or_default()[side.index()].push(b.clone());
+                    }
+                }
+            }
+        }
+        for ((end, _, _), [ls, rs]) in groups {
+            let window = Some((end - w.size, end));
+            if !ls.is_empty() && !rs.is_empty() {
+                for l in &ls {
+                    for r in &rs {
+                        out.push(self.output(window, Some(&l.raw), Some(&r.raw), end - 1)?);
+                    }
+                }
+            } else if self.kind.emits_unmatched(Side::Left.index()) && rs.is_empty() {
+                for l in &ls {
+                    out.push(self.output(window, Some(&l.raw), None, end - 1)?);
+                }
+            } else if self.kind.emits_unmatched(Side::Right.index()) && ls.is_empty() {
+                for r in &rs {
+                    out.push(self.output(window, None, Some(&r.raw), end - 1)?);
+                }
+            }
+        }
+        let bound = w.done_up_to(to);
+        for side in [Side::Left, Side::Right] {
+            let below = self.removed_below[side.index()];
+            for kg in ctx.state.key_groups() {
+                buffer::remove_up_to(ctx.state, tables(side), kg, below, bound, &mut |_| Ok(()))?;
+            }
+            self.removed_below[side.index()] = below.max(bound.saturating_add(1));
+        }
+        self.fired_through = to;
         Ok(())
     }
 }
@@ -180,12 +267,25 @@ impl Operator for Join {
     }
 
     fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        if let Some(w) = self.windows {
+            return self.fire_windows(w, ctx, out);
+        }
         self.remove_done(Side::Left, ctx, out)?;
         self.remove_done(Side::Right, ctx, out)
     }
 
     fn output_watermark(&self, input: Millis) -> Millis {
-        self.interval.output_watermark(input)
+        match self.windows {
+            // Results are stamped end - 1 when the watermark reaches it.
+            Some(_) => input,
+            None => self.interval.output_watermark(input),
+        }
+    }
+
+    fn on_restore(&mut self, _id: u64, ctx: &mut Context<'_>) -> OpResult {
+        // The windows up to the restored watermark fired before the checkpoint.
+        self.fired_through = ctx.watermark;
+        Ok(())
     }
 }
 

@@ -16,6 +16,7 @@ fn spec(kind: JoinKind, lower: Millis, upper: Millis) -> JoinSpec {
         upper,
         left_as: "o".into(),
         right_as: "p".into(),
+        window: None,
     }
 }
 
@@ -150,4 +151,65 @@ fn the_output_holds_the_fields_needed_downstream() {
     h.watermark = 9;
     let out = h.run(|op, ctx, out| op.on_watermark(ctx, out));
     assert_eq!(out[0].fields, [Value::Int(5), Value::Null], "the right side's fields are absent");
+}
+
+fn window_harness(kind: JoinKind, window: crate::config::WindowSpec) -> Harness<Join> {
+    let spec = JoinSpec { window: Some(window), ..spec(kind, 0, 0) };
+    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+}
+
+fn tumbling(ms: u64) -> crate::config::WindowSpec {
+    crate::config::WindowSpec::Tumbling { size: std::time::Duration::from_millis(ms) }
+}
+
+#[test]
+fn a_window_join_emits_the_pairs_of_a_window_when_it_fires() {
+    let mut h = window_harness(JoinKind::Inner, tumbling(10));
+    assert!(left(&mut h, vec![rec(1, 5, "l", NO_WM)]).is_empty(), "nothing before the window fires");
+    assert!(right(&mut h, vec![rec(1, 7, "r", NO_WM), rec(1, 12, "s", NO_WM), rec(2, 8, "q", NO_WM)]).is_empty());
+    assert!(watermark(&mut h, 8).is_empty());
+    let text = r#"{"window_start":0,"window_end":10,"o":{"id":1,"t":5,"x":"l"},"p":{"id":1,"t":7,"x":"r"}}"#;
+    assert_eq!(watermark(&mut h, 9), [(text.to_string(), 9)], "stamped end - 1");
+    assert_eq!(h.state.len(LEFT.records) + h.state.len(RIGHT.records), 1, "only [10, 20) is left");
+    assert!(watermark(&mut h, 19).is_empty(), "1@12 has no left partner in [10, 20)");
+    assert_eq!(h.state.len(RIGHT.records) + h.state.len(RIGHT.times), 0);
+}
+
+#[test]
+fn an_outer_window_join_emits_per_window_and_late_records_join_only_open_windows() {
+    let sliding = crate::config::WindowSpec::Sliding { size: std::time::Duration::from_millis(20), slide: std::time::Duration::from_millis(10) };
+    let mut h = window_harness(JoinKind::Full, sliding);
+    // 1@15 is in [0, 20) and [10, 30); its split's watermark 19 closes [0, 20).
+    left(&mut h, vec![rec(1, 15, "l", 19)]);
+    right(&mut h, vec![rec(1, 5, "r", NO_WM)]);
+    // [-10, 10) and [0, 20) fire by 19: the right record alone in each (the
+    // left one may not join [0, 20)).
+    let alone = |start: i64, end: i64| (format!(r#"{{"window_start":{start},"window_end":{end},"p":{{"id":1,"t":5,"x":"r"}}}}"#), end - 1);
+    assert_eq!(watermark(&mut h, 19), [alone(-10, 10), alone(0, 20)]);
+    assert_eq!(watermark(&mut h, 29), [(r#"{"window_start":10,"window_end":30,"o":{"id":1,"t":15,"x":"l"}}"#.to_string(), 29)]);
+    // Behind its split's watermark for every window: late.
+    assert!(left(&mut h, vec![rec(1, 25, "z", 100)]).is_empty());
+    assert_eq!(h.metrics.dropped_late.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(h.state.len(LEFT.records) + h.state.len(RIGHT.records), 0);
+}
+
+#[test]
+fn a_restored_window_join_does_not_fire_its_windows_again() {
+    let mut h = window_harness(JoinKind::Inner, crate::config::WindowSpec::Sliding {
+        size: std::time::Duration::from_millis(20),
+        slide: std::time::Duration::from_millis(10),
+    });
+    left(&mut h, vec![rec(1, 15, "l", NO_WM)]);
+    right(&mut h, vec![rec(1, 16, "r", NO_WM)]);
+    assert_eq!(watermark(&mut h, 19).len(), 1, "[0, 20)");
+    // A restore of this state at watermark 19: [0, 20) fired before it.
+    let mut again = window_harness(JoinKind::Inner, tumbling(10));
+    again.op = Join::new("j", &JoinSpec { window: h.op.windows.map(|w| crate::config::WindowSpec::Sliding {
+        size: std::time::Duration::from_millis(w.size as u64),
+        slide: std::time::Duration::from_millis(w.slide as u64),
+    }), ..spec(JoinKind::Inner, 0, 0) }, vec![0], vec![0], Vec::new());
+    again.state = std::mem::replace(&mut h.state, Box::new(crate::state::memory::MemoryState::new(&[], 0..0)));
+    again.watermark = 19;
+    again.run(|op, ctx, _| op.on_restore(1, ctx));
+    assert_eq!(watermark(&mut again, 29).len(), 1, "[10, 30) only");
 }
