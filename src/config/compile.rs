@@ -362,13 +362,23 @@ fn check_right_cycles(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], rig
         if cyclic {
             cx.err(
                 &child(&it.path, "right"),
-                format!("inputs form a cycle through `{}` (expected data to flow from sources to sinks without loops)", it.name.unwrap_or("?")),
+                format!(
+                    "inputs form a cycle through `{}` (expected data to flow from sources to sinks without loops)",
+                    it.name.unwrap_or("?")
+                ),
             );
         }
     }
 }
 
-fn check_flow(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], rights: &[Option<usize>], kinds: &[Option<NodeKind>], order: &[usize]) {
+fn check_flow(
+    cx: &mut Cx,
+    items: &[Item],
+    inputs: &[Option<usize>],
+    rights: &[Option<usize>],
+    kinds: &[Option<NodeKind>],
+    order: &[usize],
+) {
     let mut flows = vec![specs::Flow::unknown(); items.len()];
     for &i in order {
         let upstream = inputs[i].map(|j| (items[j].name.unwrap_or("?"), &flows[j]));

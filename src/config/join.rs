@@ -46,10 +46,9 @@ pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
     match (raw.interval, raw.window) {
         (Some(interval), None) => (lower, upper) = bounds(cx, at, interval),
         (None, Some(w)) => window = windows(cx, at, w),
-        (Some(_), Some(_)) => cx.err_key(
-            &child(at, "window"),
-            "a join has an `interval` (the interval join) or a `window` (the window join), not both",
-        ),
+        (Some(_), Some(_)) => {
+            cx.err_key(&child(at, "window"), "a join has an `interval` (the interval join) or a `window` (the window join), not both")
+        }
         (None, None) => cx.err(at, "a join needs an `interval: {lower, upper}` (the interval join) or a `window` (the window join)"),
     }
     let (left_as, right_as) = prefixes(cx, at, &raw);
@@ -121,7 +120,9 @@ fn prefixes(cx: &mut Cx, at: &[Seg], raw: &RawJoin) -> (String, String) {
     let left = given.and_then(|p| p.left.clone()).unwrap_or_else(|| raw.left.to_string());
     let right = given.and_then(|p| p.right.clone()).unwrap_or_else(|| raw.right.to_string());
     let as_at = child(at, "as");
-    for (side, name, set) in [("left", &left, given.is_some_and(|p| p.left.is_some())), ("right", &right, given.is_some_and(|p| p.right.is_some()))] {
+    for (side, name, set) in
+        [("left", &left, given.is_some_and(|p| p.left.is_some())), ("right", &right, given.is_some_and(|p| p.right.is_some()))]
+    {
         if set && name.is_empty() {
             cx.err(&child(&as_at, side), format!("`as.{side}` is empty: expected the name of the output member holding the {side} record"));
         }
@@ -250,7 +251,11 @@ operators:
     fn a_join_of_a_node_with_itself_is_refused() {
         let text = join(&OK.replace("right: pays", "right: orders").replace("right: [oid]", "right: [id]"));
         let errs = errors(&text);
-        assert!(errs.iter().any(|e| e.starts_with(&at(&text, "left: orders", "orders\n    on")) && e.contains("a join of `orders` with itself")), "{errs:#?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(&at(&text, "left: orders", "orders\n    on")) && e.contains("a join of `orders` with itself")),
+            "{errs:#?}"
+        );
     }
 
     #[test]
@@ -263,7 +268,10 @@ operators:
     fn key_fields_and_event_time_are_checked_on_each_side() {
         let text = join(&OK.replace("right: pays", "right: plain").replace("left: [id]", "left: [nope]"));
         let errs = errors(&text);
-        assert!(errs.iter().any(|e| e.contains("a join needs event time on both sides, but its right input `plain` has none")), "{errs:#?}");
+        assert!(
+            errs.iter().any(|e| e.contains("a join needs event time on both sides, but its right input `plain` has none")),
+            "{errs:#?}"
+        );
         let text = join(&OK.replace("lower: -1h", "lower: 1.5ms"));
         assert_one(&text, &at(&text, "interval:", "1.5ms"), "whole number of milliseconds");
     }

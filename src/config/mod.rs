@@ -9,10 +9,10 @@ mod compile;
 mod deser;
 mod duration;
 mod env;
-mod join;
 pub mod features;
 #[cfg(test)]
 pub(crate) mod fuzz_tests;
+mod join;
 mod limits;
 mod load;
 mod locate;

@@ -768,7 +768,15 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
         }),
         RawOperator::Join { left, right, on, kind, interval, window, prefixes, .. } => {
-            let raw = super::join::RawJoin { left, right, on, kind: *kind, interval: interval.as_ref(), window: window.as_ref(), prefixes: prefixes.as_ref() };
+            let raw = super::join::RawJoin {
+                left,
+                right,
+                on,
+                kind: *kind,
+                interval: interval.as_ref(),
+                window: window.as_ref(),
+                prefixes: prefixes.as_ref(),
+            };
             super::join::spec(cx, at, raw)
         }
         RawOperator::Map { set, drop, rename, on_error, dead_letter, .. } => {

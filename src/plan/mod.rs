@@ -153,7 +153,10 @@ impl Plan {
                 // groups (equal values encode alike), always through a channel.
                 let hash = |input: Option<NodeId>, key: &[String]| {
                     input.map(|i| Edge::Hash {
-                        key: key.iter().map(|f| schemas[i].iter().position(|s| s == f).expect("validated: key field in input schema")).collect(),
+                        key: key
+                            .iter()
+                            .map(|f| schemas[i].iter().position(|s| s == f).expect("validated: key field in input schema"))
+                            .collect(),
                     })
                 };
                 edges[id] = hash(node.input, &j.left_key);
@@ -250,7 +253,8 @@ fn edge_for(p: &Pipeline, input_schema: &[String], input: NodeId, id: NodeId) ->
 /// fields this node needs of its records (a join: one pair per side).
 fn field_needs(p: &Pipeline, id: NodeId) -> Vec<(NodeId, Vec<(String, FieldNeed)>)> {
     let node = &p.nodes[id];
-    let required = |key: &[String]| key.iter().map(|k| (k.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect::<Vec<_>>();
+    let required =
+        |key: &[String]| key.iter().map(|k| (k.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect::<Vec<_>>();
     if let NodeKind::Join(j) = &node.kind {
         let sides = [(node.input, required(&j.left_key)), (node.right, required(&j.right_key))];
         return sides.into_iter().filter_map(|(input, needs)| Some((head_above(p, input?)?, needs))).collect();

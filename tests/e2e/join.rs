@@ -1,7 +1,7 @@
-//! The interval join (issue 28) end to end: every kind at parallelism 1 to
-//! 4 on both backends against the reference model, kill -9 and `--restore
-//! latest` exactly once, and a stop-with-savepoint restored at another
-//! parallelism.
+//! The interval join and the window join (issue 28) end to end: every kind
+//! at parallelism 1 to 4 on both backends against the reference model,
+//! kill -9 and `--restore latest` exactly once, and a stop-with-savepoint
+//! restored at another parallelism.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,13 +13,19 @@ use super::savepoint::savepoint_path;
 use super::util::{hidden_files, input_lines, sink_lines, tmp, wait_until, weir, weir_run, Weir, RUN_TIMEOUT};
 
 const PIPELINE: &str = "pipelines/join.yaml";
-const ORDERS: [&str; 3] =
-    ["testdata/inputs/join/orders/orders-0.jsonl", "testdata/inputs/join/orders/orders-1.jsonl", "testdata/inputs/join/orders/orders-2.jsonl"];
+const ORDERS: [&str; 3] = [
+    "testdata/inputs/join/orders/orders-0.jsonl",
+    "testdata/inputs/join/orders/orders-1.jsonl",
+    "testdata/inputs/join/orders/orders-2.jsonl",
+];
 const PAYMENTS: [&str; 2] = ["testdata/inputs/join/payments/payments-0.jsonl", "testdata/inputs/join/payments/payments-1.jsonl"];
-const KINDS: [(&str, JoinKind); 4] = [("inner", JoinKind::Inner), ("left", JoinKind::Left), ("right", JoinKind::Right), ("full", JoinKind::Full)];
+const KINDS: [(&str, JoinKind); 4] =
+    [("inner", JoinKind::Inner), ("left", JoinKind::Left), ("right", JoinKind::Right), ("full", JoinKind::Full)];
 
-/// What `pipelines/join.yaml` must output with `kind`, from the reference model.
-fn expected(kind: JoinKind) -> Vec<Obj> {
+const WINDOW_PIPELINE: &str = "pipelines/window_join.yaml";
+
+/// The reference's sides of the two example pipelines.
+fn sides(f: impl FnOnce(&JoinSide, &JoinSide) -> Vec<Obj>) -> Vec<Obj> {
     let side = |files: &[&str]| {
         let splits: Vec<Vec<String>> = files.iter().map(|f| input_lines(f)).collect();
         reference::split_watermarks(&splits, "ts", 2000)
@@ -27,24 +33,34 @@ fn expected(kind: JoinKind) -> Vec<Obj> {
     let (orders, payments) = (side(&ORDERS), side(&PAYMENTS));
     let left = JoinSide { lines: &orders, key: &["order_id"], ts: "ts", name: "order" };
     let right = JoinSide { lines: &payments, key: &["order"], ts: "ts", name: "payment" };
-    reference::interval_join(&left, &right, -1000, 10_000, kind)
+    f(&left, &right)
+}
+
+/// What `pipelines/join.yaml` must output with `kind`, from the reference model.
+fn expected(kind: JoinKind) -> Vec<Obj> {
+    sides(|l, r| reference::interval_join(l, r, -1000, 10_000, kind))
+}
+
+/// What `pipelines/window_join.yaml` must output with `kind`.
+fn expected_windows(kind: JoinKind) -> Vec<Obj> {
+    sides(|l, r| reference::window_join(l, r, 10_000, 5_000, kind))
 }
 
 fn with_backend(w: Weir, backend: Backend, state: &Path) -> Weir {
     backend.apply(w.set("state.dir", state))
 }
 
-fn golden(backend: Backend) {
+fn golden(backend: Backend, pipeline: &str, join: &str, expected: fn(JoinKind) -> Vec<Obj>) {
     for (name, kind) in KINDS {
         let want = expected(kind);
         assert!(want.len() > 100, "{name}: the data must give matches");
         for p in 1..=4 {
             let dir = tmp();
             let out = dir.path().join("out");
-            let run = weir_run(PIPELINE, p).set("operators.paid.kind", name).set("sinks.out.path", &out);
+            let run = weir_run(pipeline, p).set(&format!("operators.{join}.kind"), name).set("sinks.out.path", &out);
             with_backend(run, backend, &dir.path().join("state")).ok();
             assert!(hidden_files(&out).is_empty());
-            assert_same_records(&format!("join kind {name} -p {p} {backend:?}"), &sink_lines(&out), &want);
+            assert_same_records(&format!("{pipeline} kind {name} -p {p} {backend:?}"), &sink_lines(&out), &want);
         }
     }
 }
@@ -62,18 +78,40 @@ fn the_reference_has_unmatched_and_late_records_of_both_sides() {
 
 #[test]
 fn golden_interval_join_every_kind_at_p1_to_4_memory() {
-    golden(Backend::Memory);
+    golden(Backend::Memory, PIPELINE, "paid", expected);
 }
 
 #[test]
 fn golden_interval_join_every_kind_at_p1_to_4_rocksdb() {
-    golden(Backend::RocksDb);
+    golden(Backend::RocksDb, PIPELINE, "paid", expected);
 }
 
-/// `pipelines/join.yaml` with checkpoints every 100 ms, both sources slowed
-/// down, into `dir`.
-fn checkpointed(dir: &Path, alignment: &str) -> String {
-    let yaml = std::fs::read_to_string(abs(PIPELINE))
+#[test]
+fn golden_window_join_every_kind_at_p1_to_4_memory() {
+    golden(Backend::Memory, WINDOW_PIPELINE, "together", expected_windows);
+}
+
+#[test]
+fn golden_window_join_every_kind_at_p1_to_4_rocksdb() {
+    golden(Backend::RocksDb, WINDOW_PIPELINE, "together", expected_windows);
+}
+
+#[test]
+fn the_window_reference_has_unmatched_records_of_both_sides() {
+    let (inner, full) = (expected_windows(JoinKind::Inner).len(), expected_windows(JoinKind::Full).len());
+    assert!(inner < expected_windows(JoinKind::Left).len() && inner < expected_windows(JoinKind::Right).len(), "{inner}");
+    assert!(expected_windows(JoinKind::Left).len() < full);
+}
+
+/// The two example pipelines and what each outputs (as they are: a left
+/// interval join, an inner window join).
+fn both_joins() -> [(&'static str, Vec<Obj>); 2] {
+    [(PIPELINE, expected(JoinKind::Left)), (WINDOW_PIPELINE, expected_windows(JoinKind::Inner))]
+}
+
+/// `pipeline` with checkpoints every 100 ms, both sources slowed down, into `dir`.
+fn checkpointed(dir: &Path, pipeline: &str, alignment: &str) -> String {
+    let yaml = std::fs::read_to_string(abs(pipeline))
         .unwrap()
         .replace("testdata/", &format!("{}/", abs("testdata")))
         .replace("parallelism: 2\n", &format!("parallelism: 2\ncheckpoint: {{interval: 100ms, {alignment}}}\n"))
@@ -83,9 +121,10 @@ fn checkpointed(dir: &Path, alignment: &str) -> String {
 
 both_backends! {
     fn crash_and_restore_latest_is_exactly_once(backend: Backend) {
-        for alignment in ["alignment: aligned", "alignment: unaligned", "aligned_timeout: 1ms", "mode: at_least_once"] {
+        let modes = ["alignment: aligned", "alignment: unaligned", "aligned_timeout: 1ms", "mode: at_least_once"];
+        for ((example, want), alignment) in both_joins().into_iter().flat_map(|j| modes.map(|m| (j.clone(), m))) {
             let dir = tmp();
-            let pipeline = checkpointed(dir.path(), alignment);
+            let pipeline = checkpointed(dir.path(), example, alignment);
             let (state, out) = (dir.path().join("state"), dir.path().join("out"));
             let cmd = || with_backend(weir_run(&pipeline, 2).set("sinks.out.path", &out), backend, &state);
             let mut rng = Rng::from_env("join crash");
@@ -101,18 +140,18 @@ both_backends! {
             let last = cmd().arg("--restore").arg("latest").ok();
             assert!(kills > 0, "{alignment}: the run ended before the first kill");
             let from = restored_from(&last.stderr);
-            eprintln!("join {alignment} {backend:?}: {kills} kills, the last run restored checkpoint {from:?}");
+            eprintln!("{example} {alignment} {backend:?}: {kills} kills, the last run restored checkpoint {from:?}");
             assert!(from.is_some(), "{alignment}: no checkpoint completed before the kills");
             assert!(hidden_files(&out).is_empty());
-            let what = format!("left join after {kills} kills, {alignment}, {backend:?}");
+            let what = format!("{example} after {kills} kills, {alignment}, {backend:?}");
             if alignment.contains("at_least_once") {
                 // Records after a barrier may be in the snapshot and be
                 // processed again: nothing lost, copies allowed.
                 let got: std::collections::HashSet<String> = sink_lines(&out).iter().map(|l| canonical(&parse(l))).collect();
-                let lost = expected(JoinKind::Left).iter().filter(|o| !got.contains(&canonical(o))).count();
+                let lost = want.iter().filter(|o| !got.contains(&canonical(o))).count();
                 assert_eq!(lost, 0, "{what}: records lost");
             } else {
-                assert_same_records(&what, &sink_lines(&out), &expected(JoinKind::Left));
+                assert_same_records(&what, &sink_lines(&out), &want);
             }
         }
     }
@@ -120,8 +159,9 @@ both_backends! {
 
 both_backends! {
     fn a_savepoint_restores_at_another_parallelism(backend: Backend) {
+        for (example, want) in both_joins() {
         let dir = tmp();
-        let pipeline = checkpointed(dir.path(), "alignment: aligned");
+        let pipeline = checkpointed(dir.path(), example, "alignment: aligned");
         let (state, out, target) = (dir.path().join("state"), dir.path().join("out"), dir.path().join("sps"));
         let run = with_backend(weir_run(&pipeline, 1).set("sinks.out.path", &out), backend, &state).spawn();
         assert!(wait_until(Duration::from_secs(30), || !sink_lines(&out).is_empty()), "no output published");
@@ -133,16 +173,19 @@ both_backends! {
         let o = with_backend(restore.set("sinks.out.path", &out), backend, &state).run();
         o.expect_code(0);
         o.expect_stderr_contains("Rescaling");
-        let want = expected(JoinKind::Left);
         assert!(partial < want.len(), "the savepoint was taken after the end of input");
-        assert_same_records(&format!("savepoint at p 1, restored at p 3, {backend:?}"), &sink_lines(&out), &want);
+        assert_same_records(&format!("{example}: savepoint at p 1, restored at p 3, {backend:?}"), &sink_lines(&out), &want);
+        }
     }
 }
 
 #[test]
 fn validate_reports_join_errors_at_their_place() {
     let dir = tmp();
-    let yaml = std::fs::read_to_string(abs(PIPELINE)).unwrap().replace("right: [order]", "right: [order, paid]").replace("lower: -1s", "lower: 11s");
+    let yaml = std::fs::read_to_string(abs(PIPELINE))
+        .unwrap()
+        .replace("right: [order]", "right: [order, paid]")
+        .replace("lower: -1s", "lower: 11s");
     let path = write_pipeline(dir.path(), "bad", &yaml);
     let o = weir(&["validate", &path]).run();
     o.expect_code(2);

@@ -24,8 +24,8 @@
 //! own). The output watermark trails the input's by `Interval::hold`.
 //!
 //! The window join (`windows`) keeps both sides the same way but matches
-//! nothing on arrival: when a window fires (the watermark reaches its end
-//! - 1) every pair of its records of one key is emitted, or for an outer
+//! nothing on arrival: when a window fires (the watermark reaches its
+//! last millisecond) every pair of its records of one key is emitted, or for an outer
 //! side each record the window holds no partner for, with the window's
 //! bounds, stamped `end - 1` like an aggregate's result.
 

@@ -77,7 +77,10 @@ fn only_records_of_an_equal_key_within_the_interval_match() {
     let mut h = harness(JoinKind::Inner, -10, 5);
     left(&mut h, vec![rec(1, 100, "l", NO_WM)]);
     // s in [90, 105]: 89 and 106 are out, 90 and 105 in; key 2 never.
-    let out = right(&mut h, vec![rec(1, 89, "a", NO_WM), rec(1, 90, "b", NO_WM), rec(1, 105, "c", NO_WM), rec(1, 106, "d", NO_WM), rec(2, 100, "e", NO_WM)]);
+    let out = right(
+        &mut h,
+        vec![rec(1, 89, "a", NO_WM), rec(1, 90, "b", NO_WM), rec(1, 105, "c", NO_WM), rec(1, 106, "d", NO_WM), rec(2, 100, "e", NO_WM)],
+    );
     let xs: Vec<bool> = ["\"a\"", "\"b\"", "\"c\"", "\"d\"", "\"e\""].iter().map(|x| out.iter().any(|(t, _)| t.contains(x))).collect();
     assert_eq!(xs, [false, true, true, false, false]);
 }
@@ -94,7 +97,11 @@ fn an_outer_join_emits_the_unmatched_once_the_watermark_passes_its_interval() {
     // Right at 100 reaches left times up to 110; right at 95 matched.
     assert_eq!(watermark(&mut h, 109), Vec::<(String, Millis)>::new());
     assert_eq!(watermark(&mut h, 110), [(r#"{"p":{"id":3,"t":100,"x":"q"}}"#.to_string(), 100)]);
-    assert_eq!(h.state.len(LEFT.records) + h.state.len(RIGHT.records) + h.state.len(LEFT.times) + h.state.len(RIGHT.times), 0, "all cleaned");
+    assert_eq!(
+        h.state.len(LEFT.records) + h.state.len(RIGHT.records) + h.state.len(LEFT.times) + h.state.len(RIGHT.times),
+        0,
+        "all cleaned"
+    );
 }
 
 #[test]
@@ -139,7 +146,8 @@ fn a_record_that_arrives_already_done_still_matches_and_leaves_at_the_next_water
 
 #[test]
 fn the_output_holds_the_fields_needed_downstream() {
-    let projection = vec![("o.id".to_string(), FieldNeed { required: true, ..FieldNeed::default() }), ("p.x".to_string(), FieldNeed::default())];
+    let projection =
+        vec![("o.id".to_string(), FieldNeed { required: true, ..FieldNeed::default() }), ("p.x".to_string(), FieldNeed::default())];
     let op = Join::new("j", &spec(JoinKind::Left, 0, 0), vec![0], vec![0], projection);
     let mut h = Harness::new(op, "j", 0..MAXP, MAXP);
     h.run(|op, ctx, out| op.process(vec![rec(4, 1, "l", NO_WM)], ctx, out));
@@ -177,7 +185,8 @@ fn a_window_join_emits_the_pairs_of_a_window_when_it_fires() {
 
 #[test]
 fn an_outer_window_join_emits_per_window_and_late_records_join_only_open_windows() {
-    let sliding = crate::config::WindowSpec::Sliding { size: std::time::Duration::from_millis(20), slide: std::time::Duration::from_millis(10) };
+    let sliding =
+        crate::config::WindowSpec::Sliding { size: std::time::Duration::from_millis(20), slide: std::time::Duration::from_millis(10) };
     let mut h = window_harness(JoinKind::Full, sliding);
     // 1@15 is in [0, 20) and [10, 30); its split's watermark 19 closes [0, 20).
     left(&mut h, vec![rec(1, 15, "l", 19)]);
@@ -195,19 +204,28 @@ fn an_outer_window_join_emits_per_window_and_late_records_join_only_open_windows
 
 #[test]
 fn a_restored_window_join_does_not_fire_its_windows_again() {
-    let mut h = window_harness(JoinKind::Inner, crate::config::WindowSpec::Sliding {
-        size: std::time::Duration::from_millis(20),
-        slide: std::time::Duration::from_millis(10),
-    });
+    let mut h = window_harness(
+        JoinKind::Inner,
+        crate::config::WindowSpec::Sliding { size: std::time::Duration::from_millis(20), slide: std::time::Duration::from_millis(10) },
+    );
     left(&mut h, vec![rec(1, 15, "l", NO_WM)]);
     right(&mut h, vec![rec(1, 16, "r", NO_WM)]);
     assert_eq!(watermark(&mut h, 19).len(), 1, "[0, 20)");
     // A restore of this state at watermark 19: [0, 20) fired before it.
     let mut again = window_harness(JoinKind::Inner, tumbling(10));
-    again.op = Join::new("j", &JoinSpec { window: h.op.windows.map(|w| crate::config::WindowSpec::Sliding {
-        size: std::time::Duration::from_millis(w.size as u64),
-        slide: std::time::Duration::from_millis(w.slide as u64),
-    }), ..spec(JoinKind::Inner, 0, 0) }, vec![0], vec![0], Vec::new());
+    again.op = Join::new(
+        "j",
+        &JoinSpec {
+            window: h.op.windows.map(|w| crate::config::WindowSpec::Sliding {
+                size: std::time::Duration::from_millis(w.size as u64),
+                slide: std::time::Duration::from_millis(w.slide as u64),
+            }),
+            ..spec(JoinKind::Inner, 0, 0)
+        },
+        vec![0],
+        vec![0],
+        Vec::new(),
+    );
     again.state = std::mem::replace(&mut h.state, Box::new(crate::state::memory::MemoryState::new(&[], 0..0)));
     again.watermark = 19;
     again.run(|op, ctx, _| op.on_restore(1, ctx));
