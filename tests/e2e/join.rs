@@ -62,6 +62,13 @@ fn golden(backend: Backend, pipeline: &str, join: &str, expected: fn(JoinKind) -
             assert!(hidden_files(&out).is_empty());
             assert_same_records(&format!("{pipeline} kind {name} -p {p} {backend:?}"), &sink_lines(&out), &want);
         }
+        // Batches of one record: only timing changes, never the result.
+        let dir = tmp();
+        let out = dir.path().join("out");
+        let run = weir_run(pipeline, 3).set(&format!("operators.{join}.kind"), name).set("sinks.out.path", &out);
+        let run = run.set("sources.orders.batch_size", "1").set("sources.payments.batch_size", "3");
+        with_backend(run, backend, &dir.path().join("state")).ok();
+        assert_same_records(&format!("{pipeline} kind {name} -p 3, batch_size 1 and 3, {backend:?}"), &sink_lines(&out), &want);
     }
 }
 
@@ -158,23 +165,26 @@ both_backends! {
 }
 
 both_backends! {
-    fn a_savepoint_restores_at_another_parallelism(backend: Backend) {
+    fn a_savepoint_restores_at_another_parallelism_and_backend(backend: Backend) {
+        // Savepoints are canonical: taken on `backend`, restored on the other.
+        let other = if backend == Backend::Memory { Backend::RocksDb } else { Backend::Memory };
         for (example, want) in both_joins() {
-        let dir = tmp();
-        let pipeline = checkpointed(dir.path(), example, "alignment: aligned");
-        let (state, out, target) = (dir.path().join("state"), dir.path().join("out"), dir.path().join("sps"));
-        let run = with_backend(weir_run(&pipeline, 1).set("sinks.out.path", &out), backend, &state).spawn();
-        assert!(wait_until(Duration::from_secs(30), || !sink_lines(&out).is_empty()), "no output published");
-        let trigger = weir(&["savepoint", "trigger", &pipeline, "--stop", "--target", &target.display().to_string()]);
-        let sp = savepoint_path(&trigger.set("state.dir", &state).run());
-        run.wait_for(Duration::from_secs(30)).expect_code(0);
-        let partial = sink_lines(&out).len();
-        let restore = weir(&["restore", &sp.display().to_string(), &pipeline, "--no-progress", "-p", "3"]);
-        let o = with_backend(restore.set("sinks.out.path", &out), backend, &state).run();
-        o.expect_code(0);
-        o.expect_stderr_contains("Rescaling");
-        assert!(partial < want.len(), "the savepoint was taken after the end of input");
-        assert_same_records(&format!("{example}: savepoint at p 1, restored at p 3, {backend:?}"), &sink_lines(&out), &want);
+            let dir = tmp();
+            let pipeline = checkpointed(dir.path(), example, "alignment: aligned");
+            let (state, out, target) = (dir.path().join("state"), dir.path().join("out"), dir.path().join("sps"));
+            let run = with_backend(weir_run(&pipeline, 1).set("sinks.out.path", &out), backend, &state).spawn();
+            assert!(wait_until(Duration::from_secs(30), || !sink_lines(&out).is_empty()), "no output published");
+            let trigger = weir(&["savepoint", "trigger", &pipeline, "--stop", "--target", &target.display().to_string()]);
+            let sp = savepoint_path(&trigger.set("state.dir", &state).run());
+            run.wait_for(Duration::from_secs(30)).expect_code(0);
+            let partial = sink_lines(&out).len();
+            let restore = weir(&["restore", &sp.display().to_string(), &pipeline, "--no-progress", "-p", "3"]);
+            let o = with_backend(restore.set("sinks.out.path", &out), other, &state).run();
+            o.expect_code(0);
+            o.expect_stderr_contains("Rescaling");
+            assert!(partial < want.len(), "the savepoint was taken after the end of input");
+            let what = format!("{example}: savepoint at p 1 on {backend:?}, restored at p 3 on {other:?}");
+            assert_same_records(&what, &sink_lines(&out), &want);
         }
     }
 }
