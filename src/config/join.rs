@@ -293,6 +293,17 @@ operators:
     }
 
     #[test]
+    fn a_cycle_through_the_right_input_is_refused() {
+        let text =
+            format!("{}  - {{name: back, type: filter, input: j, where: \"true\"}}\n", join(&OK.replace("right: pays", "right: back")));
+        let errs = errors(&text);
+        assert!(
+            errs.iter().any(|e| e.starts_with(&at(&text, "right: back", "back")) && e.contains("inputs form a cycle through `j`")),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
     fn a_join_in_a_cluster_is_refused_with_the_reason() {
         let text = format!("{}cluster: {{instances: 2, index: 0}}\n", join(OK));
         let errs = errors(&text);
