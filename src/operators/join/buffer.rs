@@ -2,16 +2,20 @@
 //! tables per side, so checkpoints, incremental RocksDB, savepoints and
 //! rescaling by key group carry them like any other keyed state.
 //!
-//! - records: `len(key) u32 BE ++ key ++ time ++ seq u32 BE` → `matched u8
+//! - records: `len(key) u32 BE ++ key ++ time ++ seq u64 BE` → `matched u8
 //!   ++ since i64 BE ++ the record's JSON text` (`since`: a window join's
-//!   first window end the record may join; MIN for the interval join). A key's records sort by time, so the
-//!   partners of a record are one range scan.
+//!   first window end the record may join; MIN for the interval join). A
+//!   key's records sort by time, so the partners of a record are one range
+//!   scan.
 //! - times: `time ++ len(key) ++ key ++ seq` → empty: the records in time
 //!   order, for removing those the watermark passed.
 //!
 //! `time` is `encode_time` (byte order is numeric order). `seq` tells apart
-//! records of one key and time: the next free one under that key and time,
-//! found in state, so it needs no counter that a restore would lose.
+//! records of one key and time: a hash of the record's text (high 32 bits)
+//! and the next free number under that key, time and hash, found in state,
+//! so it needs no counter that a restore would lose, and finding it costs
+//! a scan of the copies of the same text only, not of every record of the
+//! key and time.
 
 use std::ops::ControlFlow;
 
@@ -49,8 +53,11 @@ pub fn prefix(key: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(key);
 }
 
-fn entry_key(prefix: &[u8], time: Millis, seq: u32) -> Vec<u8> {
-    let mut k = Vec::with_capacity(prefix.len() + 12);
+/// Bytes after the key prefix: time and seq.
+const TAIL: usize = 16;
+
+fn entry_key(prefix: &[u8], time: Millis, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + TAIL);
     k.extend_from_slice(prefix);
     k.extend_from_slice(&encode_time(time));
     k.extend_from_slice(&seq.to_be_bytes());
@@ -73,7 +80,7 @@ type Parts<'a> = (&'a [u8], &'a [u8], &'a [u8]);
 fn split_entry(entry: &[u8]) -> Result<Parts<'_>, OpError> {
     let len = entry.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or_else(|| corrupt("short key"))?;
     let end = 4usize.saturating_add(u32::from_be_bytes(len) as usize);
-    if entry.len() != end + 12 {
+    if entry.len() != end + TAIL {
         return Err(corrupt("key length"));
     }
     Ok((&entry[..end], &entry[end..end + 8], &entry[end + 8..]))
@@ -81,11 +88,11 @@ fn split_entry(entry: &[u8]) -> Result<Parts<'_>, OpError> {
 
 /// The `records` key of a `times` key.
 fn entry_of_time_key(k: &[u8]) -> Result<Vec<u8>, OpError> {
-    if k.len() < 16 {
+    if k.len() < 4 + TAIL {
         return Err(corrupt("short time key"));
     }
     let (time, rest) = k.split_at(8);
-    let (prefix, seq) = rest.split_at(rest.len() - 4);
+    let (prefix, seq) = rest.split_at(rest.len() - 8);
     let mut e = Vec::with_capacity(k.len());
     e.extend_from_slice(prefix);
     e.extend_from_slice(time);
@@ -120,16 +127,19 @@ pub struct New<'a> {
 /// Store a record of key `prefix` at `time`; returns its entry key.
 pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], new: New) -> Result<Vec<u8>, OpError> {
     let time = new.time;
-    // The next seq under (key, time): one past the last one there.
-    let (from, to) = (entry_key(prefix, time, 0), entry_key(prefix, time, u32::MAX));
-    let mut last: Option<u32> = None;
+    // The next seq under (key, time, hash of the text): one past the last
+    // one there (the text's earlier copies, or a rare hash collision).
+    let base = u64::from(xxhash_rust::xxh3::xxh3_64(new.raw.as_bytes()) as u32) << 32;
+    let (from, to) = (entry_key(prefix, time, base), entry_key(prefix, time, base | u64::from(u32::MAX)));
+    let mut last: Option<u64> = None;
     state.scan_range(t.records, kg, &from, Some(&to), &mut |k, _| {
-        last = k.get(k.len().saturating_sub(4)..).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(u32::from_be_bytes);
+        last = k.get(k.len().saturating_sub(8)..).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
         ControlFlow::Continue(())
     })?;
     let seq = match last {
-        None => 0,
-        Some(s) => s.checked_add(1).ok_or_else(|| OpError::Data("join: more than 4 billion records of one key and time".into()))?,
+        None => base,
+        Some(s) if s & u64::from(u32::MAX) < u64::from(u32::MAX) - 1 => s + 1,
+        Some(_) => return Err(OpError::Data("join: more than 4 billion copies of one record of one key and time".into())),
     };
     let entry = entry_key(prefix, time, seq);
     state.put(t.records, kg, &entry, &encode_value(new.matched, new.since, new.raw))?;
@@ -144,12 +154,12 @@ pub fn range(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], lo:
         return Ok(found);
     }
     let from = entry_key(prefix, lo, 0);
-    let mut to = entry_key(prefix, hi, u32::MAX);
-    // Inclusive of seq u32::MAX: scan to the byte string right after it.
+    let mut to = entry_key(prefix, hi, u64::MAX);
+    // Inclusive of seq u64::MAX: scan to the byte string right after it.
     to.push(0);
     let mut bad = None;
     state.scan_range(t.records, kg, &from, Some(&to), &mut |k, v| {
-        let time = k.len().checked_sub(12).map(|at| decode_time(&k[at..]));
+        let time = k.len().checked_sub(TAIL).map(|at| decode_time(&k[at..]));
         match (time, decode_value(v)) {
             (Some(time), Ok((matched, since, raw))) => found.push(Buffered { entry: k.to_vec(), time, matched, since, raw }),
             (_, Err(e)) => {
