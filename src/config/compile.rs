@@ -519,6 +519,7 @@ fn places(
                 }
             }
             Some(NodeKind::Aggregate(a)) => out.extend(a.dead_letter.as_deref().map(|p| dead_letter(p, "aggregate"))),
+            Some(NodeKind::Join(j)) => out.extend(j.dead_letter.as_deref().map(|p| dead_letter(p, "join"))),
             Some(NodeKind::Filter(crate::config::FilterSpec { on_error: OnError::DeadLetter(path), .. }))
             | Some(NodeKind::Map(crate::config::MapSpec { on_error: OnError::DeadLetter(path), .. })) => {
                 out.push(dead_letter(path, "operator"))

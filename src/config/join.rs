@@ -20,6 +20,7 @@ pub(crate) struct RawJoin<'a> {
     pub interval: Option<&'a RawInterval>,
     pub window: Option<&'a RawWindow>,
     pub prefixes: Option<&'a RawJoinAs>,
+    pub dead_letter: Option<&'a str>,
 }
 
 pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
@@ -78,6 +79,7 @@ pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
         window,
         left_as,
         right_as,
+        dead_letter: raw.dead_letter.map(std::path::PathBuf::from),
     })
 }
 

@@ -208,6 +208,8 @@ pub struct JoinSpec {
     /// A window join: both sides in these (tumbling or sliding) windows,
     /// joined per window and key when the window fires.
     pub window: Option<WindowSpec>,
+    /// Late records of either side are written here (JSON lines).
+    pub dead_letter: Option<PathBuf>,
     /// The output member holding each side's record.
     pub left_as: String,
     pub right_as: String,

@@ -280,6 +280,9 @@ pub enum RawOperator {
         /// The output member each side's record goes under (default: the node names).
         #[serde(default, rename = "as")]
         prefixes: Option<RawJoinAs>,
+        /// Late records of either side are written here besides being counted.
+        #[serde(default)]
+        dead_letter: Option<String>,
     },
 }
 

@@ -767,7 +767,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             condition: expression(cx, &child(at, "where"), "where", condition),
             on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
         }),
-        RawOperator::Join { left, right, on, kind, interval, window, prefixes, .. } => {
+        RawOperator::Join { left, right, on, kind, interval, window, prefixes, dead_letter, .. } => {
             let raw = super::join::RawJoin {
                 left,
                 right,
@@ -776,6 +776,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                 interval: interval.as_ref(),
                 window: window.as_ref(),
                 prefixes: prefixes.as_ref(),
+                dead_letter: dead_letter.as_deref(),
             };
             super::join::spec(cx, at, raw)
         }

@@ -205,3 +205,32 @@ fn validate_reports_join_errors_at_their_place() {
     o.expect_stderr_contains(&format!("bad.yaml:{}:", line("lower: 11s")));
     o.expect_stderr_contains("`lower` (11s) is above `upper` (10s)");
 }
+
+#[test]
+fn late_records_of_both_sides_go_to_the_dead_letter() {
+    let dir = tmp();
+    let (out, late) = (dir.path().join("out"), dir.path().join("late.jsonl"));
+    let run = weir_run(PIPELINE, 2).set("sinks.out.path", &out).set("operators.paid.dead_letter", &late);
+    run.set("state.dir", dir.path().join("state")).ok();
+    let mut got: Vec<String> = std::fs::read_to_string(&late)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let entry = parse(l);
+            assert!(entry["reason"].as_str().unwrap().starts_with("late record: at or before watermark"), "{l}");
+            entry["record"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // The reference's late lines: at or before their split's watermark.
+    let mut want: Vec<String> = [&ORDERS[..], &PAYMENTS[..]]
+        .iter()
+        .flat_map(|files| reference::split_watermarks(&files.iter().map(|f| input_lines(f)).collect::<Vec<_>>(), "ts", 2000))
+        .filter(|(l, wm)| parse(l)["ts"].as_i64().unwrap() <= *wm)
+        .map(|(l, _)| l)
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(want.len(), 20);
+    assert_eq!(got, want);
+    assert_same_records("with a dead letter", &sink_lines(&out), &expected(JoinKind::Left));
+}

@@ -40,7 +40,7 @@ use crate::format::json::{FieldNeed, JsonParser};
 use crate::state::{TableKind, TableSpec};
 use crate::types::{encode_key, KeyGroup, Millis, Record, Value, MIN_WATERMARK};
 
-use super::{Context, OpError, OpResult, Operator};
+use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use buffer::{Buffered, Tables};
 use interval::{Interval, Side};
 use windows::Windows;
@@ -71,6 +71,8 @@ pub struct Join {
     /// The fields the operators after the join need, read from its output
     /// text (None: none are needed).
     projection: Option<JsonParser>,
+    /// Late records go here besides being counted.
+    dead_letter: Option<DeadLetter>,
     /// Per side: every buffered record below this time is gone, so removal
     /// scans start here (MIN after a restore).
     removed_below: [Millis; 2],
@@ -93,9 +95,32 @@ impl Join {
             members: [quote(&spec.left_as), quote(&spec.right_as)],
             projection: (!projection.is_empty()).then(|| JsonParser::new(projection, None)),
             removed_below: [Millis::MIN; 2],
+            dead_letter: None,
             key: Vec::new(),
             prefix: Vec::new(),
         }
+    }
+
+    pub fn with_dead_letter(mut self, dead_letter: Option<DeadLetter>) -> Join {
+        self.dead_letter = dead_letter;
+        self
+    }
+
+    /// Count a late record and write it to the dead letter. `watermark` is
+    /// the one its lateness was judged by (its split's, normally: the entry
+    /// is then the same whenever the watermark came).
+    fn late(&self, record: &Record, watermark: Millis, ctx: &mut Context<'_>) -> OpResult {
+        ctx.metrics.late();
+        if let Some(dl) = &self.dead_letter {
+            let reason = match self.windows {
+                Some(_) => format!("late record: every window holding it closed at watermark {watermark}"),
+                None => format!("late record: at or before watermark {watermark}"),
+            };
+            dl.write(&ctx.info.operator, &reason, &record.raw)
+                .map_err(|e| OpError::io(format!("{}: writing dead letter {}", ctx.info.operator, dl.path().display()), e))?;
+            OperatorMetrics::add(&ctx.metrics.dead_lettered, 1);
+        }
+        Ok(())
     }
 
     fn process_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
@@ -110,8 +135,9 @@ impl Join {
                 // A window join matches when windows fire; a record joins
                 // only the windows still open at its split's watermark.
                 let mut scratch = Vec::new();
-                let Some(since) = w.since(t, r.lateness_watermark(ctx.watermark), &mut scratch) else {
-                    ctx.metrics.late();
+                let wm = r.lateness_watermark(ctx.watermark);
+                let Some(since) = w.since(t, wm, &mut scratch) else {
+                    self.late(&r, wm, ctx)?;
                     continue;
                 };
                 let new = buffer::New { time: t, matched: false, since, raw: &r.raw };
@@ -120,8 +146,9 @@ impl Join {
             }
             // Judged by the record's split watermark: whether it is late does
             // not depend on when this operator's watermark came.
-            if t <= r.lateness_watermark(ctx.watermark) {
-                ctx.metrics.late();
+            let wm = r.lateness_watermark(ctx.watermark);
+            if t <= wm {
+                self.late(&r, wm, ctx)?;
                 continue;
             }
             let (lo, hi) = self.interval.partners(side, t);

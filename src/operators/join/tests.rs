@@ -17,6 +17,7 @@ fn spec(kind: JoinKind, lower: Millis, upper: Millis) -> JoinSpec {
         left_as: "o".into(),
         right_as: "p".into(),
         window: None,
+        dead_letter: None,
     }
 }
 

@@ -115,7 +115,12 @@ pub(super) fn chain_op(
                 crate::operators::dedup::resolve_fields(key, schema).map_err(err)
             };
             let (left, right) = (position(node.input, &spec.left_key)?, position(node.right, &spec.right_key)?);
-            Box::new(crate::operators::join::Join::new(&node.name, spec, left, right, plan.projections[id].clone()))
+            let dead_letter = match &spec.dead_letter {
+                Some(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                None => None,
+            };
+            let join = crate::operators::join::Join::new(&node.name, spec, left, right, plan.projections[id].clone());
+            Box::new(join.with_dead_letter(dead_letter))
         }
         NodeKind::Filter(spec) => {
             let dead_letter = match &spec.on_error {
