@@ -92,6 +92,11 @@ impl<'a> Dec<'a> {
         self.buf.len() - self.pos
     }
 
+    /// The bytes not read yet, as a slice of the input.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
     pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
         let end = end.ok_or_else(|| DecodeError(format!("truncated while reading {what} at byte {}", self.pos)))?;

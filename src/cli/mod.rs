@@ -74,6 +74,39 @@ pub enum Command {
     /// watermarks, backpressure and the last checkpoint. Give the pipeline
     /// file or its state directory (from any working directory).
     Status(StatusArgs),
+    /// Show what `weir run --restore` would do, writing nothing: the
+    /// checkpoint or savepoint it restores, and for each node whether its
+    /// state is kept, starts new, is rescaled or dropped. Exit 0 when the
+    /// run would start, 2 when it would be refused (with the reason).
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// As for `run`: `latest`, or a checkpoint or savepoint path (several
+    /// for a savepoint set); none plans a start from the beginning.
+    #[arg(long, value_name = "latest|PATH")]
+    pub restore: Vec<String>,
+    /// As for `run`.
+    #[arg(long, short = 'p', value_name = "N")]
+    pub parallelism: Option<u32>,
+    /// As for `run`.
+    #[arg(long)]
+    pub force: bool,
+    /// As for `run`.
+    #[arg(long)]
+    pub allow_non_restored_state: bool,
+    /// `text`, or `json` for scripts.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub format: PlanFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -298,6 +331,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Restore(args) => run::run_pipeline(RunArgs { restore: vec![args.savepoint.display().to_string()], options: args.options }),
         Command::Savepoint(command) => savepoint_command(command),
         Command::Status(args) => status_command(args),
+        Command::Plan(args) => plan_command(args),
+    }
+}
+
+/// `weir plan`: the restore decision of `run`, made by the same code.
+fn plan_command(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let extra: Vec<String> = args.parallelism.map(|n| format!("parallelism={n}")).into_iter().collect();
+    let pipeline = load(&args.pipeline, &extra)?;
+    crate::restore::cluster::check_prefix(&pipeline).map_err(UsageError)?;
+    let restore = run::restore_from(&args.restore)?;
+    let policy = crate::restore::RestorePolicy { force: args.force, allow_non_restored_state: args.allow_non_restored_state };
+    match crate::restore::plan::plan(&pipeline, restore.as_ref(), policy) {
+        Ok(plan) => {
+            match args.format {
+                PlanFormat::Text => print!("{plan}"),
+                PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan).map_err(|e| anyhow::anyhow!("the plan as JSON: {e}"))?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) if e.is_refusal() => {
+            match args.format {
+                PlanFormat::Text => println!("Refused: {e}"),
+                PlanFormat::Json => println!("{}", serde_json::json!({ "pipeline": pipeline.name, "refused": e.to_string() })),
+            }
+            Ok(ExitCode::from(2))
+        }
+        Err(e) => Err(anyhow::Error::new(e)),
     }
 }
 

@@ -62,16 +62,20 @@ fn prepare(args: &RunArgs) -> anyhow::Result<(config::Pipeline, Option<std::net:
         })?),
         None => None,
     };
-    let restore = match args.restore.as_slice() {
+    Ok((pipeline, metrics_listener, restore_from(&args.restore)?))
+}
+
+/// What `--restore` (given `args` times) asks for.
+pub(super) fn restore_from(args: &[String]) -> Result<Option<RestoreFrom>, UsageError> {
+    Ok(match args {
         [] => None,
         [r] if r == "latest" => Some(RestoreFrom::Latest),
         [path] => Some(RestoreFrom::Path(path.into())),
         set if set.iter().any(|r| r == "latest") => {
-            return Err(UsageError("--restore latest cannot be part of a savepoint set: give one path per old instance".into()).into())
+            return Err(UsageError("--restore latest cannot be part of a savepoint set: give one path per old instance".into()))
         }
         set => Some(RestoreFrom::Set(set.iter().map(PathBuf::from).collect())),
-    };
-    Ok((pipeline, metrics_listener, restore))
+    })
 }
 
 /// `savepoint.on_sigterm`: SIGTERM stops with a savepoint instead, into

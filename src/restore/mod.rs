@@ -16,6 +16,7 @@
 //! the directory is not even created.
 
 pub mod cluster;
+pub mod plan;
 pub mod remote;
 
 use std::collections::HashMap;
@@ -79,6 +80,10 @@ pub enum RestoreError {
     Store(#[from] disk::StoreError),
     #[error("checkpoint storage: {0}")]
     Storage(String),
+    /// The store could not be read (a network fault, the server down): a
+    /// failure, not a refusal of the user's input; the next start may succeed.
+    #[error("checkpoint storage unreachable: {0}")]
+    Unreachable(String),
     #[error(transparent)]
     Owner(#[from] crate::checkpoint::lease::OwnerError),
     #[error("checkpoint storage: {0}")]
@@ -93,9 +98,11 @@ impl RestoreError {
     /// Whether the start was refused before it wrote anything (exit 2).
     /// False when committing its decision failed (exit 1): what it wrote by
     /// then (a generation record whose lease ran out meanwhile, say) does
-    /// not count, but the directory or the bucket has changed.
+    /// not count, but the directory or the bucket has changed; and when the
+    /// store could not be read (exit 1, as for brokers unreachable at the
+    /// start: nothing is wrong with the input).
     pub fn is_refusal(&self) -> bool {
-        !matches!(self, RestoreError::Committing(_))
+        !matches!(self, RestoreError::Committing(_) | RestoreError::Unreachable(_))
     }
 }
 
@@ -281,8 +288,12 @@ struct StoreView {
 
 impl StoreView {
     fn read(s: &dyn crate::checkpoint::storage::Storage) -> Result<StoreView, RestoreError> {
-        let stored = crate::checkpoint::publish::checkpoints(s).map_err(|e| RestoreError::Storage(e.to_string()))?;
-        Ok(StoreView { stored, records: generation::read_all(s)? })
+        let stored = crate::checkpoint::publish::checkpoints(s).map_err(|e| RestoreError::Unreachable(e.to_string()))?;
+        let records = generation::read_all(s).map_err(|e| match e {
+            generation::GenerationError::Storage(e) => RestoreError::Unreachable(e.to_string()),
+            e => RestoreError::Generation(e),
+        })?;
+        Ok(StoreView { stored, records })
     }
 
     fn complete(&self) -> std::collections::BTreeSet<StoredId> {

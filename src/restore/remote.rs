@@ -39,8 +39,13 @@ pub fn open(spec: &RemoteStorage) -> Result<Arc<dyn Storage>, RestoreError> {
     Ok(Arc::new(s))
 }
 
+/// A store that could not be read is unreachable (exit 1); the local disk
+/// under a download is the machine's (exit 2, as a state directory).
 fn storage_error(e: StorageError) -> RestoreError {
-    RestoreError::Storage(e.to_string())
+    match e {
+        StorageError::Local(_) => RestoreError::Storage(e.to_string()),
+        e => RestoreError::Unreachable(e.to_string()),
+    }
 }
 
 /// The first of `candidates` (stored checkpoints, best first) that

@@ -11,7 +11,8 @@
 //!     CHAOS_CLUSTER_SECONDS=600 cargo test --release --test chaos -- --nocapture cluster_chaos
 //!
 //! Needs `KAFKA_BOOTSTRAP` (skipped without); CHAOS_SEED as for `chaos`;
-//! CHAOS_CLUSTER_SECONDS: time budget (default 150), CHAOS_CLUSTER_CASES.
+//! CHAOS_CLUSTER_SECONDS: time budget (default 150), CHAOS_CLUSTER_CASES,
+//! CHAOS_CLUSTER_STEPS: the most kill or rescale steps per case (default 6).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,7 +54,7 @@ impl Draw {
         let instances = rng.range(2, 3) as u32;
         let mut steps = vec![Step::Produce { n: rng.range(100, 300) as usize }];
         let mut n = instances;
-        for _ in 0..rng.range(3, 6) {
+        for _ in 0..rng.range(3, max_steps().max(3)) {
             steps.push(match rng.range(0, 9) {
                 0..=5 => {
                     let crash =
@@ -74,6 +75,13 @@ impl Draw {
         }
         Draw { instances, parallelism: rng.range(1, 2) as u32, windowed: rng.chance(0.5), s3, steps }
     }
+}
+
+/// The most kill or rescale steps a case draws (CHAOS_CLUSTER_STEPS,
+/// default 6): long runs raise it to spend less of their time on each
+/// case's setup and final check per instance kill point.
+fn max_steps() -> u64 {
+    env_u64("CHAOS_CLUSTER_STEPS").unwrap_or(6)
 }
 
 /// One order: `(partition, line)`; every third one also goes to the next
@@ -270,7 +278,7 @@ impl ClusterCase {
                 self.log.note(format!("instance {i}: its lease lapsed during the start; started again"));
                 continue;
             }
-            return Err(format!("instance {i}/{n} did not start: exit {:?} signal {:?}\n{}", exit.code, exit.signal, exit.tail(12)));
+            return Err(format!("instance {i}/{n} did not start: exit {:?} signal {:?}\n{}", exit.code(), exit.signal(), exit.tail(12)));
         }
         unreachable!("the loop returns")
     }
@@ -305,7 +313,7 @@ impl ClusterCase {
                     None => {
                         if !proc.signal("KILL") {
                             let exit = proc.wait(Duration::from_secs(5));
-                            return Err(format!("instance {i} had exited before its kill: {:?}\n{}", exit.code, exit.tail(12)));
+                            return Err(format!("instance {i} had exited before its kill: {:?}\n{}", exit.code(), exit.tail(12)));
                         }
                         let _ = proc.wait(Duration::from_secs(30));
                         self.log.note(format!("instance {i}: kill -9 after {after_ms} ms"));
@@ -333,13 +341,13 @@ impl ClusterCase {
             .env("WEIR_MACHINE", self.machines[i as usize].to_string())
             .env("WEIR_FAULTS", format!("crash={point}:1"));
         let exit = cmd.run(&self.log, Duration::from_secs(60));
-        match (exit.code, exit.signal) {
+        match (exit.code(), exit.signal()) {
             (None, Some(6)) if exit.stderr.contains("injected crash at") => {
                 self.kill_points += 1;
                 Ok(())
             }
             _ => {
-                Err(format!("instance {i}: a restart with crash={point}:1 ended with {:?}/{:?}\n{}", exit.code, exit.signal, exit.tail(12)))
+                Err(format!("instance {i}: a restart with crash={point}:1 ended with {:?}/{:?}\n{}", exit.code(), exit.signal(), exit.tail(12)))
             }
         }
     }
@@ -359,8 +367,8 @@ impl ClusterCase {
             return self.rescale_one_by_one(to, &p, &target);
         }
         let exit = cmd.run(&self.log, Duration::from_secs(90));
-        if exit.code != Some(0) {
-            return Err(format!("savepoint trigger --all-instances --stop: exit {:?}\n{}\n{}", exit.code, exit.stdout, exit.tail(12)));
+        if exit.code() != Some(0) {
+            return Err(format!("savepoint trigger --all-instances --stop: exit {:?}\n{}\n{}", exit.code(), exit.stdout, exit.tail(12)));
         }
         let set: Vec<String> =
             exit.stdout.lines().filter_map(|l| l.split_once("Savepoint completed. Path: ").map(|(_, p)| p.trim().to_string())).collect();
@@ -380,9 +388,9 @@ impl ClusterCase {
                 .env("WEIR_MACHINE", self.machines[i as usize].to_string());
             let exit = cmd.run(&self.log, Duration::from_secs(60));
             let path = exit.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).map(|s| s.trim().to_string());
-            match (exit.code, path) {
+            match (exit.code(), path) {
                 (Some(0), Some(path)) => set.push(path),
-                _ => return Err(format!("instance {i}: savepoint trigger --stop: exit {:?}\n{}", exit.code, exit.tail(12))),
+                _ => return Err(format!("instance {i}: savepoint trigger --stop: exit {:?}\n{}", exit.code(), exit.tail(12))),
             }
         }
         self.finish_rescale(to, set)
@@ -396,11 +404,11 @@ impl ClusterCase {
         for (i, slot) in self.instances.iter_mut().enumerate() {
             if let Some(proc) = slot.take() {
                 let exit = proc.wait(Duration::from_secs(60));
-                if exit.code != Some(0) {
+                if exit.code() != Some(0) {
                     return Err(format!(
                         "instance {i} stopped with a savepoint exited {:?} signal {:?} (timed out: {})\n{}",
-                        exit.code,
-                        exit.signal,
+                        exit.code(),
+                        exit.signal(),
                         exit.timed_out,
                         exit.tail(12)
                     ));
@@ -454,7 +462,7 @@ impl ClusterCase {
                 if let Some(proc) = p {
                     if proc.exited() {
                         let exit = p.take().unwrap().wait(Duration::from_secs(5));
-                        return Err(format!("instance {i} exited before the output was complete: {:?}\n{}", exit.code, exit.tail(12)));
+                        return Err(format!("instance {i} exited before the output was complete: {:?}\n{}", exit.code(), exit.tail(12)));
                     }
                 }
             }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::case::Case;
 use super::faults::{Action, Attempt, NetFault, Outage};
-use super::proc::{listing, listing_diff, Cmd, Exit, Proc};
+use super::proc::{finished_input, listing, listing_diff, Cmd, Exit, Proc};
 use super::stats::{ACTIONS, OUTAGES, START, TO_EXIT, WAITS};
 
 /// No run of a case may take longer than this (a normal one takes 2–5 s).
@@ -69,8 +69,8 @@ impl Case {
         self.log.note(format!("must be refused (exit 2, nothing changed): {why}"));
         let before = self.disk();
         let exit = cmd.run(&self.log, SHORT_LIMIT);
-        if exit.code != Some(2) {
-            return Err(format!("{why}: `{}` exited {:?} (signal {:?}), want exit 2\n{}", exit.line, exit.code, exit.signal, exit.tail(8)));
+        if exit.code() != Some(2) {
+            return Err(format!("{why}: `{}` exited {:?} (signal {:?}), want exit 2\n{}", exit.line, exit.code(), exit.signal(), exit.tail(8)));
         }
         self.refused += 1;
         match listing_diff(&before, &self.disk()) {
@@ -142,12 +142,12 @@ impl Case {
             self.stalls_fired += 1;
         }
         self.restarts_fired += exit.stderr.matches("restarting from the latest checkpoint (restart:)").count();
-        if exit.signal != Some(9) {
+        if exit.signal() != Some(9) {
             // Sent as it exited: the run ended on its own, no kill point.
             self.killed = false;
         }
-        let how = if exit.finished_input() { ", input finished" } else { "" };
-        self.log.note(format!("ended: exit {:?}, signal {:?}{how}", exit.code, exit.signal));
+        let how = if finished_input(&exit) { ", input finished" } else { "" };
+        self.log.note(format!("ended: exit {:?}, signal {:?}{how}", exit.code(), exit.signal()));
         self.classify(exit, a, before, may_refuse, stopped_at)
     }
 
@@ -186,7 +186,7 @@ impl Case {
                 }
             }
             // A stale owner must stop, never finish: the new owner decides.
-            return match (exit.code, exit.signal) {
+            return match (exit.code(), exit.signal()) {
                 // Its lease lost (said by the run, or by the lease thread
                 // first), or its Kafka producers fenced by the new owner's.
                 (Some(1), _) if STALE_ENDINGS.iter().any(|e| exit.stderr.contains(e)) => {
@@ -199,7 +199,7 @@ impl Case {
                     taken
                 }
                 // It had committed its final checkpoint before its path stalled.
-                (Some(0), _) if exit.finished_input() => {
+                (Some(0), _) if finished_input(&exit) => {
                     self.takeovers += 1;
                     taken
                 }
@@ -209,8 +209,8 @@ impl Case {
                 )),
             };
         }
-        match (exit.code, exit.signal) {
-            (Some(0), _) if exit.finished_input() => Ended::Finished,
+        match (exit.code(), exit.signal()) {
+            (Some(0), _) if finished_input(&exit) => Ended::Finished,
             (Some(0), _) => match stopped_at {
                 Some(sp) => Ended::Stopped(sp),
                 None => Ended::Interrupted,
@@ -231,6 +231,12 @@ impl Case {
                 }
             }
             (Some(1), _) if a.fails_writes() && exit.stderr.contains("consecutive failures") => Ended::Interrupted,
+            // A start that could not read the store through cut connections
+            // (seeds 1800005, 1800009) fails as with brokers unreachable; the
+            // next run restores.
+            (Some(1), _) if matches!(a.net, Some(NetFault::Cuts { .. })) && exit.stderr.contains("checkpoint storage unreachable") => {
+                Ended::Interrupted
+            }
             // An outage longer than broker_timeout fails the run; the next restores.
             (Some(1), _) if a.outage.is_some() && failed_on_the_broker(&exit.stderr) => {
                 self.kill_points += 1;
@@ -387,7 +393,7 @@ impl Case {
         if exit.timed_out {
             return Err(format!("savepoint trigger hung:\n{}", exit.tail(5)));
         }
-        match exit.code {
+        match exit.code() {
             Some(0) => {
                 let path = exit.stdout.lines().find_map(|l| l.strip_prefix("Savepoint completed. Path: ")).map(PathBuf::from);
                 self.savepoints += 1;
@@ -397,7 +403,7 @@ impl Case {
                 self.log.note(format!("trigger answered: {}", exit.tail(1)));
                 Ok(None)
             }
-            _ => Err(format!("savepoint trigger `{}`: exit {:?}\n{}", exit.line, exit.code, exit.tail(5))),
+            _ => Err(format!("savepoint trigger `{}`: exit {:?}\n{}", exit.line, exit.code(), exit.tail(5))),
         }
     }
 }
@@ -439,12 +445,12 @@ impl Case {
                 continue;
             }
             let exit = p.wait(SHORT_LIMIT);
-            let held = exit.code == Some(2) && exit.stderr.contains("is in use by weir process");
+            let held = exit.code() == Some(2) && exit.stderr.contains("is in use by weir process");
             // A keyed restore says "restores only with the same parallelism";
             // an unaligned checkpoint with in-flight records "can only be
             // restored at parallelism N" (seed 1600046).
             let refusals = ["restores only with the same parallelism", "can only be restored at parallelism"];
-            let other_p = exit.code == Some(2) && refusals.iter().any(|r| exit.stderr.contains(r));
+            let other_p = exit.code() == Some(2) && refusals.iter().any(|r| exit.stderr.contains(r));
             if other_p && parallelism != self.run_parallelism {
                 parallelism = self.run_parallelism;
                 self.log.note(format!("the latest checkpoint is the stale run's: take over at -p {parallelism}"));
@@ -453,7 +459,7 @@ impl Case {
             }
             if !held || Instant::now() > deadline {
                 self.release(proc, net, hold);
-                return Err(format!("the take-over from a stale owner failed: `{}` exit {:?}\n{}", exit.line, exit.code, exit.tail(10)));
+                return Err(format!("the take-over from a stale owner failed: `{}` exit {:?}\n{}", exit.line, exit.code(), exit.tail(10)));
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -466,9 +472,9 @@ impl Case {
             self.kill_points += 1;
         }
         let exit = taker.wait(RUN_LIMIT);
-        self.log.note(format!("new owner ended: exit {:?}, signal {:?}", exit.code, exit.signal));
-        self.taken_over = Some(match (exit.code, exit.signal) {
-            (Some(0), _) if exit.finished_input() => Ended::Finished,
+        self.log.note(format!("new owner ended: exit {:?}, signal {:?}", exit.code(), exit.signal()));
+        self.taken_over = Some(match (exit.code(), exit.signal()) {
+            (Some(0), _) if finished_input(&exit) => Ended::Finished,
             (None, Some(9)) => Ended::Interrupted,
             (code, signal) => {
                 return Err(format!("the new owner ended with exit {code:?} signal {signal:?}:\n{}", exit.tail(12)));

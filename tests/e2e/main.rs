@@ -26,6 +26,7 @@ mod join;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;
+mod plan;
 mod restart;
 #[cfg(feature = "kafka")]
 mod rollout;

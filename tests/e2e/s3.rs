@@ -15,7 +15,7 @@ use weir::checkpoint::storage::Storage;
 
 use super::ckpt::{assert_exactly_once, completed, fast, kill_after, restored_from, Backend, Job, Rng};
 use super::savepoint::savepoint_path;
-use super::util::{hidden_files, part_files, repo, tmp, wait_until, weir, Weir, RUN_TIMEOUT};
+use super::util::{hidden_files, part_files, repo, tmp, wait_until, weir, weir_run, Weir, RUN_TIMEOUT};
 
 /// A prefix of the test bucket, for one test.
 struct Bucket {
@@ -677,6 +677,32 @@ fn storage_lease_is_validated_and_needs_storage() {
     o.expect_code(2);
     assert!(o.stderr.contains("storage_lease"), "{}", o.stderr);
     v(&["checkpoint.storage=s3://b/p", "checkpoint.storage_lease=5s"]).expect_code(0);
+}
+
+/// A store that cannot be reached at the start is a failure (exit 1, as
+/// brokers unreachable are), not a refusal of the input (exit 2), and
+/// nothing is written: the chaos harness drew S3 connections cut while a
+/// start listed the store (seeds 1800005, 1800009).
+#[test]
+fn an_unreachable_store_at_the_start_is_a_failure_not_a_refusal() {
+    let dir = tmp();
+    let state = dir.path().join("state");
+    // Nothing listens on port 1 of the loopback: every request is refused.
+    let o = weir_run(super::ckpt::PIPELINE, 1)
+        .set("state.dir", &state)
+        .set("sinks.out.path", dir.path().join("out"))
+        .set("checkpoint.storage", "s3://weir/unreachable")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .env("AWS_ACCESS_KEY_ID", "weir-test")
+        .env("AWS_SECRET_ACCESS_KEY", "weir-test-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ALLOW_HTTP", "true")
+        .arg("--restore")
+        .arg("latest")
+        .run();
+    o.expect_code(1);
+    assert!(o.stderr.contains("checkpoint storage unreachable"), "{}", o.stderr);
+    assert!(!state.exists(), "a start that could not read the store created its state directory");
 }
 
 /// Where a rescaled restore comes from.

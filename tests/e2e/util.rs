@@ -1,10 +1,11 @@
-//! Running the real `weir` binary and reading what it wrote.
+//! Running the real `weir` binary (as a `weir_test_support::process`) and
+//! reading what it wrote.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+pub use weir_test_support::process::{Ended as Outcome, Process as Running};
 
 /// A hang fails the test instead of blocking CI.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -21,7 +22,7 @@ pub struct Weir {
 
 pub fn weir<S: AsRef<str>>(args: &[S]) -> Weir {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.current_dir(repo()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.current_dir(repo());
     // Tests read each "Checkpoint complete." line (the default without a
     // terminal is a line per minute).
     cmd.env("WEIR_CHECKPOINT_LOG", "each");
@@ -65,14 +66,12 @@ impl Weir {
         self
     }
 
-    pub fn spawn(mut self) -> Running {
-        let mut child = self.cmd.spawn().expect("spawning weir");
-        let out = drain(child.stdout.take().unwrap());
-        let err = drain(child.stderr.take().unwrap());
-        Running { child, out: Some(out), err: Some(err), line: self.line.join(" ") }
+    pub fn spawn(self) -> Running {
+        Running::spawn(self.cmd, self.line.join(" "))
     }
 
     /// Run to completion (or kill after RUN_TIMEOUT and fail).
+    #[track_caller]
     pub fn run(self) -> Outcome {
         self.spawn().wait_for(RUN_TIMEOUT)
     }
@@ -83,107 +82,6 @@ impl Weir {
         let o = self.run();
         o.expect_code(0);
         o
-    }
-}
-
-/// Read a pipe on a thread so a chatty child never blocks on a full pipe.
-fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
-}
-
-pub struct Running {
-    pub child: Child,
-    out: Option<JoinHandle<String>>,
-    err: Option<JoinHandle<String>>,
-    line: String,
-}
-
-impl Running {
-    /// Wait up to `limit`; a child still running then is killed and the test fails.
-    #[track_caller]
-    pub fn wait_for(mut self, limit: Duration) -> Outcome {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("waiting for weir") {
-                break s;
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                let err = self.err.take().unwrap().join().unwrap_or_default();
-                panic!("`{}` did not finish within {limit:?}; stderr:\n{err}", self.line);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        Outcome {
-            status,
-            elapsed: start.elapsed(),
-            stdout: self.out.take().unwrap().join().unwrap_or_default(),
-            stderr: self.err.take().unwrap().join().unwrap_or_default(),
-            line: self.line.clone(),
-        }
-    }
-
-    /// Send SIGTERM (through `kill`, so the tests need no libc).
-    pub fn terminate(&self) {
-        self.signal("TERM");
-    }
-
-    /// Send SIGINT (Ctrl-C).
-    pub fn interrupt(&self) {
-        self.signal("INT");
-    }
-
-    fn signal(&self, name: &str) {
-        let st = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().expect("running kill");
-        assert!(st.success(), "kill -{name} failed");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // A panicking test must not leave a weir process behind.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct Outcome {
-    pub status: ExitStatus,
-    pub elapsed: Duration,
-    pub stdout: String,
-    pub stderr: String,
-    pub line: String,
-}
-
-impl Outcome {
-    pub fn code(&self) -> Option<i32> {
-        self.status.code()
-    }
-
-    #[track_caller]
-    pub fn expect_code(&self, code: i32) {
-        assert_eq!(
-            self.code(),
-            Some(code),
-            "`{}` exited with {:?}, want {code}\n--- stdout:\n{}\n--- stderr:\n{}",
-            self.line,
-            self.status,
-            self.stdout,
-            self.stderr
-        );
-    }
-
-    #[track_caller]
-    pub fn expect_stderr_contains(&self, needle: &str) {
-        assert!(self.stderr.contains(needle), "`{}`: stderr lacks {needle:?}; stderr:\n{}", self.line, self.stderr);
     }
 }
 

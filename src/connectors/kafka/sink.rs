@@ -70,6 +70,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::stamp::{BatchWriter, Stamp, BATCH_RECORD_OVERHEAD};
 use super::{client_config, is_connectivity, WeirContext};
+use crate::codec::{Dec, DecodeError, Enc};
 use crate::config::{Delivery, KafkaSinkSpec, OnError};
 use crate::faults;
 use crate::operators::dead_letter::reject;
@@ -240,6 +241,35 @@ fn group_digits(n: u64) -> String {
     out
 }
 
+/// The producer and what sending needs, in either delivery mode.
+struct Client {
+    who: String,
+    topic: String,
+    producer: ThreadedProducer<SinkContext>,
+    timeout: Duration,
+    /// A repartition topic of this many partitions: the message key is the
+    /// record's encoded key and the partition its key group.
+    repartition: Option<u16>,
+}
+
+/// How records count as committed: the delivery mode and its bookkeeping.
+enum Mode {
+    AtLeastOnce(Acks),
+    ExactlyOnce(Box<Txn>),
+}
+
+/// At least once: what has been acknowledged for which checkpoint.
+struct Acks {
+    /// The pipeline takes checkpoints (else records count as committed
+    /// once acknowledged at close).
+    checkpointed: bool,
+    /// Records sent since the last barrier.
+    sent: u64,
+    /// (checkpoint, records acknowledged at its barrier) of checkpoints
+    /// that have not completed yet, oldest first.
+    acked: Vec<(u64, u64)>,
+}
+
 /// The exactly-once machinery of one subtask.
 struct Txn {
     /// This instance's run: its marker group is `weir-txn-<txn id>-<run>`.
@@ -256,7 +286,8 @@ struct Txn {
 }
 
 pub struct KafkaSink {
-    who: String,
+    client: Client,
+    mode: Mode,
     subtask: u16,
     /// `weir-<pipeline>-<sink>-`: the transactional id of subtask i is this plus i.
     txn_prefix: String,
@@ -264,15 +295,8 @@ pub struct KafkaSink {
     marker_config: ClientConfig,
     /// The producer's settings (to fence the transactional id of another subtask).
     producer_config: ClientConfig,
-    topic: String,
     key: Vec<usize>,
-    producer: ThreadedProducer<SinkContext>,
-    txn: Option<Txn>,
-    timeout: Duration,
     key_buf: Vec<u8>,
-    /// A repartition topic of this many partitions: the message key is the
-    /// record's encoded key and the partition its key group.
-    repartition: Option<u16>,
     /// Old subtasks whose transactional ids this subtask fenced at open (subtask 0).
     fenced: Vec<u16>,
     /// Subtasks of this sink now: ids below it belong to live producers.
@@ -289,14 +313,6 @@ pub struct KafkaSink {
     max_message_bytes: u64,
     on_error: OnError,
     dead_letter: Option<DeadLetter>,
-    /// At least once: the pipeline takes checkpoints (else records count as
-    /// committed once acknowledged at close).
-    checkpointed: bool,
-    /// At least once: records sent since the last barrier.
-    sent: u64,
-    /// At least once: (checkpoint, records acknowledged at its barrier) of
-    /// checkpoints that have not completed yet, oldest first.
-    acked: Vec<(u64, u64)>,
     /// A repartition send: this producer's id (instance × parallelism +
     /// subtask) and the watermark it last wrote into every partition (not
     /// saved: a restarted producer writes its restored watermark again).
@@ -515,8 +531,8 @@ impl KafkaSink {
         // Fail early and clearly when no broker answers.
         super::fetch_metadata_at_start(producer.client(), Some(&spec.topic), t, &who, &spec.brokers)?;
         let mut fenced = Vec::new();
-        let txn = match spec.delivery {
-            Delivery::AtLeastOnce => None,
+        let mode = match spec.delivery {
+            Delivery::AtLeastOnce => Mode::AtLeastOnce(Acks { checkpointed: false, sent: 0, acked: Vec::new() }),
             Delivery::ExactlyOnce => {
                 producer.init_transactions(t).map_err(|e| format!("{who}: init_transactions (transactional.id `{txn_id}`): {e}"))?;
                 if subtask == 0 {
@@ -527,22 +543,18 @@ impl KafkaSink {
                 let group = marker_group(&txn_id, &Lineage::Run(run.clone()));
                 let marker = marker_consumer(&marker_config, &group, &who, &spec.brokers, t)?;
                 tracing::debug!(%who, marker_group = %group, "Exactly-once Kafka sink ready.");
-                Some(Txn { run, marker, open: false, records: Staging::default(), staged: None, held: Staging::default() })
+                Mode::ExactlyOnce(Box::new(Txn { run, marker, open: false, records: Staging::default(), staged: None, held: Staging::default() }))
             }
         };
         Ok(KafkaSink {
-            who,
+            client: Client { who, topic: spec.topic.clone(), producer, timeout: t, repartition: spec.repartition },
+            mode,
             subtask,
             txn_prefix,
             marker_config,
             producer_config,
-            topic: spec.topic.clone(),
             key,
-            producer,
-            txn,
-            timeout: t,
             key_buf: Vec::new(),
-            repartition: spec.repartition,
             fenced,
             parallelism,
             id_parts: (pipeline.to_string(), name.to_string()),
@@ -551,9 +563,6 @@ impl KafkaSink {
             max_message_bytes,
             on_error: spec.on_error.clone(),
             dead_letter,
-            checkpointed: false,
-            sent: 0,
-            acked: Vec::new(),
             producer_id: u32::from(spec.instance.unwrap_or(0)) * u32::from(parallelism) + u32::from(subtask),
             generation: spec.generation,
             written_watermark: MIN_WATERMARK,
@@ -565,7 +574,9 @@ impl KafkaSink {
     /// Tell an at-least-once sink that the pipeline takes checkpoints, so
     /// only records a completed checkpoint covers count as committed.
     pub fn with_checkpoints(mut self, on: bool) -> Self {
-        self.checkpointed = on;
+        if let Mode::AtLeastOnce(a) = &mut self.mode {
+            a.checkpointed = on;
+        }
         self
     }
 
@@ -588,7 +599,7 @@ impl KafkaSink {
     /// one watermark record into every partition of the topic (those its
     /// records never go to too, so that no receiver waits for it).
     fn watermark_records(&mut self, watermark: Millis) -> Vec<Msg> {
-        let Some(partitions) = self.repartition else { return Vec::new() };
+        let Some(partitions) = self.client.repartition else { return Vec::new() };
         if watermark <= self.written_watermark {
             return Vec::new();
         }
@@ -601,6 +612,341 @@ impl KafkaSink {
             .collect()
     }
 
+    /// A transaction of subtask `s.origin` was pre-committed in the restored
+    /// checkpoint `id`. init_transactions (at open, or here for another
+    /// subtask's id) already ended the crashed run's transaction: committed
+    /// if its commit had reached the broker, else aborted. If the marker of
+    /// the run that staged it says it was not committed, send its records
+    /// again and commit them with that run's marker, so a second restore of
+    /// the same checkpoint does not send them again.
+    fn repair(&mut self, id: u64, s: Staged) -> Result<u64, OpError> {
+        let stamped = self.stamped();
+        let (c, Mode::ExactlyOnce(txn)) = (&self.client, &mut self.mode) else { return Ok(0) };
+        // After a rescale the transaction may be another (old) instance's:
+        // its marker group is under that instance's transactional id.
+        let own = s.instance == self.instance;
+        let origin_id = match own {
+            true => format!("{}{}", self.txn_prefix, s.origin),
+            false => format!("{}{}", txn_prefix(&self.id_parts.0, &self.id_parts.1, s.instance), s.origin),
+        };
+        // The id of a live subtask was fenced by that subtask's own
+        // init_transactions at open (every sink opens before any restore);
+        // fencing it again here would fence the live producer. Another
+        // instance's id may be live in the new cluster: never fenced here
+        // (docs/scaling.md, "Rescale").
+        if own && s.origin != self.subtask && s.origin >= self.parallelism && !self.fenced.contains(&s.origin) {
+            // A subtask that no longer exists: end its transaction first, as
+            // its own restart would have.
+            fence(&self.producer_config, &origin_id, c.timeout).map_err(|e| OpError::Data(format!("{}: {e}", c.who)))?;
+            self.fenced.push(s.origin);
+        }
+        let group = marker_group(&origin_id, &s.lineage);
+        let marker = marker_consumer(&self.marker_config, &group, &c.who, "", c.timeout).map_err(OpError::Data)?;
+        let committed = c.committed_marker(&marker)?;
+        let (origin, staged) = (s.origin, s.id);
+        if committed >= staged {
+            tracing::info!(who = %c.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
+            return Ok(0);
+        }
+        let n = records_in(&s.records);
+        for (key, value, stamp) in s.records {
+            txn.send(c, key.as_deref(), &value, &stamp, stamped)?;
+        }
+        c.flush()?;
+        c.add_marker(&marker, staged)?;
+        txn.commit(c)?;
+        tracing::warn!(
+            who = %c.who,
+            checkpoint = id,
+            origin,
+            staged,
+            committed,
+            marker_group = %group,
+            records = n,
+            "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
+        );
+        Ok(n)
+    }
+
+    /// A repartition send: the records of `batch` for each partition (key
+    /// group) in one batch message, in their order (several when they are
+    /// many or large), stamped with this producer (stamp.rs). No message
+    /// waits for the next batch: a barrier's watermark records come after
+    /// every record before it.
+    fn process_repartition(&mut self, batch: &[Record], partitions: u16, ctx: &mut Context<'_>) -> OpResult {
+        let cap = (self.max_message_bytes / 4).clamp(4 << 10, 256 << 10) as usize;
+        let mut writers = std::mem::take(&mut self.batches);
+        writers.resize_with(usize::from(partitions), BatchWriter::default);
+        let mut result = Ok(());
+        for r in batch {
+            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
+            if let Some(reason) = oversize(Some(&self.key_buf), r.raw.as_bytes(), self.max_message_bytes) {
+                let place = format!("topic `{}`", self.client.topic);
+                result = reject(&self.on_error, self.dead_letter.as_ref(), (&self.client.who, &place), &r.raw, &reason, ctx.metrics);
+                if result.is_err() {
+                    break;
+                }
+                continue;
+            }
+            let p = crate::types::key_group_of(&self.key_buf, partitions) as usize;
+            let w = &mut writers[p];
+            if w.records >= BATCH_MAX_RECORDS || (w.records > 0 && w.bytes.len() + BATCH_RECORD_OVERHEAD + r.raw.len() > cap) {
+                result = self.send_batch(p, w);
+                if result.is_err() {
+                    break;
+                }
+            }
+            w.push(r.event_time, r.split_watermark, &r.raw);
+        }
+        for (p, w) in writers.iter_mut().enumerate().filter(|(_, w)| w.records > 0) {
+            if result.is_ok() {
+                result = self.send_batch(p, w);
+            }
+            w.clear();
+        }
+        self.batches = writers;
+        self.show_transactions(ctx.metrics);
+        result
+    }
+
+    /// The transaction gauges of the metrics endpoint.
+    fn show_transactions(&self, metrics: &OperatorMetrics) {
+        if let Mode::ExactlyOnce(t) = &self.mode {
+            t.show(metrics);
+        }
+    }
+
+    /// Send one message as the mode says: at least once at once; exactly
+    /// once in the open transaction, or held while one waits for its checkpoint.
+    fn deliver(&mut self, key: Option<&[u8]>, value: &[u8], stamp: &Stamp) -> OpResult {
+        let stamped = self.stamped();
+        match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                self.client.send_parts(key, value, stamp)?;
+                a.sent += stamp.records();
+                Ok(())
+            }
+            Mode::ExactlyOnce(t) => t.send_or_hold(&self.client, key, value, stamp, stamped),
+        }
+    }
+
+    /// Send (or hold, while a transaction waits for its checkpoint) the
+    /// batch message of `w` to `partition`, and empty `w`.
+    fn send_batch(&mut self, partition: usize, w: &mut BatchWriter) -> OpResult {
+        let stamp =
+            Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
+        self.deliver(None, &w.bytes, &stamp)?;
+        w.clear();
+        Ok(())
+    }
+}
+
+/// A consumer of a marker group (it never reads; it answers and carries the
+/// group in transactions).
+fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str, t: Duration) -> Result<BaseConsumer<WeirContext>, String> {
+    let mut c = config.clone();
+    c.set("group.id", group);
+    c.create_with_context(WeirContext::new(format!("{who} marker"), brokers, t)).map_err(|e| format!("creating the marker consumer: {e}"))
+}
+
+/// One message of a staged transaction: key (length, or u32::MAX for
+/// none), value, and with `stamped` (WKT4) its stamp.
+fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
+    match key {
+        Some(k) => out.put_bytes(k),
+        None => out.put_u32(u32::MAX),
+    }
+    out.put_bytes(value);
+    if stamped {
+        stamp.encode(out);
+    }
+}
+
+/// `stamped`: each record's stamp after its value (WKT4).
+#[cfg(test)]
+fn encode_txn(id: u64, records: &[Msg], stamped: bool) -> Vec<u8> {
+    let mut out = id.to_be_bytes().to_vec();
+    for (k, v, stamp) in records {
+        encode_msg(&mut out, k.as_deref(), v, stamp, stamped);
+    }
+    out
+}
+
+/// The state value of a transaction staged by `origin` of `instance` in
+/// `run`, into `out`: WKT4 in a cluster (with the records' stamps), else
+/// WKT2 as before (an older weir restores it). `messages` are encoded
+/// (`encode_msg`) with the stamps iff in a cluster.
+fn encode_staged(out: &mut Vec<u8>, origin: u16, instance: Option<u16>, run: &str, id: u64, messages: &[u8]) {
+    let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
+    out.clear();
+    out.reserve(4 + 2 + 2 + 1 + run.len() + 8 + messages.len());
+    match instance {
+        Some(_) => out.extend_from_slice(STAGED_MAGIC_STAMPED),
+        None => out.extend_from_slice(STAGED_MAGIC),
+    };
+    out.put_u16(origin);
+    if let Some(i) = instance {
+        out.put_u16(i);
+    }
+    out.put_u8(run.len() as u8);
+    out.extend_from_slice(run);
+    out.put_u64(id);
+    out.extend_from_slice(messages);
+}
+
+fn decode_staged(b: &[u8]) -> Result<Staged, String> {
+    let bad = |e: DecodeError| format!("malformed staged Kafka transaction in state: {e}");
+    // WKT2: origin, run. WKT3 (WKT4 with stamps): origin, instance, run.
+    // Older: origin only.
+    let stamped = b.starts_with(STAGED_MAGIC_STAMPED);
+    let with_instance = b.starts_with(STAGED_MAGIC_INSTANCE) || stamped;
+    let with_run = with_instance || b.starts_with(STAGED_MAGIC);
+    let mut d = Dec::new(b);
+    if with_run {
+        d.take(STAGED_MAGIC.len(), "magic").map_err(bad)?;
+    }
+    let origin = d.u16("origin").map_err(bad)?;
+    let instance = match with_instance {
+        true => Some(d.u16("instance").map_err(bad)?).filter(|&i| i != NO_INSTANCE),
+        false => None,
+    };
+    let lineage = match with_run {
+        true => {
+            let len = d.u8("run length").map_err(bad)?;
+            let run = d.take(usize::from(len), "run").map_err(bad)?;
+            Lineage::Run(String::from_utf8(run.to_vec()).map_err(|_| "malformed staged Kafka transaction in state: the run is not UTF-8")?)
+        }
+        false => Lineage::Legacy,
+    };
+    let (id, records) = decode_txn(d.rest(), stamped)?;
+    Ok(Staged { origin, instance, lineage, id, records })
+}
+
+fn decode_txn(b: &[u8], stamped: bool) -> Result<(u64, Vec<Msg>), String> {
+    let mut d = Dec::new(b);
+    let id = d.u64("transaction id").map_err(|e| format!("malformed staged Kafka transaction in state: {e}"))?;
+    let records = MsgIter::new(d.rest(), stamped)
+        .map(|m| m.map(|(k, v, stamp)| (k.map(|k| k.to_vec().into_boxed_slice()), Box::from(v), stamp)))
+        .collect::<Result<_, _>>()?;
+    Ok((id, records))
+}
+
+/// A `Msg` borrowed from a staged transaction.
+type MsgRef<'a> = (Option<&'a [u8]>, &'a [u8], Stamp);
+
+/// The messages of a staged transaction (`encode_msg` one after the other),
+/// borrowed; an error (and then nothing) where they are malformed.
+struct MsgIter<'a> {
+    dec: Dec<'a>,
+    stamped: bool,
+}
+
+impl<'a> MsgIter<'a> {
+    fn new(messages: &'a [u8], stamped: bool) -> Self {
+        MsgIter { dec: Dec::new(messages), stamped }
+    }
+
+    fn next_msg(&mut self) -> Result<MsgRef<'a>, DecodeError> {
+        let d = &mut self.dec;
+        let key = match d.u32("key length")? {
+            u32::MAX => None,
+            n => Some(d.take(n as usize, "key")?),
+        };
+        let value = d.bytes("value")?;
+        let stamp = if self.stamped { Stamp::decode(d)? } else { Stamp::None };
+        Ok((key, value, stamp))
+    }
+}
+
+impl<'a> Iterator for MsgIter<'a> {
+    type Item = Result<MsgRef<'a>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.dec.is_empty() {
+            return None;
+        }
+        match self.next_msg() {
+            Ok(m) => Some(Ok(m)),
+            Err(e) => {
+                self.dec = Dec::new(&[]);
+                Some(Err(format!("malformed staged Kafka transaction in state: {e}")))
+            }
+        }
+    }
+}
+
+impl Txn {
+    /// The transaction gauges of the metrics endpoint.
+    fn show(&self, metrics: &OperatorMetrics) {
+        metrics.transactions_open.store(u64::from(self.open), std::sync::atomic::Ordering::Relaxed);
+        metrics.transactions_pending.store(u64::from(self.staged.is_some()), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Begin a transaction unless one is open.
+    fn ensure_open(&mut self, c: &Client) -> OpResult {
+        if !self.open {
+            c.producer.begin_transaction().map_err(|e| c.txn_err("begin_transaction", e))?;
+            self.open = true;
+        }
+        Ok(())
+    }
+
+    /// Send into the open transaction (beginning one if needed) and add it
+    /// to the transaction's records.
+    fn send(&mut self, c: &Client, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) -> OpResult {
+        self.ensure_open(c)?;
+        c.send_parts(key, value, stamp)?;
+        self.records.push(key, value, stamp, stamped);
+        Ok(())
+    }
+
+    /// `send`, or hold the message while a transaction waits for its
+    /// checkpoint to complete.
+    fn send_or_hold(&mut self, c: &Client, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) -> OpResult {
+        match self.staged {
+            Some(_) => {
+                self.held.push(key, value, stamp, stamped);
+                Ok(())
+            }
+            None => self.send(c, key, value, stamp, stamped),
+        }
+    }
+
+    /// Send the messages of `batch` into the open transaction (beginning
+    /// one if needed) and add them to its records.
+    fn send_staging(&mut self, c: &Client, batch: &Staging, stamped: bool) -> OpResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.ensure_open(c)?;
+        for m in MsgIter::new(&batch.bytes, stamped) {
+            let (key, value, stamp) = m.map_err(OpError::Data)?;
+            c.send_parts(key, value, &stamp)?;
+        }
+        self.records.append(batch);
+        Ok(())
+    }
+
+    /// Send what was held into the open transaction.
+    fn send_held(&mut self, c: &Client, stamped: bool) -> OpResult {
+        let mut held = std::mem::take(&mut self.held);
+        let sent = self.send_staging(c, &held, stamped);
+        held.clear();
+        self.held = held;
+        sent
+    }
+
+    fn commit(&mut self, c: &Client) -> OpResult {
+        faults::get().crash_point("before_sink_commit");
+        c.producer.commit_transaction(c.timeout).map_err(|e| c.txn_err("commit_transaction", e))?;
+        self.open = false;
+        self.records.clear();
+        self.staged = None;
+        Ok(())
+    }
+}
+
+impl Client {
     /// Hand one message to the producer, waiting while its queue is full.
     fn send(&self, m: &Msg) -> OpResult {
         self.send_parts(m.0.as_deref(), &m.1, &m.2)
@@ -698,54 +1044,8 @@ impl KafkaSink {
         OpError::Data(format!("{}: {what}: {e}", self.who))
     }
 
-    /// The transaction gauges of the metrics endpoint.
-    fn show_transactions(&self, metrics: &OperatorMetrics) {
-        let Some(t) = &self.txn else { return };
-        metrics.transactions_open.store(u64::from(t.open), std::sync::atomic::Ordering::Relaxed);
-        metrics.transactions_pending.store(u64::from(t.staged.is_some()), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Begin a transaction unless one is open.
-    fn ensure_open(&mut self) -> OpResult {
-        let txn = self.txn.as_ref().expect("exactly-once");
-        if !txn.open {
-            self.producer.begin_transaction().map_err(|e| self.txn_err("begin_transaction", e))?;
-            self.txn.as_mut().expect("exactly-once").open = true;
-        }
-        Ok(())
-    }
-
-    /// Send into the open transaction, beginning one if needed.
-    fn send_in_txn(&mut self, m: Msg) -> OpResult {
-        self.ensure_open()?;
-        self.send(&m)?;
-        let stamped = self.stamped();
-        self.txn.as_mut().expect("exactly-once").records.push(m.0.as_deref(), &m.1, &m.2, stamped);
-        Ok(())
-    }
-
-    /// Send the messages of `batch` into the open transaction (beginning
-    /// one if needed) and add them to its records.
-    fn send_staging_in_txn(&mut self, batch: &Staging) -> OpResult {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.ensure_open()?;
-        for m in MsgIter::new(&batch.bytes, self.stamped()) {
-            let (key, value, stamp) = m.map_err(OpError::Data)?;
-            self.send_parts(key, value, &stamp)?;
-        }
-        self.txn.as_mut().expect("exactly-once").records.append(batch);
-        Ok(())
-    }
-
-    /// Add marker `id` to the open transaction.
-    fn add_marker(&self, id: u64) -> OpResult {
-        self.add_marker_for(&self.txn.as_ref().expect("exactly-once").marker, id)
-    }
-
     /// Add marker `id` of the marker group of `marker` to the open transaction.
-    fn add_marker_for(&self, marker: &BaseConsumer<WeirContext>, id: u64) -> OpResult {
+    fn add_marker(&self, marker: &BaseConsumer<WeirContext>, id: u64) -> OpResult {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, 0, Offset::Offset(id as i64)).map_err(|e| self.txn_err("marker", e))?;
         let cgm = marker.group_metadata().ok_or_else(|| OpError::Data(format!("{}: marker consumer has no group metadata", self.who)))?;
@@ -754,321 +1054,37 @@ impl KafkaSink {
 
     /// The newest checkpoint whose transaction the marker group of
     /// `marker` committed (0: none).
-    fn committed_marker_of(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
+    fn committed_marker(&self, marker: &BaseConsumer<WeirContext>) -> Result<u64, OpError> {
         committed_offset(marker, &self.topic, self.timeout).map_err(|e| self.txn_err("reading the commit marker", e))
-    }
-
-    /// A transaction of subtask `s.origin` was pre-committed in the restored
-    /// checkpoint `id`. init_transactions (at open, or here for another
-    /// subtask's id) already ended the crashed run's transaction: committed
-    /// if its commit had reached the broker, else aborted. If the marker of
-    /// the run that staged it says it was not committed, send its records
-    /// again and commit them with that run's marker, so a second restore of
-    /// the same checkpoint does not send them again.
-    fn repair(&mut self, id: u64, s: Staged) -> Result<u64, OpError> {
-        // After a rescale the transaction may be another (old) instance's:
-        // its marker group is under that instance's transactional id.
-        let own = s.instance == self.instance;
-        let origin_id = match own {
-            true => format!("{}{}", self.txn_prefix, s.origin),
-            false => format!("{}{}", txn_prefix(&self.id_parts.0, &self.id_parts.1, s.instance), s.origin),
-        };
-        // The id of a live subtask was fenced by that subtask's own
-        // init_transactions at open (every sink opens before any restore);
-        // fencing it again here would fence the live producer. Another
-        // instance's id may be live in the new cluster: never fenced here
-        // (docs/scaling.md, "Rescale").
-        if own && s.origin != self.subtask && s.origin >= self.parallelism && !self.fenced.contains(&s.origin) {
-            // A subtask that no longer exists: end its transaction first, as
-            // its own restart would have.
-            fence(&self.producer_config, &origin_id, self.timeout).map_err(|e| OpError::Data(format!("{}: {e}", self.who)))?;
-            self.fenced.push(s.origin);
-        }
-        let group = marker_group(&origin_id, &s.lineage);
-        let marker = marker_consumer(&self.marker_config, &group, &self.who, "", self.timeout).map_err(OpError::Data)?;
-        let committed = self.committed_marker_of(&marker)?;
-        let (origin, staged) = (s.origin, s.id);
-        if committed >= staged {
-            tracing::info!(who = %self.who, checkpoint = id, origin, staged, committed, marker_group = %group, "Transaction of the restored checkpoint was committed before the crash.");
-            return Ok(0);
-        }
-        let n = records_in(&s.records);
-        for m in s.records {
-            self.send_in_txn(m)?;
-        }
-        self.flush()?;
-        self.add_marker_for(&marker, staged)?;
-        self.commit()?;
-        tracing::warn!(
-            who = %self.who,
-            checkpoint = id,
-            origin,
-            staged,
-            committed,
-            marker_group = %group,
-            records = n,
-            "Transaction of the restored checkpoint was not committed before the crash: sent again and committed."
-        );
-        Ok(n)
-    }
-
-    /// A repartition send: the records of `batch` for each partition (key
-    /// group) in one batch message, in their order (several when they are
-    /// many or large), stamped with this producer (stamp.rs). No message
-    /// waits for the next batch: a barrier's watermark records come after
-    /// every record before it.
-    fn process_repartition(&mut self, batch: &[Record], partitions: u16, ctx: &mut Context<'_>) -> OpResult {
-        let cap = (self.max_message_bytes / 4).clamp(4 << 10, 256 << 10) as usize;
-        let mut writers = std::mem::take(&mut self.batches);
-        writers.resize_with(usize::from(partitions), BatchWriter::default);
-        let mut result = Ok(());
-        for r in batch {
-            crate::types::encode_key(&r.fields, &self.key, &mut self.key_buf);
-            if let Some(reason) = oversize(Some(&self.key_buf), r.raw.as_bytes(), self.max_message_bytes) {
-                let place = format!("topic `{}`", self.topic);
-                result = reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics);
-                if result.is_err() {
-                    break;
-                }
-                continue;
-            }
-            let p = crate::types::key_group_of(&self.key_buf, partitions) as usize;
-            let w = &mut writers[p];
-            if w.records >= BATCH_MAX_RECORDS || (w.records > 0 && w.bytes.len() + BATCH_RECORD_OVERHEAD + r.raw.len() > cap) {
-                result = self.send_batch(p, w);
-                if result.is_err() {
-                    break;
-                }
-            }
-            w.push(r.event_time, r.split_watermark, &r.raw);
-        }
-        for (p, w) in writers.iter_mut().enumerate().filter(|(_, w)| w.records > 0) {
-            if result.is_ok() {
-                result = self.send_batch(p, w);
-            }
-            w.clear();
-        }
-        self.batches = writers;
-        self.show_transactions(ctx.metrics);
-        result
-    }
-
-    /// Send (or hold, while a transaction waits for its checkpoint) the
-    /// batch message of `w` to `partition`, and empty `w`.
-    fn send_batch(&mut self, partition: usize, w: &mut BatchWriter) -> OpResult {
-        let stamp =
-            Stamp::Batch { partition: partition as i32, generation: self.generation, producer: self.producer_id, records: w.records };
-        let stamped = self.stamped();
-        match self.txn.as_ref().map(|t| t.staged.is_some()) {
-            None => {
-                self.send_parts(None, &w.bytes, &stamp)?;
-                self.sent += u64::from(w.records);
-            }
-            Some(true) => self.txn.as_mut().expect("exactly-once").held.push(None, &w.bytes, &stamp, stamped),
-            Some(false) => {
-                self.ensure_open()?;
-                self.send_parts(None, &w.bytes, &stamp)?;
-                self.txn.as_mut().expect("exactly-once").records.push(None, &w.bytes, &stamp, stamped);
-            }
-        }
-        w.clear();
-        Ok(())
-    }
-
-    fn commit(&mut self) -> OpResult {
-        faults::get().crash_point("before_sink_commit");
-        self.producer.commit_transaction(self.timeout).map_err(|e| self.txn_err("commit_transaction", e))?;
-        let txn = self.txn.as_mut().expect("exactly-once");
-        txn.open = false;
-        txn.records.clear();
-        txn.staged = None;
-        Ok(())
-    }
-}
-
-/// A consumer of a marker group (it never reads; it answers and carries the
-/// group in transactions).
-fn marker_consumer(config: &ClientConfig, group: &str, who: &str, brokers: &str, t: Duration) -> Result<BaseConsumer<WeirContext>, String> {
-    let mut c = config.clone();
-    c.set("group.id", group);
-    c.create_with_context(WeirContext::new(format!("{who} marker"), brokers, t)).map_err(|e| format!("creating the marker consumer: {e}"))
-}
-
-/// One message of a staged transaction: key (length, or u32::MAX for
-/// none), value, and with `stamped` (WKT4) its stamp.
-fn encode_msg(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], stamp: &Stamp, stamped: bool) {
-    match key {
-        Some(k) => {
-            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-            out.extend_from_slice(k);
-        }
-        None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
-    }
-    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
-    out.extend_from_slice(value);
-    if stamped {
-        stamp.encode(out);
-    }
-}
-
-/// `stamped`: each record's stamp after its value (WKT4).
-#[cfg(test)]
-fn encode_txn(id: u64, records: &[Msg], stamped: bool) -> Vec<u8> {
-    let mut out = id.to_be_bytes().to_vec();
-    for (k, v, stamp) in records {
-        encode_msg(&mut out, k.as_deref(), v, stamp, stamped);
-    }
-    out
-}
-
-/// The state value of a transaction staged by `origin` of `instance` in
-/// `run`, into `out`: WKT4 in a cluster (with the records' stamps), else
-/// WKT2 as before (an older weir restores it). `messages` are encoded
-/// (`encode_msg`) with the stamps iff in a cluster.
-fn encode_staged(out: &mut Vec<u8>, origin: u16, instance: Option<u16>, run: &str, id: u64, messages: &[u8]) {
-    let run = &run.as_bytes()[..run.len().min(u8::MAX as usize)];
-    out.clear();
-    out.reserve(4 + 2 + 2 + 1 + run.len() + 8 + messages.len());
-    match instance {
-        Some(_) => out.extend_from_slice(STAGED_MAGIC_STAMPED),
-        None => out.extend_from_slice(STAGED_MAGIC),
-    };
-    out.extend_from_slice(&origin.to_be_bytes());
-    if let Some(i) = instance {
-        out.extend_from_slice(&i.to_be_bytes());
-    }
-    out.push(run.len() as u8);
-    out.extend_from_slice(run);
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(messages);
-}
-
-fn decode_staged(b: &[u8]) -> Result<Staged, String> {
-    let bad = || "malformed staged Kafka transaction in state".to_string();
-    // WKT3 (WKT4 with stamps): the instance after the origin; read it out
-    // and go on as WKT2.
-    let (instance, with_instance);
-    let stamped = b.starts_with(STAGED_MAGIC_STAMPED);
-    let b = match b.strip_prefix(STAGED_MAGIC_INSTANCE.as_slice()).or_else(|| b.strip_prefix(STAGED_MAGIC_STAMPED.as_slice())) {
-        Some(r) => {
-            let i = r.get(2..4).map(|i| u16::from_be_bytes([i[0], i[1]])).ok_or_else(bad)?;
-            instance = (i != NO_INSTANCE).then_some(i);
-            with_instance = [STAGED_MAGIC.as_slice(), &r[..2], &r[4..]].concat();
-            with_instance.as_slice()
-        }
-        None => {
-            instance = None;
-            b
-        }
-    };
-    let (lineage, rest) = match b.strip_prefix(STAGED_MAGIC.as_slice()) {
-        Some(r) => {
-            let len = *r.get(2).ok_or_else(bad)? as usize;
-            let run = r.get(3..3 + len).ok_or_else(bad)?;
-            let run = String::from_utf8(run.to_vec()).map_err(|_| bad())?;
-            (Lineage::Run(run), [&r[..2], &r[3 + len..]].concat())
-        }
-        None => (Lineage::Legacy, b.to_vec()),
-    };
-    let origin = rest.get(..2).map(|o| u16::from_be_bytes([o[0], o[1]])).ok_or_else(bad)?;
-    let (id, records) = decode_txn(&rest[2..], stamped)?;
-    Ok(Staged { origin, instance, lineage, id, records })
-}
-
-fn decode_txn(b: &[u8], stamped: bool) -> Result<(u64, Vec<Msg>), String> {
-    let (id, rest) = b.split_at_checked(8).ok_or_else(|| "malformed staged Kafka transaction in state".to_string())?;
-    let id = u64::from_be_bytes(id.try_into().expect("8 bytes"));
-    let records = MsgIter::new(rest, stamped)
-        .map(|m| m.map(|(k, v, stamp)| (k.map(|k| k.to_vec().into_boxed_slice()), Box::from(v), stamp)))
-        .collect::<Result<_, _>>()?;
-    Ok((id, records))
-}
-
-/// A `Msg` borrowed from a staged transaction.
-type MsgRef<'a> = (Option<&'a [u8]>, &'a [u8], Stamp);
-
-/// The messages of a staged transaction (`encode_msg` one after the other),
-/// borrowed; an error (and then nothing) where they are malformed.
-struct MsgIter<'a> {
-    rest: &'a [u8],
-    stamped: bool,
-}
-
-impl<'a> MsgIter<'a> {
-    fn new(messages: &'a [u8], stamped: bool) -> Self {
-        MsgIter { rest: messages, stamped }
-    }
-
-    fn next_msg(&mut self) -> Option<MsgRef<'a>> {
-        fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-            let (h, t) = r.split_at_checked(n)?;
-            *r = t;
-            Some(h)
-        }
-        let r = &mut self.rest;
-        let klen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes"));
-        let key = if klen == u32::MAX { None } else { Some(take(r, klen as usize)?) };
-        let vlen = u32::from_be_bytes(take(r, 4)?.try_into().expect("4 bytes")) as usize;
-        let value = take(r, vlen)?;
-        let stamp = if self.stamped { Stamp::decode(r)? } else { Stamp::None };
-        Some((key, value, stamp))
-    }
-}
-
-impl<'a> Iterator for MsgIter<'a> {
-    type Item = Result<MsgRef<'a>, String>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        match self.next_msg() {
-            Some(m) => Some(Ok(m)),
-            None => {
-                self.rest = &[];
-                Some(Err("malformed staged Kafka transaction in state".to_string()))
-            }
-        }
     }
 }
 
 impl Operator for KafkaSink {
     fn tables(&self) -> Vec<TableSpec> {
-        match self.txn {
-            Some(_) => vec![TableSpec { name: "kafka_txn", kind: TableKind::Point }],
-            None => Vec::new(),
+        match self.mode {
+            Mode::ExactlyOnce(_) => vec![TableSpec { name: "kafka_txn", kind: TableKind::Point }],
+            Mode::AtLeastOnce(_) => Vec::new(),
         }
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
-        self.producer.context().base.check()?;
-        if let Some(partitions) = self.repartition {
+        self.client.producer.context().base.check()?;
+        if let Some(partitions) = self.client.repartition {
             return self.process_repartition(&batch, partitions, ctx);
         }
-        let stamped = self.stamped();
         let stamp = Stamp::None;
         for r in &batch {
             let has_key = self.message(r);
             let key = has_key.then_some(self.key_buf.as_slice());
             if let Some(reason) = oversize(key, r.raw.as_bytes(), self.max_message_bytes) {
-                let place = format!("topic `{}`", self.topic);
-                reject(&self.on_error, self.dead_letter.as_ref(), (&self.who, &place), &r.raw, &reason, ctx.metrics)?;
+                let place = format!("topic `{}`", self.client.topic);
+                reject(&self.on_error, self.dead_letter.as_ref(), (&self.client.who, &place), &r.raw, &reason, ctx.metrics)?;
                 continue;
             }
-            let waiting = self.txn.as_ref().map(|t| t.staged.is_some());
-            match waiting {
-                None => {
-                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
-                    self.sent += 1;
-                }
-                Some(true) => self.txn.as_mut().expect("exactly-once").held.push(key, r.raw.as_bytes(), &stamp, stamped),
-                Some(false) => {
-                    self.ensure_open()?;
-                    let key = has_key.then_some(self.key_buf.as_slice());
-                    self.send_parts(key, r.raw.as_bytes(), &stamp)?;
-                    self.txn.as_mut().expect("exactly-once").records.push(key, r.raw.as_bytes(), &stamp, stamped);
-                }
-            }
+            let key = std::mem::take(&mut self.key_buf);
+            let sent = self.deliver(has_key.then_some(key.as_slice()), r.raw.as_bytes(), &stamp);
+            self.key_buf = key;
+            sent?;
         }
         self.show_transactions(ctx.metrics);
         Ok(())
@@ -1077,36 +1093,36 @@ impl Operator for KafkaSink {
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         // At most once per checkpoint, after the records before the barrier.
         let watermarks = self.watermark_records(ctx.watermark);
-        let Some(t) = &mut self.txn else {
-            for m in &watermarks {
-                self.send(m)?;
+        let stamped = self.stamped();
+        let c = &self.client;
+        let t = match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                for m in &watermarks {
+                    c.send(m)?;
+                }
+                c.flush()?;
+                // Everything sent so far is acknowledged; it is committed when
+                // this checkpoint completes.
+                if a.sent > 0 {
+                    a.acked.push((id, std::mem::take(&mut a.sent)));
+                }
+                return Ok(());
             }
-            self.flush()?;
-            // Everything sent so far is acknowledged; it is committed when
-            // this checkpoint completes.
-            if self.sent > 0 {
-                self.acked.push((id, std::mem::take(&mut self.sent)));
-            }
-            return Ok(());
+            Mode::ExactlyOnce(t) => t,
         };
         // The previous staged transaction was not committed (its checkpoint
         // aborted, or it was a savepoint): extend it.
-        let mut held = std::mem::take(&mut t.held);
-        self.send_staging_in_txn(&held)?;
-        held.clear();
-        self.txn.as_mut().expect("exactly-once").held = held;
-        for m in watermarks {
-            self.send_in_txn(m)?;
+        t.send_held(c, stamped)?;
+        for (key, value, stamp) in &watermarks {
+            t.send(c, key.as_deref(), value, stamp, stamped)?;
         }
         let kg = ctx.state.key_groups().start;
-        let t = self.txn.as_ref().expect("exactly-once");
         if !t.open {
             ctx.state.delete(TXN, kg, &self.txn_key)?;
             return Ok(());
         }
-        self.flush()?;
-        self.add_marker(id)?;
-        let t = self.txn.as_mut().expect("exactly-once");
+        c.flush()?;
+        c.add_marker(&t.marker, id)?;
         t.staged = Some(id);
         encode_staged(&mut self.staged_value, self.subtask, self.instance, &t.run, id, &t.records.bytes);
         ctx.state.put(TXN, kg, &self.txn_key, &self.staged_value)?;
@@ -1115,30 +1131,32 @@ impl Operator for KafkaSink {
     }
 
     fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let Some(t) = &self.txn else {
-            // An aborted checkpoint's records are covered by the next one that completes.
-            let covered = self.acked.iter().take_while(|(c, _)| *c <= id).count();
-            let records: u64 = self.acked.drain(..covered).map(|(_, n)| n).sum();
-            OperatorMetrics::add(&ctx.metrics.records_committed, records);
-            return Ok(());
+        let stamped = self.stamped();
+        let c = &self.client;
+        let t = match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                // An aborted checkpoint's records are covered by the next one that completes.
+                let covered = a.acked.iter().take_while(|(c, _)| *c <= id).count();
+                let records: u64 = a.acked.drain(..covered).map(|(_, n)| n).sum();
+                OperatorMetrics::add(&ctx.metrics.records_committed, records);
+                return Ok(());
+            }
+            Mode::ExactlyOnce(t) => t,
         };
         if t.staged.is_none_or(|s| s > id) {
             return Ok(());
         }
         let committed = t.records.records;
-        self.commit()?;
+        t.commit(c)?;
         OperatorMetrics::add(&ctx.metrics.records_committed, committed);
         ctx.state.delete(TXN, ctx.state.key_groups().start, &self.txn_key)?;
-        let mut held = std::mem::take(&mut self.txn.as_mut().expect("exactly-once").held);
-        self.send_staging_in_txn(&held)?;
-        held.clear();
-        self.txn.as_mut().expect("exactly-once").held = held;
-        self.show_transactions(ctx.metrics);
+        t.send_held(c, stamped)?;
+        t.show(ctx.metrics);
         Ok(())
     }
 
     fn on_restore(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        if self.txn.is_none() {
+        if let Mode::AtLeastOnce(_) = self.mode {
             return Ok(());
         }
         // A staged transaction is kept at the first key group of the subtask
@@ -1162,22 +1180,23 @@ impl Operator for KafkaSink {
     }
 
     fn close(&mut self, ctx: &mut Context<'_>) -> OpResult {
-        match &self.txn {
-            None => {
-                self.flush()?;
+        let c = &self.client;
+        match &mut self.mode {
+            Mode::AtLeastOnce(a) => {
+                c.flush()?;
                 // With checkpoints, records after the last completed one
                 // are sent again by a restore: not committed.
-                if !self.checkpointed {
-                    OperatorMetrics::add(&ctx.metrics.records_committed, std::mem::take(&mut self.sent));
+                if !a.checkpointed {
+                    OperatorMetrics::add(&ctx.metrics.records_committed, std::mem::take(&mut a.sent));
                 }
                 Ok(())
             }
-            Some(t) => {
+            Mode::ExactlyOnce(t) => {
                 // Records after the last checkpoint: a restore produces them
                 // again. A staged transaction stays for the restore to decide.
                 if t.open && t.staged.is_none() {
-                    if let Err(e) = self.producer.abort_transaction(self.timeout) {
-                        tracing::warn!(who = %self.who, error = %e, "Aborting the open transaction at close failed.");
+                    if let Err(e) = c.producer.abort_transaction(c.timeout) {
+                        tracing::warn!(who = %c.who, error = %e, "Aborting the open transaction at close failed.");
                     }
                 }
                 Ok(())
@@ -1260,6 +1279,37 @@ mod tests {
         assert_eq!(decode_txn(&encode_txn(6, &with_batch, true), true).unwrap(), (6, with_batch.clone()));
         assert_eq!(records_in(&with_batch), 3);
         assert_eq!(with_batch[2].2.partition(), Some(3), "sent to the partition it was built for");
+    }
+
+    #[test]
+    fn a_staged_value_cut_anywhere_is_an_error_not_a_panic() {
+        let recs: Vec<Msg> = vec![
+            (Some(b"k".to_vec().into_boxed_slice()), val("{\"a\":1}"), Stamp::Record { generation: 3, producer: 1, event_time: None, split_watermark: 0 }),
+            (None, val("{}"), Stamp::Watermark { partition: 0, generation: 3, producer: 1, watermark: 7 }),
+        ];
+        let mut messages = Vec::new();
+        for (k, v, stamp) in &recs {
+            encode_msg(&mut messages, k.as_deref(), v, stamp, true);
+        }
+        let mut whole = Vec::new();
+        encode_staged(&mut whole, 2, Some(1), "run-a", 9, &messages);
+        let back = decode_staged(&whole).unwrap();
+        assert_eq!((back.origin, back.instance, back.id, &back.records), (2, Some(1), 9, &recs));
+        // Every cut but those between two whole messages.
+        let ends: Vec<usize> = (0..=recs.len()).map(|n| whole.len() - messages.len() + encoded_len(&recs[..n])).collect();
+        for cut in 0..whole.len() {
+            if !ends.contains(&cut) {
+                assert!(decode_staged(&whole[..cut]).is_err(), "cut at {cut} of {}", whole.len());
+            }
+        }
+    }
+
+    fn encoded_len(recs: &[Msg]) -> usize {
+        let mut out = Vec::new();
+        for (k, v, stamp) in recs {
+            encode_msg(&mut out, k.as_deref(), v, stamp, true);
+        }
+        out.len()
     }
 
     /// A staged transaction's state value as the sink writes it.

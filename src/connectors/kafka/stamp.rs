@@ -32,6 +32,7 @@
 
 use rdkafka::message::{BorrowedHeaders, Header, Headers, OwnedHeaders};
 
+use crate::codec::{Dec, DecodeError, Enc};
 use crate::types::Millis;
 
 /// Header of a data record: producer (u32), event-time flag (u8), event
@@ -136,31 +137,36 @@ impl Stamp {
     /// 29 bytes, or 21 without the generation (written before it: 0).
     fn record(v: &[u8]) -> Option<Stamp> {
         let (v, generation) = split_generation(v, 21)?;
-        let producer = u32::from_be_bytes(v[..4].try_into().ok()?);
-        let event_time = i64::from_be_bytes(v[5..13].try_into().ok()?);
-        let event_time = match v[4] {
+        let mut d = Dec::new(v);
+        let producer = d.u32("producer").ok()?;
+        let flag = d.u8("event-time flag").ok()?;
+        let event_time = d.i64("event time").ok()?;
+        let event_time = match flag {
             0 => None,
             1 => Some(event_time),
             _ => return None,
         };
-        Some(Stamp::Record { generation, producer, event_time, split_watermark: i64::from_be_bytes(v[13..].try_into().ok()?) })
+        Some(Stamp::Record { generation, producer, event_time, split_watermark: d.i64("split watermark").ok()? })
     }
 
     /// 20 bytes, or 12 without the generation (written before it: 0).
     fn watermark(v: &[u8], partition: i32) -> Option<Stamp> {
         let (v, generation) = split_generation(v, 12)?;
-        let producer = u32::from_be_bytes(v[..4].try_into().ok()?);
-        Some(Stamp::Watermark { partition, generation, producer, watermark: i64::from_be_bytes(v[4..].try_into().ok()?) })
+        let mut d = Dec::new(v);
+        Some(Stamp::Watermark { partition, generation, producer: d.u32("producer").ok()?, watermark: d.i64("watermark").ok()? })
     }
 
     /// 16 bytes.
     fn batch(v: &[u8], partition: i32) -> Option<Stamp> {
-        let v: &[u8; 16] = v.try_into().ok()?;
+        if v.len() != 16 {
+            return None;
+        }
+        let mut d = Dec::new(v);
         Some(Stamp::Batch {
             partition,
-            producer: u32::from_be_bytes(v[..4].try_into().ok()?),
-            generation: u64::from_be_bytes(v[4..12].try_into().ok()?),
-            records: u32::from_be_bytes(v[12..].try_into().ok()?),
+            producer: d.u32("producer").ok()?,
+            generation: d.u64("generation").ok()?,
+            records: d.u32("records").ok()?,
         })
     }
 
@@ -168,64 +174,63 @@ impl Stamp {
     /// (no generation) were written before the generation was added.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match *self {
-            Stamp::None => out.push(0),
+            Stamp::None => out.put_u8(0),
             Stamp::Record { generation, producer, event_time, split_watermark } => {
-                out.push(if event_time.is_some() { 5 } else { 4 });
-                out.extend_from_slice(&producer.to_be_bytes());
-                out.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
-                out.extend_from_slice(&split_watermark.to_be_bytes());
-                out.extend_from_slice(&generation.to_be_bytes());
+                out.put_u8(if event_time.is_some() { 5 } else { 4 });
+                out.put_u32(producer);
+                out.put_i64(event_time.unwrap_or(0));
+                out.put_i64(split_watermark);
+                out.put_u64(generation);
             }
             Stamp::Watermark { partition, generation, producer, watermark } => {
-                out.push(6);
-                out.extend_from_slice(&partition.to_be_bytes());
-                out.extend_from_slice(&producer.to_be_bytes());
-                out.extend_from_slice(&watermark.to_be_bytes());
-                out.extend_from_slice(&generation.to_be_bytes());
+                out.put_u8(6);
+                out.put_u32(partition as u32);
+                out.put_u32(producer);
+                out.put_i64(watermark);
+                out.put_u64(generation);
             }
             Stamp::Batch { partition, generation, producer, records } => {
-                out.push(7);
-                out.extend_from_slice(&partition.to_be_bytes());
-                out.extend_from_slice(&producer.to_be_bytes());
-                out.extend_from_slice(&generation.to_be_bytes());
-                out.extend_from_slice(&records.to_be_bytes());
+                out.put_u8(7);
+                out.put_u32(partition as u32);
+                out.put_u32(producer);
+                out.put_u64(generation);
+                out.put_u32(records);
             }
         }
     }
 
-    /// Read what `encode` wrote at the front of `r`, advancing it.
-    pub fn decode(r: &mut &[u8]) -> Option<Stamp> {
-        let (&tag, rest) = r.split_first()?;
-        let len = match tag {
-            0 => 0,
-            1 | 2 => 20,
-            3 => 16,
-            4 | 5 => 28,
-            6 => 24,
-            7 => 20,
-            _ => return None,
-        };
-        let (f, rest) = rest.split_at_checked(len)?;
-        *r = rest;
-        let u32_at = |i: usize| u32::from_be_bytes(f[i..i + 4].try_into().expect("4 bytes"));
-        let i64_at = |i: usize| i64::from_be_bytes(f[i..i + 8].try_into().expect("8 bytes"));
-        let u64_at = |i: usize| u64::from_be_bytes(f[i..i + 8].try_into().expect("8 bytes"));
-        let generation = match tag {
-            4 | 5 => u64_at(20),
-            6 => u64_at(16),
-            _ => 0,
-        };
-        Some(match tag {
+    /// Read what `encode` wrote, advancing `d`.
+    pub fn decode(d: &mut Dec) -> Result<Stamp, DecodeError> {
+        let tag = d.u8("stamp tag")?;
+        Self::decode_tagged(tag, d)?.ok_or_else(|| DecodeError(format!("unknown stamp tag {tag}")))
+    }
+
+    fn decode_tagged(tag: u8, d: &mut Dec) -> Result<Option<Stamp>, DecodeError> {
+        Ok(Some(match tag {
             0 => Stamp::None,
-            7 => Stamp::Batch { partition: u32_at(0) as i32, producer: u32_at(4), generation: u64_at(8), records: u32_at(16) },
-            1 | 2 | 4 | 5 => Stamp::Record {
-                generation,
-                producer: u32_at(0),
-                event_time: matches!(tag, 2 | 5).then(|| i64_at(4)),
-                split_watermark: i64_at(12),
+            // 1–3: written before the generation was added (generation 0).
+            1 | 2 | 4 | 5 => {
+                let producer = d.u32("producer")?;
+                let event_time = d.i64("event time")?;
+                let split_watermark = d.i64("split watermark")?;
+                let generation = if tag >= 4 { d.u64("generation")? } else { 0 };
+                Stamp::Record { generation, producer, event_time: matches!(tag, 2 | 5).then_some(event_time), split_watermark }
+            }
+            3 | 6 => {
+                let partition = d.i32("partition")?;
+                let producer = d.u32("producer")?;
+                let watermark = d.i64("watermark")?;
+                let generation = if tag == 6 { d.u64("generation")? } else { 0 };
+                Stamp::Watermark { partition, generation, producer, watermark }
+            }
+            7 => Stamp::Batch {
+                partition: d.i32("partition")?,
+                producer: d.u32("producer")?,
+                generation: d.u64("generation")?,
+                records: d.u32("records")?,
             },
-            _ => Stamp::Watermark { partition: u32_at(0) as i32, generation, producer: u32_at(4), watermark: i64_at(8) },
-        })
+            _ => return Ok(None),
+        }))
     }
 }
 
@@ -243,11 +248,10 @@ pub struct BatchWriter {
 
 impl BatchWriter {
     pub fn push(&mut self, event_time: Option<Millis>, split_watermark: Millis, json: &str) {
-        self.bytes.push(u8::from(event_time.is_some()));
-        self.bytes.extend_from_slice(&event_time.unwrap_or(0).to_be_bytes());
-        self.bytes.extend_from_slice(&split_watermark.to_be_bytes());
-        self.bytes.extend_from_slice(&(json.len() as u32).to_be_bytes());
-        self.bytes.extend_from_slice(json.as_bytes());
+        self.bytes.put_u8(u8::from(event_time.is_some()));
+        self.bytes.put_i64(event_time.unwrap_or(0));
+        self.bytes.put_i64(split_watermark);
+        self.bytes.put_str(json);
         self.records += 1;
     }
 
@@ -260,27 +264,24 @@ impl BatchWriter {
 /// The records of a batch message's value: (event time, split watermark,
 /// JSON bytes), or an error where it is malformed (then nothing more).
 pub struct BatchReader<'a> {
-    rest: &'a [u8],
+    dec: Dec<'a>,
 }
 
 impl<'a> BatchReader<'a> {
     pub fn new(value: &'a [u8]) -> Self {
-        BatchReader { rest: value }
+        BatchReader { dec: Dec::new(value) }
     }
 
-    fn next_record(&mut self) -> Option<(Option<Millis>, Millis, &'a [u8])> {
-        let (head, rest) = self.rest.split_at_checked(BATCH_RECORD_OVERHEAD)?;
-        let event_time = i64::from_be_bytes(head[1..9].try_into().ok()?);
-        let event_time = match head[0] {
+    fn next_record(&mut self) -> Result<(Option<Millis>, Millis, &'a [u8]), DecodeError> {
+        let d = &mut self.dec;
+        let flag = d.u8("event-time flag")?;
+        let event_time = d.i64("event time")?;
+        let event_time = match flag {
             0 => None,
             1 => Some(event_time),
-            _ => return None,
+            f => return Err(DecodeError(format!("event-time flag {f}"))),
         };
-        let split_watermark = i64::from_be_bytes(head[9..17].try_into().ok()?);
-        let len = u32::from_be_bytes(head[17..21].try_into().ok()?) as usize;
-        let (json, rest) = rest.split_at_checked(len)?;
-        self.rest = rest;
-        Some((event_time, split_watermark, json))
+        Ok((event_time, d.i64("split watermark")?, d.bytes("record")?))
     }
 }
 
@@ -288,15 +289,15 @@ impl<'a> Iterator for BatchReader<'a> {
     type Item = Result<(Option<Millis>, Millis, &'a [u8]), String>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
+        if self.dec.is_empty() {
             return None;
         }
-        let n = self.rest.len();
+        let n = self.dec.remaining();
         match self.next_record() {
-            Some(r) => Some(Ok(r)),
-            None => {
-                self.rest = &[];
-                Some(Err(format!("malformed batch message: a record cut short or with a bad flag ({n} bytes left)")))
+            Ok(r) => Some(Ok(r)),
+            Err(e) => {
+                self.dec = Dec::new(&[]);
+                Some(Err(format!("malformed batch message: {e} ({n} bytes left)")))
             }
         }
     }
@@ -307,7 +308,7 @@ impl<'a> Iterator for BatchReader<'a> {
 fn split_generation(v: &[u8], old: usize) -> Option<(&[u8], u64)> {
     match v.len() {
         n if n == old => Some((v, 0)),
-        n if n == old + 8 => Some((&v[..old], u64::from_be_bytes(v[old..].try_into().ok()?))),
+        n if n == old + 8 => Some((&v[..old], Dec::new(&v[old..]).u64("generation").ok()?)),
         _ => None,
     }
 }
@@ -337,14 +338,14 @@ mod tests {
             s.encode(&mut out);
         }
         out.extend_from_slice(b"rest");
-        let mut r = out.as_slice();
+        let mut d = Dec::new(&out);
         for s in STAMPS {
-            assert_eq!(Stamp::decode(&mut r), Some(s));
+            assert_eq!(Stamp::decode(&mut d).unwrap(), s);
         }
-        assert_eq!(r, b"rest");
-        assert_eq!(Stamp::decode(&mut &[9u8][..]), None, "an unknown tag");
-        assert_eq!(Stamp::decode(&mut &[3u8, 0, 0][..]), None, "cut short");
-        assert_eq!(Stamp::decode(&mut &[6u8; 24][..]), None, "cut short by the generation's last byte");
+        assert_eq!(d.rest(), b"rest");
+        assert!(Stamp::decode(&mut Dec::new(&[9u8])).is_err(), "an unknown tag");
+        assert!(Stamp::decode(&mut Dec::new(&[3u8, 0, 0])).is_err(), "cut short");
+        assert!(Stamp::decode(&mut Dec::new(&[6u8; 24])).is_err(), "cut short by the generation's last byte");
     }
 
     #[test]
@@ -358,10 +359,10 @@ mod tests {
         old.extend_from_slice(&11i32.to_be_bytes());
         old.extend_from_slice(&5u32.to_be_bytes());
         old.extend_from_slice(&42i64.to_be_bytes());
-        let mut r = old.as_slice();
-        assert_eq!(Stamp::decode(&mut r), Some(Stamp::Record { generation: 0, producer: 7, event_time: Some(-3), split_watermark: 5 }));
-        assert_eq!(Stamp::decode(&mut r), Some(Stamp::Watermark { partition: 11, generation: 0, producer: 5, watermark: 42 }));
-        assert!(r.is_empty());
+        let mut d = Dec::new(&old);
+        assert_eq!(Stamp::decode(&mut d).unwrap(), Stamp::Record { generation: 0, producer: 7, event_time: Some(-3), split_watermark: 5 });
+        assert_eq!(Stamp::decode(&mut d).unwrap(), Stamp::Watermark { partition: 11, generation: 0, producer: 5, watermark: 42 });
+        assert!(d.is_empty());
     }
 
     #[test]
