@@ -34,6 +34,8 @@ struct Item<'a> {
     path: YPath,
     name: Option<&'a str>,
     input: Option<&'a str>,
+    /// A join's right input.
+    right: Option<&'a str>,
     body: Body<'a>,
 }
 
@@ -54,10 +56,11 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let metrics = raw.metrics.as_ref().and_then(|m| specs::metrics(&mut cx, m));
     let items = items(parsed);
     check_names(&mut cx, &items);
-    let inputs = resolve_inputs(&mut cx, &items);
+    let inputs = resolve_inputs(&mut cx, &items, |it| it.input, "input");
+    let rights = resolve_inputs(&mut cx, &items, |it| it.right, "right");
     require_source_and_sink(&mut cx, &items);
     let in_cycle = find_cycles(&mut cx, &items, &inputs);
-    check_read(&mut cx, &items, &inputs, &in_cycle);
+    check_read(&mut cx, &items, &inputs, &rights, &in_cycle);
     let mut kinds: Vec<Option<NodeKind>> = items.iter().map(|it| body_kind(&mut cx, it)).collect();
     let cluster = super::cluster::apply(specs::cluster(&mut cx, raw), &mut kinds);
     let in_cluster: Vec<super::cluster::ClusterNode> =
@@ -68,8 +71,9 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
         cx.err(at, message);
     }
     outputs::check(&mut cx, &places(raw, &state, savepoint_dir.as_deref(), &items, &kinds));
-    let order = topological_order(&items, &inputs);
-    check_flow(&mut cx, &items, &inputs, &kinds, &order);
+    let order = topological_order(&items, &inputs, &rights);
+    check_right_cycles(&mut cx, &items, &inputs, &rights, &in_cycle, &order);
+    check_flow(&mut cx, &items, &inputs, &rights, &kinds, &order);
     errors.extend(cx.errors);
     if !errors.is_empty() {
         return None;
@@ -81,7 +85,12 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
     let nodes = order
         .iter()
         .map(|&i| {
-            Some(Node { name: items[i].name.unwrap_or_default().to_string(), input: inputs[i].map(|j| id[j]), kind: kinds[i].clone()? })
+            Some(Node {
+                name: items[i].name.unwrap_or_default().to_string(),
+                input: inputs[i].map(|j| id[j]),
+                right: rights[i].map(|j| id[j]),
+                kind: kinds[i].clone()?,
+            })
         })
         .collect::<Option<Vec<_>>>()?;
     Some(Pipeline {
@@ -122,7 +131,13 @@ fn items(parsed: &Parsed) -> Vec<Item<'_>> {
         });
         let mut list: Vec<_> = typed.into_iter().chain(broken).collect();
         list.sort_by_key(|e| e.0);
-        all.extend(list.into_iter().map(|(index, name, input, body)| Item { section, path: item(&base, index), name, input, body }));
+        all.extend(list.into_iter().map(|(index, name, input, body)| {
+            let right = match body {
+                Body::Operator(o) => o.right(),
+                _ => None,
+            };
+            Item { section, path: item(&base, index), name, input, right, body }
+        }));
     }
     all
 }
@@ -186,8 +201,9 @@ fn check_names(cx: &mut Cx, items: &[Item]) {
     }
 }
 
-/// The item each operator and sink reads, by its first definition.
-fn resolve_inputs(cx: &mut Cx, items: &[Item]) -> Vec<Option<usize>> {
+/// The item each operator and sink reads (`input`, or a join's `right`),
+/// by its first definition.
+fn resolve_inputs<'a>(cx: &mut Cx, items: &[Item<'a>], of: impl Fn(&Item<'a>) -> Option<&'a str>, key: &str) -> Vec<Option<usize>> {
     let mut by_name: HashMap<&str, usize> = HashMap::new();
     for (i, it) in items.iter().enumerate() {
         if let Some(name) = it.name {
@@ -198,17 +214,17 @@ fn resolve_inputs(cx: &mut Cx, items: &[Item]) -> Vec<Option<usize>> {
     items
         .iter()
         .map(|it| {
-            let input = it.input?;
-            let at = child(&it.path, "input");
+            let input = of(it)?;
+            let at = child(&it.path, key);
             match by_name.get(input) {
                 Some(&j) if items[j].section == Section::Sinks => {
-                    cx.err(&at, format!("input `{input}` is a sink: expected a source or an operator"));
+                    cx.err(&at, format!("{key} `{input}` is a sink: expected a source or an operator"));
                     None
                 }
                 Some(&j) => Some(j),
                 None => {
                     let known = if readable.is_empty() { "none".to_string() } else { readable.join(", ") };
-                    cx.err(&at, format!("input `{input}` is not a source or operator of this pipeline (known: {known})"));
+                    cx.err(&at, format!("{key} `{input}` is not a source or operator of this pipeline (known: {known})"));
                     None
                 }
             }
@@ -266,16 +282,17 @@ fn report_cycle(cx: &mut Cx, items: &[Item], members: &[usize]) {
     cx.err(&at, format!("inputs form a cycle: {} (expected data to flow from sources to sinks without loops)", names.join(" reads ")));
 }
 
-fn check_read(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], in_cycle: &[bool]) {
+fn check_read(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], rights: &[Option<usize>], in_cycle: &[bool]) {
     // A reader whose input is unknown (misspelt, or its element broken) may
     // have meant any node: saying which are unread would only add noise.
-    let unresolved = items.iter().zip(inputs).any(|(it, input)| it.section != Section::Sources && input.is_none());
+    let unresolved = items.iter().zip(inputs).any(|(it, input)| it.section != Section::Sources && input.is_none())
+        || items.iter().zip(rights).any(|(it, right)| it.right.is_some() && right.is_none());
     let no_sink = !items.iter().any(|it| it.section == Section::Sinks);
     if unresolved || no_sink {
         return;
     }
     let mut readers = vec![0usize; items.len()];
-    inputs.iter().flatten().for_each(|&j| readers[j] += 1);
+    inputs.iter().chain(rights).flatten().for_each(|&j| readers[j] += 1);
     for (i, it) in items.iter().enumerate() {
         if it.section == Section::Sinks || readers[i] > 0 || in_cycle[i] || matches!(it.body, Body::Broken) {
             continue;
@@ -300,11 +317,12 @@ fn body_kind(cx: &mut Cx, it: &Item) -> Option<NodeKind> {
 /// Sources in YAML order, then operators (each as soon as its input is
 /// placed, earliest in YAML first), then sinks. Items on a cycle or with an
 /// unresolved input are left out (they were reported).
-fn topological_order(items: &[Item], inputs: &[Option<usize>]) -> Vec<usize> {
+fn topological_order(items: &[Item], inputs: &[Option<usize>], rights: &[Option<usize>]) -> Vec<usize> {
     let mut placed = vec![false; items.len()];
     let mut order = Vec::with_capacity(items.len());
     let is = |i: usize, s: Section| items[i].section == s;
-    let ready = |i: usize, placed: &[bool]| !placed[i] && inputs[i].is_some_and(|j| placed[j]);
+    let right_ok = |i: usize, placed: &[bool]| items[i].right.is_none() || rights[i].is_some_and(|j| placed[j]);
+    let ready = |i: usize, placed: &[bool]| !placed[i] && inputs[i].is_some_and(|j| placed[j]) && right_ok(i, placed);
     for i in (0..items.len()).filter(|&i| is(i, Section::Sources)) {
         placed[i] = true;
         order.push(i);
@@ -322,12 +340,55 @@ fn topological_order(items: &[Item], inputs: &[Option<usize>]) -> Vec<usize> {
     order
 }
 
-fn check_flow(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], kinds: &[Option<NodeKind>], order: &[usize]) {
+/// A cycle through a join's `right` (the walk of `find_cycles` follows
+/// `input` only): a join that reads, through inputs and rights, itself.
+fn check_right_cycles(cx: &mut Cx, items: &[Item], inputs: &[Option<usize>], rights: &[Option<usize>], in_cycle: &[bool], order: &[usize]) {
+    for (i, it) in items.iter().enumerate() {
+        if it.right.is_none() || in_cycle[i] || order.contains(&i) {
+            continue;
+        }
+        let mut seen = vec![false; items.len()];
+        let mut stack: Vec<usize> = inputs[i].into_iter().chain(rights[i]).collect();
+        let mut cyclic = false;
+        while let Some(j) = stack.pop() {
+            if j == i {
+                cyclic = true;
+                break;
+            }
+            if !std::mem::replace(&mut seen[j], true) {
+                stack.extend(inputs[j].into_iter().chain(rights[j]));
+            }
+        }
+        if cyclic {
+            cx.err(
+                &child(&it.path, "right"),
+                format!(
+                    "inputs form a cycle through `{}` (expected data to flow from sources to sinks without loops)",
+                    it.name.unwrap_or("?")
+                ),
+            );
+        }
+    }
+}
+
+fn check_flow(
+    cx: &mut Cx,
+    items: &[Item],
+    inputs: &[Option<usize>],
+    rights: &[Option<usize>],
+    kinds: &[Option<NodeKind>],
+    order: &[usize],
+) {
     let mut flows = vec![specs::Flow::unknown(); items.len()];
     for &i in order {
         let upstream = inputs[i].map(|j| (items[j].name.unwrap_or("?"), &flows[j]));
         let name = items[i].name.unwrap_or("?");
         let flow = match &kinds[i] {
+            Some(NodeKind::Join(j)) => {
+                let unknown = specs::Flow::unknown();
+                let side = |k: Option<usize>| k.map_or(("?", &unknown), |k| (items[k].name.unwrap_or("?"), &flows[k]));
+                super::join::flow(cx, &items[i].path, j, side(inputs[i]), side(rights[i]))
+            }
             Some(kind) => specs::flow(cx, &items[i].path, name, kind, upstream),
             None => specs::Flow::unknown(),
         };
@@ -458,6 +519,7 @@ fn places(
                 }
             }
             Some(NodeKind::Aggregate(a)) => out.extend(a.dead_letter.as_deref().map(|p| dead_letter(p, "aggregate"))),
+            Some(NodeKind::Join(j)) => out.extend(j.dead_letter.as_deref().map(|p| dead_letter(p, "join"))),
             Some(NodeKind::Filter(crate::config::FilterSpec { on_error: OnError::DeadLetter(path), .. }))
             | Some(NodeKind::Map(crate::config::MapSpec { on_error: OnError::DeadLetter(path), .. })) => {
                 out.push(dead_letter(path, "operator"))

@@ -99,7 +99,12 @@ pub(crate) fn deserialize(doc: &Value, loc: &Locator, errors: &mut Vec<ConfigErr
             };
             match ok {
                 Some(()) => parsed.at[section as usize].push(index),
-                None => parsed.broken.push(Broken { section, index, name: text_of(&value, "name"), input: text_of(&value, "input") }),
+                None => parsed.broken.push(Broken {
+                    section,
+                    index,
+                    name: text_of(&value, "name"),
+                    input: text_of(&value, "input").or_else(|| text_of(&value, "left")),
+                }),
             }
         }
     }

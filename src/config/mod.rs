@@ -12,6 +12,7 @@ mod env;
 pub mod features;
 #[cfg(test)]
 pub(crate) mod fuzz_tests;
+mod join;
 mod limits;
 mod load;
 mod locate;

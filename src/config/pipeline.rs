@@ -166,9 +166,18 @@ pub enum Alignment {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub name: String,
-    /// The upstream node; None for sources.
+    /// The upstream node; None for sources. A join's left input.
     pub input: Option<NodeId>,
+    /// A join's right input; None for every other node.
+    pub right: Option<NodeId>,
     pub kind: NodeKind,
+}
+
+impl Node {
+    /// Every node this one reads: its input, then a join's right input.
+    pub fn inputs(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.input.into_iter().chain(self.right)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -178,7 +187,48 @@ pub enum NodeKind {
     Aggregate(AggregateSpec),
     Filter(FilterSpec),
     Map(MapSpec),
+    Join(JoinSpec),
     Sink(SinkSpec),
+}
+
+/// `join` (issue 28): the interval join of two keyed streams in event time.
+/// A left record at `t` matches every right record of an equal key at `s`
+/// with `t + lower <= s <= t + upper`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinSpec {
+    /// Key field paths of each side, equal in number; pair i compares left
+    /// field i with right field i.
+    pub left_key: Vec<String>,
+    pub right_key: Vec<String>,
+    pub kind: JoinKind,
+    /// Bounds of the interval in ms, `lower <= upper`, each within ±10000
+    /// years (0 in a window join).
+    pub lower: Millis,
+    pub upper: Millis,
+    /// A window join: both sides in these (tumbling or sliding) windows,
+    /// joined per window and key when the window fires.
+    pub window: Option<WindowSpec>,
+    /// Late records of either side are written here (JSON lines).
+    pub dead_letter: Option<PathBuf>,
+    /// The output member holding each side's record.
+    pub left_as: String,
+    pub right_as: String,
+}
+
+/// Which unmatched records a join emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+impl JoinKind {
+    /// Whether unmatched records of side `side` (0 left, 1 right) are emitted.
+    pub fn emits_unmatched(self, side: usize) -> bool {
+        matches!((self, side), (JoinKind::Full, _) | (JoinKind::Left, 0) | (JoinKind::Right, 1))
+    }
 }
 
 /// `filter`: records for which `condition` is true pass unchanged.
@@ -440,7 +490,7 @@ impl Pipeline {
 
     /// Nodes that read from `id`, in order.
     pub fn consumers(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().enumerate().filter(move |(_, n)| n.input == Some(id)).map(|(i, _)| i)
+        self.nodes.iter().enumerate().filter(move |(_, n)| n.inputs().any(|i| i == id)).map(|(i, _)| i)
     }
 
     /// For each keyed operator, what its state is keyed by ("dedup by
@@ -450,6 +500,7 @@ impl Pipeline {
         let keyed = |n: &Node| match &n.kind {
             NodeKind::Dedup(d) => Some(format!("dedup by [{}]", d.key.join(", "))),
             NodeKind::Aggregate(a) => Some(format!("aggregate by [{}]", a.key.join(", "))),
+            NodeKind::Join(j) => Some(format!("join by [{}] and [{}]", j.left_key.join(", "), j.right_key.join(", "))),
             NodeKind::Source(_) | NodeKind::Filter(_) | NodeKind::Map(_) | NodeKind::Sink(_) => None,
         };
         self.nodes.iter().filter_map(|n| keyed(n).map(|k| (n.name.clone(), k))).collect()

@@ -262,6 +262,63 @@ pub enum RawOperator {
         #[serde(default)]
         dead_letter: Option<String>,
     },
+    /// Joins two streams by equal keys (issue 28); today the interval join.
+    Join {
+        name: String,
+        left: String,
+        right: String,
+        on: RawJoinOn,
+        /// inner (default), left, right or full (outer).
+        #[serde(default)]
+        kind: Option<RawJoinKind>,
+        /// The interval join's bounds, or
+        #[serde(default)]
+        interval: Option<RawInterval>,
+        /// the window join's windows (tumbling or sliding).
+        #[serde(default)]
+        window: Option<RawWindow>,
+        /// The output member each side's record goes under (default: the node names).
+        #[serde(default, rename = "as")]
+        prefixes: Option<RawJoinAs>,
+        /// Late records of either side are written here besides being counted.
+        #[serde(default)]
+        dead_letter: Option<String>,
+    },
+}
+
+/// `on:` of a join: the key fields of each side, in pairs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJoinOn {
+    pub left: Vec<String>,
+    pub right: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawJoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+/// `interval:` of an interval join: durations, each may be negative (`-1h`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInterval {
+    pub lower: String,
+    pub upper: String,
+}
+
+/// `as:` of a join.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJoinAs {
+    #[serde(default)]
+    pub left: Option<String>,
+    #[serde(default)]
+    pub right: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -369,17 +426,27 @@ impl RawOperator {
             RawOperator::Dedup { name, .. }
             | RawOperator::Aggregate { name, .. }
             | RawOperator::Filter { name, .. }
-            | RawOperator::Map { name, .. } => name,
+            | RawOperator::Map { name, .. }
+            | RawOperator::Join { name, .. } => name,
         }
     }
 
-    /// The name of the node it reads.
+    /// The name of the node it reads (a join: its left input).
     pub fn input(&self) -> &str {
         match self {
             RawOperator::Dedup { input, .. }
             | RawOperator::Aggregate { input, .. }
             | RawOperator::Filter { input, .. }
             | RawOperator::Map { input, .. } => input,
+            RawOperator::Join { left, .. } => left,
+        }
+    }
+
+    /// The name of its second input (a join's right), if it has one.
+    pub fn right(&self) -> Option<&str> {
+        match self {
+            RawOperator::Join { right, .. } => Some(right),
+            _ => None,
         }
     }
 }

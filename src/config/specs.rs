@@ -767,6 +767,19 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             condition: expression(cx, &child(at, "where"), "where", condition),
             on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
         }),
+        RawOperator::Join { left, right, on, kind, interval, window, prefixes, dead_letter, .. } => {
+            let raw = super::join::RawJoin {
+                left,
+                right,
+                on,
+                kind: *kind,
+                interval: interval.as_ref(),
+                window: window.as_ref(),
+                prefixes: prefixes.as_ref(),
+                dead_letter: dead_letter.as_deref(),
+            };
+            super::join::spec(cx, at, raw)
+        }
         RawOperator::Map { set, drop, rename, on_error, dead_letter, .. } => {
             if set.is_empty() && drop.is_empty() && rename.is_empty() {
                 cx.err(at, "a `map` needs at least one of `set`, `drop` and `rename`");
@@ -823,7 +836,7 @@ fn key_path(cx: &mut Cx, at: &[Seg], on_key: bool, text: &str) -> String {
 }
 
 /// A non-empty list of distinct, non-empty field paths, in their canonical text.
-fn key_list(cx: &mut Cx, at: &[Seg], key: &[String]) -> Vec<String> {
+pub(crate) fn key_list(cx: &mut Cx, at: &[Seg], key: &[String]) -> Vec<String> {
     if key.is_empty() {
         cx.err(at, "`key` is empty: expected at least one field name, e.g. `key: [user]`");
     }
@@ -856,7 +869,7 @@ pub(crate) fn field_path(cx: &mut Cx, at: &[Seg], text: &str) -> String {
     }
 }
 
-fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
+pub(crate) fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
     Some(match raw {
         RawWindow::Tumbling { size } => WindowSpec::Tumbling { size: event_span(cx, at, "size", size, true)? },
         RawWindow::Sliding { size, slide } => {
@@ -880,7 +893,7 @@ fn window_spec(cx: &mut Cx, at: &[Seg], raw: &RawWindow) -> Option<WindowSpec> {
 /// out-of-orderness): whole milliseconds, the unit of event time (`1500us`
 /// would silently become 1ms), and at most the event-time range (years 0000
 /// to 9999), so window and watermark arithmetic cannot overflow.
-fn event_span(cx: &mut Cx, base: &[Seg], key: &str, text: &str, positive: bool) -> Option<Duration> {
+pub(crate) fn event_span(cx: &mut Cx, base: &[Seg], key: &str, text: &str, positive: bool) -> Option<Duration> {
     let at = child(base, key);
     let d = cx.duration(&at, text)?;
     let problem = if d.subsec_nanos() % 1_000_000 != 0 {
@@ -1051,12 +1064,12 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
 #[derive(Debug, Clone)]
 pub(crate) struct Flow {
     /// The field names, or None when any field may be present (sources).
-    fields: Option<Vec<String>>,
-    time: Time,
+    pub(crate) fields: Option<Vec<String>>,
+    pub(crate) time: Time,
 }
 
 #[derive(Debug, Clone)]
-enum Time {
+pub(crate) enum Time {
     Event,
     /// No event time, and why (for the error message).
     Missing(String),
@@ -1127,6 +1140,8 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], name: &str, kind: &NodeKind, input: 
             check_fields(cx, &child(at, "key"), &k.key, input_name, upstream);
             unknown
         }
+        // Two inputs: `compile::check_flow` calls `join::flow` instead.
+        NodeKind::Join(_) => Flow { fields: None, time: Time::Event },
         NodeKind::Sink(_) => unknown,
     }
 }
@@ -1139,7 +1154,7 @@ fn check_variables(cx: &mut Cx, at: &[Seg], e: &crate::expr::Expression, input: 
     }
 }
 
-fn check_fields(cx: &mut Cx, at: &[Seg], fields: &[String], input: &str, upstream: &Flow) {
+pub(crate) fn check_fields(cx: &mut Cx, at: &[Seg], fields: &[String], input: &str, upstream: &Flow) {
     for (i, f) in fields.iter().enumerate() {
         check_field(cx, &item(at, i), f, input, upstream);
     }

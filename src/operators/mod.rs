@@ -15,6 +15,7 @@ pub mod aggregate;
 pub mod dead_letter;
 pub mod dedup;
 pub mod filter;
+pub mod join;
 pub mod map;
 pub mod staged_files;
 #[cfg(test)]
@@ -148,8 +149,15 @@ pub trait Operator: Send {
         Vec::new()
     }
 
-    /// Process one batch; append emitted records to `out`.
+    /// Process one batch; append emitted records to `out`. A join: a batch
+    /// of its left input.
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult;
+
+    /// Process one batch of a join's right input (other operators have one
+    /// input and never get one).
+    fn process_right(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        self.process(batch, ctx, out)
+    }
 
     /// The input watermark advanced to `ctx.watermark`: fire what is due.
     fn on_watermark(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {

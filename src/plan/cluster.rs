@@ -199,7 +199,7 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
     for &x in hashed {
         let (on_error, event_time) = root(p.nodes[x].input.expect("a hash edge has an input"));
         let source = topics.receive(p, x, on_error, event_time);
-        out.push((Node { name: receive_name(x), input: None, kind: NodeKind::Source(source) }, None));
+        out.push((Node { name: receive_name(x), input: None, right: None, kind: NodeKind::Source(source) }, None));
     }
     for (id, n) in p.nodes.iter().enumerate() {
         if !matches!(n.kind, NodeKind::Source(_)) {
@@ -208,7 +208,7 @@ fn split_hash_edges(p: &Pipeline, hashed: &[usize]) -> Result<Vec<Node>, String>
         }
         for &x in hashed.iter().filter(|&&x| p.nodes[x].input == Some(id)) {
             let sink = NodeKind::Sink(SinkSpec::Kafka(topics.send(p, x)));
-            out.push((Node { name: send_name(x), input: None, kind: sink }, Some(n.name.clone())));
+            out.push((Node { name: send_name(x), input: None, right: None, kind: sink }, Some(n.name.clone())));
         }
     }
     let names: Vec<String> = out.iter().map(|(n, _)| n.name.clone()).collect();

@@ -28,6 +28,8 @@ pub struct Plan {
     pub schemas: Vec<Vec<String>>,
     /// Per node: the edge from its input (None for sources).
     pub edges: Vec<Option<Edge>>,
+    /// Per node: the edge from a join's right input (None for other nodes).
+    pub right_edges: Vec<Option<Edge>>,
     /// Per source and `map` node: the fields to extract when parsing (a
     /// map: its output), with what they need.
     pub projections: Vec<Vec<(String, FieldNeed)>>,
@@ -131,27 +133,41 @@ impl Plan {
         // map's) stream, through dedups and filters (which pass records
         // through) up to an aggregate.
         for id in 0..n {
-            if let Some((source, needs)) = field_needs(&pipeline, id) {
+            for (source, needs) in field_needs(&pipeline, id) {
                 merge_needs(&mut projections[source], needs);
             }
         }
         let mut schemas: Vec<Vec<String>> = vec![Vec::new(); n];
         let mut edges = vec![None; n];
+        let mut right_edges = vec![None; n];
         for (id, node) in pipeline.nodes.iter().enumerate() {
             schemas[id] = match &node.kind {
-                NodeKind::Source(_) | NodeKind::Map(_) => projections[id].iter().map(|(f, _)| f.clone()).collect(),
+                NodeKind::Source(_) | NodeKind::Map(_) | NodeKind::Join(_) => projections[id].iter().map(|(f, _)| f.clone()).collect(),
                 NodeKind::Aggregate(a) => a.output_fields(),
                 NodeKind::Dedup(_) | NodeKind::Filter(_) | NodeKind::Sink(_) => {
                     schemas[node.input.expect("non-source has an input")].clone()
                 }
             };
-            if let Some(input) = node.input {
+            if let NodeKind::Join(j) = &node.kind {
+                // Each side is hashed by its own key fields into the same key
+                // groups (equal values encode alike), always through a channel.
+                let hash = |input: Option<NodeId>, key: &[String]| {
+                    input.map(|i| Edge::Hash {
+                        key: key
+                            .iter()
+                            .map(|f| schemas[i].iter().position(|s| s == f).expect("validated: key field in input schema"))
+                            .collect(),
+                    })
+                };
+                edges[id] = hash(node.input, &j.left_key);
+                right_edges[id] = hash(node.right, &j.right_key);
+            } else if let Some(input) = node.input {
                 edges[id] = Some(edge_for(&pipeline, &schemas[input], input, id));
             }
         }
         let chains = chains(&pipeline, &edges);
         let extras = extras(&pipeline, &projections);
-        Plan { pipeline, schemas, edges, projections, chains, extras }
+        Plan { pipeline, schemas, edges, right_edges, projections, chains, extras }
     }
 
     /// The source (or map) whose records node `id` reads, through filters
@@ -174,10 +190,19 @@ impl Plan {
     /// How node `id` reads its input, as channel state names it: `forward`,
     /// or `hash(f, …)` with the key's field names (None for sources).
     pub fn partitioning(&self, id: NodeId) -> Option<String> {
-        match self.edges[id].as_ref()? {
+        self.partitioning_of(self.edges[id].as_ref()?, self.pipeline.nodes[id].input?)
+    }
+
+    /// How a join reads its right input, as `partitioning` says it.
+    pub fn right_partitioning(&self, id: NodeId) -> Option<String> {
+        self.partitioning_of(self.right_edges[id].as_ref()?, self.pipeline.nodes[id].right?)
+    }
+
+    fn partitioning_of(&self, edge: &Edge, input: NodeId) -> Option<String> {
+        match edge {
             Edge::Forward => Some("forward".into()),
             Edge::Hash { key } => {
-                let input = &self.schemas[self.pipeline.nodes[id].input?];
+                let input = &self.schemas[input];
                 let fields: Vec<&str> = key.iter().map(|&k| input.get(k).map_or("?", String::as_str)).collect();
                 Some(format!("hash({})", fields.join(", ")))
             }
@@ -225,8 +250,30 @@ fn edge_for(p: &Pipeline, input_schema: &[String], input: NodeId, id: NodeId) ->
 }
 
 /// For a keyed node fed (through dedups) by a source: that source and the
-/// fields this node needs of its records.
-fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNeed)>)> {
+/// fields this node needs of its records (a join: one pair per side).
+fn field_needs(p: &Pipeline, id: NodeId) -> Vec<(NodeId, Vec<(String, FieldNeed)>)> {
+    let node = &p.nodes[id];
+    let required =
+        |key: &[String]| key.iter().map(|k| (k.clone(), FieldNeed { required: true, ..FieldNeed::default() })).collect::<Vec<_>>();
+    if let NodeKind::Join(j) = &node.kind {
+        let sides = [(node.input, required(&j.left_key)), (node.right, required(&j.right_key))];
+        return sides.into_iter().filter_map(|(input, needs)| Some((head_above(p, input?)?, needs))).collect();
+    }
+    field_needs_one(p, id).into_iter().collect()
+}
+
+/// The stream head at or above `up`, through dedups and filters.
+fn head_above(p: &Pipeline, mut up: NodeId) -> Option<NodeId> {
+    loop {
+        match &p.nodes[up].kind {
+            NodeKind::Source(_) | NodeKind::Map(_) | NodeKind::Join(_) => return Some(up),
+            NodeKind::Dedup(_) | NodeKind::Filter(_) => up = p.nodes[up].input?,
+            _ => return None,
+        }
+    }
+}
+
+fn field_needs_one(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNeed)>)> {
     let node = &p.nodes[id];
     let mut needs: Vec<(String, FieldNeed)> = Vec::new();
     match &node.kind {
@@ -247,27 +294,14 @@ fn field_needs(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, FieldNe
         }
         _ => return None,
     }
-    let mut up = node.input?;
-    loop {
-        match &p.nodes[up].kind {
-            NodeKind::Source(_) | NodeKind::Map(_) => return Some((up, needs)),
-            NodeKind::Dedup(_) | NodeKind::Filter(_) => up = p.nodes[up].input?,
-            _ => return None,
-        }
-    }
+    Some((head_above(p, node.input?)?, needs))
 }
 
-/// The source or map emitting the records node `id` reads, through
-/// filters and dedups (which pass records on unchanged).
+/// The source, map or join emitting the records node `id` reads, through
+/// filters and dedups (which pass records on unchanged). A join reads two
+/// streams: this is its left one's.
 fn stream_head(p: &Pipeline, id: NodeId) -> Option<NodeId> {
-    let mut up = p.nodes[id].input?;
-    loop {
-        match &p.nodes[up].kind {
-            NodeKind::Source(_) | NodeKind::Map(_) => return Some(up),
-            NodeKind::Dedup(_) | NodeKind::Filter(_) => up = p.nodes[up].input?,
-            _ => return None,
-        }
-    }
+    head_above(p, p.nodes[id].input?)
 }
 
 /// What each stream head reads for the filters and maps after it (see
@@ -481,6 +515,33 @@ sinks:
         assert_eq!(p.input_layout(4), p.layout(3), "through the filter to the map");
         assert_eq!(p.input_layout(5).value("amount2"), Some(1));
         assert_eq!(p.stream_head(6), None, "a sink after an aggregate");
+    }
+
+    #[test]
+    fn a_join_hashes_each_side_by_its_own_key_and_heads_the_stream_after_it() {
+        let yaml = r#"
+name: p
+parallelism: 2
+sources:
+  - {name: a, type: datagen, rows: 10, fields: {id: {kind: sequence}, ts: {kind: timestamp}}, event_time: {field: ts}}
+  - {name: b, type: datagen, rows: 10, fields: {n: {kind: int, min: 0, max: 9}, oid: {kind: sequence}, ts: {kind: timestamp}}, event_time: {field: ts}}
+operators:
+  - {name: j, type: join, left: a, right: b, on: {left: [id], right: [oid]}, interval: {lower: 0s, upper: 1s}}
+  - {name: per, type: aggregate, input: j, key: [b.n], aggregates: [{fn: count, as: c}]}
+sinks:
+  - {name: out, type: blackhole, input: per}
+"#;
+        let p = plan(yaml);
+        let names: Vec<&str> = p.pipeline.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "j", "per", "out"]);
+        assert_eq!(p.schemas[0], ["id"]);
+        assert_eq!(p.schemas[1], ["oid"]);
+        assert_eq!((p.edges[2].clone(), p.right_edges[2].clone()), (Some(Edge::Hash { key: vec![0] }), Some(Edge::Hash { key: vec![0] })));
+        assert_eq!((p.partitioning(2).unwrap(), p.right_partitioning(2).unwrap()), ("hash(id)".to_string(), "hash(oid)".to_string()));
+        assert_eq!(p.schemas[2], ["b.n"], "the join's output is projected for the aggregate");
+        assert_eq!(p.stream_head(3), Some(2));
+        assert_eq!(p.chains, vec![vec![0], vec![1], vec![2], vec![3, 4]]);
+        assert_eq!(p.pipeline.consumers(1).collect::<Vec<_>>(), [2]);
     }
 
     #[test]

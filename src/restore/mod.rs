@@ -1037,6 +1037,13 @@ fn unmapped_because(c: &ChannelId, plan: &Plan) -> Option<String> {
         return Some(format!("`{}` is gone", c.consumer));
     };
     let input = nodes[consumer].input.map(|i| nodes[i].name.as_str());
+    // A join's right input: its own edge.
+    if nodes[consumer].right.is_some_and(|r| nodes[r].name == c.producer) {
+        return match plan.right_partitioning(consumer) {
+            Some(p) if p == c.partitioning => None,
+            p => Some(format!("the edge is now {}", p.unwrap_or_else(|| "none".into()))),
+        };
+    }
     if input != Some(c.producer.as_str()) {
         return Some(match input {
             Some(other) => format!("`{}` now reads `{other}`", c.consumer),

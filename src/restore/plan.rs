@@ -70,6 +70,7 @@ pub fn plan(pipeline: &Pipeline, restore: Option<&RestoreFrom>, policy: RestoreP
                 NodeKind::Map(_) => ("map", "stateless"),
                 NodeKind::Dedup(_) => ("dedup", kept_or_new(&with_state, &n.name)),
                 NodeKind::Aggregate(_) => ("aggregate", kept_or_new(&with_state, &n.name)),
+                NodeKind::Join(_) => ("join", kept_or_new(&with_state, &n.name)),
                 NodeKind::Sink(_) => ("sink", kept_or_new(&with_state, &n.name)),
             };
             NodePlan { name: n.name.clone(), kind, state, rescaled }

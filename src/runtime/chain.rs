@@ -95,6 +95,21 @@ impl Chain {
         Ok(batch)
     }
 
+    /// Run a batch of the task's input `side` (0; a join's right input: 1)
+    /// through the chain; returns what the last operator emits.
+    pub fn process_input(&mut self, side: usize, batch: Vec<Record>) -> Result<Vec<Record>, TaskError> {
+        if side == 0 || batch.is_empty() {
+            return self.process(0, batch);
+        }
+        let Some(op) = self.ops.first_mut() else { return Ok(batch) };
+        OperatorMetrics::add(&op.metrics.records_in, batch.len() as u64);
+        let mut out = Vec::new();
+        let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now: now_ms() };
+        op.op.process_right(batch, &mut ctx, &mut out).map_err(|e| TaskError::new(&op.info, e))?;
+        OperatorMetrics::add(&op.metrics.records_out, out.len() as u64);
+        self.process(1, out)
+    }
+
     /// Publish each operator's state figures (memory state only) to its
     /// metrics: plain counts the state kept, stored once per call; the task
     /// calls it once per batch or event, never per record.

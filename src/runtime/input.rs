@@ -17,6 +17,8 @@ pub struct Inputs {
     /// Blocked inputs are not read (barrier alignment).
     blocked: Vec<bool>,
     next: usize,
+    /// A join's task: the producer of its right input's channels.
+    right: Option<String>,
 }
 
 /// One event from the inputs.
@@ -31,7 +33,24 @@ impl Inputs {
         let (rxs, channels): (Vec<Receiver>, Vec<ChannelId>) = inputs.into_iter().unzip();
         let open = vec![true; rxs.len()];
         let blocked = vec![false; rxs.len()];
-        Inputs { rxs, channels, open, blocked, next: 0 }
+        Inputs { rxs, channels, open, blocked, next: 0, right: None }
+    }
+
+    /// The channels from `producer` are a join's right input (side 1).
+    pub fn with_right(mut self, producer: Option<String>) -> Self {
+        self.right = producer;
+        self
+    }
+
+    /// Which input of the task's head channel `i` feeds: 0, or 1 for a
+    /// join's right input.
+    pub fn side(&self, i: usize) -> usize {
+        self.channels.get(i).map_or(0, |c| self.side_of(c))
+    }
+
+    /// `side` of a channel, as a checkpoint names it.
+    pub fn side_of(&self, channel: &ChannelId) -> usize {
+        usize::from(self.right.as_deref() == Some(channel.producer.as_str()))
     }
 
     /// The channel input `i` reads.

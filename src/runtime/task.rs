@@ -645,7 +645,7 @@ impl OperatorTask {
                     }
                 }
                 let change = lp.tracker.on_data(i);
-                let out = self.chain.process(0, batch)?;
+                let out = self.chain.process_input(self.inputs.side(i), batch)?;
                 self.output.push(out);
                 if let Some(pause) = self.chain.throttle() {
                     // A slow operator: hold the input back (backpressure).
@@ -775,7 +775,7 @@ impl OperatorTask {
         // processed again, once, in the order each channel delivered it.
         self.output.restore_in_flight(r.snapshot.output_channels).map_err(|e| self.protocol_error(e))?;
         for input in r.snapshot.input_channels {
-            let out = self.chain.process(0, input.records)?;
+            let out = self.chain.process_input(self.inputs.side_of(&input.channel), input.records)?;
             self.output.push(out);
         }
         self.meters.watermarks(&self.chain);

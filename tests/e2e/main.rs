@@ -22,6 +22,7 @@ mod examples;
 mod file_sink;
 mod golden;
 mod inspect;
+mod join;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;

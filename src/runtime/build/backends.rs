@@ -140,5 +140,5 @@ pub(super) fn chain_is_native(plan: &Plan, nodes: &[NodeId], backends: &Backends
 /// Keyed operators keep their state in RocksDB with `backend: rocksdb`;
 /// sinks keep their few entries (staged part files) in memory.
 pub(super) fn uses_rocksdb(kind: &NodeKind) -> bool {
-    matches!(kind, NodeKind::Dedup(_) | NodeKind::Aggregate(_))
+    matches!(kind, NodeKind::Dedup(_) | NodeKind::Aggregate(_) | NodeKind::Join(_))
 }

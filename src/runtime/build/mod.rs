@@ -148,41 +148,62 @@ fn channels(plan: &Plan) -> (PerTask<Route>, PerTask<(Receiver, ChannelId)>) {
     let mut receivers: PerTask<(Receiver, ChannelId)> = plan.chains.iter().map(|_| (0..p).map(|_| Vec::new()).collect()).collect();
     for (c, chain) in plan.chains.iter().enumerate() {
         let head = chain[0];
-        let Some(input) = plan.pipeline.nodes[head].input else { continue };
-        let up = plan.chain_of(input);
-        let partitioning = plan.partitioning(head).expect("non-source has an edge");
-        // The input is the tail of its chain: a node with a channel consumer has no chained one.
-        let id = |from: usize, to: usize| ChannelId {
-            producer: plan.pipeline.nodes[input].name.clone(),
-            producer_subtask: from as u16,
-            consumer: plan.pipeline.nodes[head].name.clone(),
-            consumer_subtask: to as u16,
-            partitioning: partitioning.clone(),
-        };
-        match plan.edges[head].as_ref().expect("non-source has an edge") {
-            Edge::Forward => {
-                for i in 0..p as usize {
-                    let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
-                    routes[up][i].push(Route::forward(tx, id(i, i)));
-                    receivers[c][i].push((rx, id(i, i)));
-                }
-            }
-            Edge::Hash { key } => {
-                // Every upstream subtask gets a channel to every downstream one.
-                for (from, upstream) in routes[up].iter_mut().enumerate() {
-                    let (mut txs, mut ids) = (Vec::new(), Vec::new());
-                    for (to, downstream) in receivers[c].iter_mut().enumerate() {
-                        let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
-                        txs.push(tx);
-                        ids.push(id(from, to));
-                        downstream.push((rx, id(from, to)));
-                    }
-                    upstream.push(Route::hash(txs, ids, key.clone(), plan.pipeline.max_parallelism, plan.pipeline.key_group_share()));
-                }
-            }
+        let node = &plan.pipeline.nodes[head];
+        // A join's left input comes first: its channels are inputs 0.., its
+        // right input's follow (`Inputs::sides`).
+        let sides = [
+            (node.input, plan.edges[head].as_ref(), plan.partitioning(head)),
+            (node.right, plan.right_edges[head].as_ref(), plan.right_partitioning(head)),
+        ];
+        for (input, edge, partitioning) in sides {
+            let (Some(input), Some(edge), Some(partitioning)) = (input, edge, partitioning) else { continue };
+            wire(plan, (input, head, c), edge, &partitioning, &mut routes, &mut receivers);
         }
     }
     (routes, receivers)
+}
+
+/// The channels of one edge, from node `input` into chain `c` headed by `head`.
+fn wire(
+    plan: &Plan,
+    (input, head, c): (NodeId, NodeId, usize),
+    edge: &Edge,
+    partitioning: &str,
+    routes: &mut PerTask<Route>,
+    receivers: &mut PerTask<(Receiver, ChannelId)>,
+) {
+    let p = plan.pipeline.parallelism;
+    let up = plan.chain_of(input);
+    // The input is the tail of its chain: a node with a channel consumer has no chained one.
+    let id = |from: usize, to: usize| ChannelId {
+        producer: plan.pipeline.nodes[input].name.clone(),
+        producer_subtask: from as u16,
+        consumer: plan.pipeline.nodes[head].name.clone(),
+        consumer_subtask: to as u16,
+        partitioning: partitioning.to_string(),
+    };
+    match edge {
+        Edge::Forward => {
+            for i in 0..p as usize {
+                let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
+                routes[up][i].push(Route::forward(tx, id(i, i)));
+                receivers[c][i].push((rx, id(i, i)));
+            }
+        }
+        Edge::Hash { key } => {
+            // Every upstream subtask gets a channel to every downstream one.
+            for (from, upstream) in routes[up].iter_mut().enumerate() {
+                let (mut txs, mut ids) = (Vec::new(), Vec::new());
+                for (to, downstream) in receivers[c].iter_mut().enumerate() {
+                    let (tx, rx) = channel::channel(CHANNEL_CAPACITY);
+                    txs.push(tx);
+                    ids.push(id(from, to));
+                    downstream.push((rx, id(from, to)));
+                }
+                upstream.push(Route::hash(txs, ids, key.clone(), plan.pipeline.max_parallelism, plan.pipeline.key_group_share()));
+            }
+        }
+    }
 }
 
 fn alignment_mode(plan: &Plan) -> Option<AlignmentMode> {
@@ -342,7 +363,8 @@ impl Builder<'_> {
     fn operator_task(&mut self, c: usize, i: u16, parts: TaskParts, member: Option<Arc<Rendezvous>>) -> Task {
         let TaskParts { chain, output, meters, ck, restored } = parts;
         let head = self.plan.chains[c][0];
-        let inputs = Inputs::new(std::mem::take(&mut self.receivers[c][i as usize]));
+        let right = self.plan.pipeline.nodes[head].right.map(|r| self.plan.pipeline.nodes[r].name.clone());
+        let inputs = Inputs::new(std::mem::take(&mut self.receivers[c][i as usize])).with_right(right);
         let _ = self.metrics[head].gauges[i as usize].inputs.set(inputs.probes());
         let checkpointing = ck.map(|ck| OperatorCheckpointing {
             ck,
@@ -409,6 +431,7 @@ fn kind_name(kind: &NodeKind) -> &'static str {
         NodeKind::Aggregate(_) => "aggregate",
         NodeKind::Filter(_) => "filter",
         NodeKind::Map(_) => "map",
+        NodeKind::Join(_) => "join",
         NodeKind::Sink(_) => "sink",
     }
 }

@@ -109,6 +109,19 @@ pub(super) fn chain_op(
             };
             Box::new(Aggregate::new(spec, input_schema, dead_letter).map_err(err)?)
         }
+        NodeKind::Join(spec) => {
+            let position = |input: Option<NodeId>, key: &[String]| -> Result<Vec<usize>, BuildError> {
+                let schema = input.map(|i| plan.schemas[i].as_slice()).unwrap_or(&[]);
+                crate::operators::dedup::resolve_fields(key, schema).map_err(err)
+            };
+            let (left, right) = (position(node.input, &spec.left_key)?, position(node.right, &spec.right_key)?);
+            let dead_letter = match &spec.dead_letter {
+                Some(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                None => None,
+            };
+            let join = crate::operators::join::Join::new(&node.name, spec, left, right, plan.projections[id].clone());
+            Box::new(join.with_dead_letter(dead_letter))
+        }
         NodeKind::Filter(spec) => {
             let dead_letter = match &spec.on_error {
                 OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),

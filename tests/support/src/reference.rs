@@ -451,3 +451,127 @@ mod tests {
         );
     }
 }
+
+/// Which unmatched records an interval join emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+/// One side of an interval join: its lines with their split watermarks
+/// (`split_watermarks`), its key fields, its event-time field and the
+/// member its records go under in the output.
+pub struct JoinSide<'a> {
+    pub lines: &'a [(String, i64)],
+    pub key: &'a [&'a str],
+    pub ts: &'a str,
+    pub name: &'a str,
+}
+
+/// The interval join as docs/pipeline-reference.md defines it: a line is
+/// late (dropped, matches nothing) when its event time is at or before its
+/// split's watermark; a left record at `t` and a right record at `s` with
+/// equal keys match when `t + lower <= s <= t + upper`, one output object
+/// `{left.name: left record, right.name: right record}` per pair; an outer
+/// side's records that match nothing are output alone, `{name: record}`.
+pub fn interval_join(left: &JoinSide, right: &JoinSide, lower: i64, upper: i64, kind: JoinKind) -> Vec<Obj> {
+    let on_time = |side: &JoinSide| -> Vec<(Obj, i64, Vec<String>)> {
+        side.lines
+            .iter()
+            .map(|(l, wm)| (parse(l), *wm))
+            .map(|(o, wm)| (event_time(&o, side.ts).expect("reference input has event times"), wm, o))
+            .filter(|(t, wm, _)| t > wm)
+            .map(|(t, _, o)| {
+                let k = key_of(&o, side.key);
+                (o, t, k)
+            })
+            .collect()
+    };
+    let (ls, rs) = (on_time(left), on_time(right));
+    let one = |name: &str, o: &Obj| -> Obj {
+        let mut out = Obj::new();
+        out.insert(name.to_string(), Value::Object(o.clone().into_iter().collect()));
+        out
+    };
+    let mut out = Vec::new();
+    let mut right_matched = vec![false; rs.len()];
+    for (l, t, lk) in &ls {
+        let mut matched = false;
+        for (j, (r, s, rk)) in rs.iter().enumerate() {
+            if lk == rk && t + lower <= *s && *s <= t + upper {
+                let mut o = one(left.name, l);
+                o.insert(right.name.to_string(), Value::Object(r.clone().into_iter().collect()));
+                out.push(o);
+                matched = true;
+                right_matched[j] = true;
+            }
+        }
+        if !matched && matches!(kind, JoinKind::Left | JoinKind::Full) {
+            out.push(one(left.name, l));
+        }
+    }
+    if matches!(kind, JoinKind::Right | JoinKind::Full) {
+        out.extend(rs.iter().zip(&right_matched).filter(|(_, m)| !**m).map(|((r, _, _), _)| one(right.name, r)));
+    }
+    out
+}
+
+/// The window join as docs/pipeline-reference.md defines it: windows
+/// `[k * slide, k * slide + size)`; a line joins the windows holding it
+/// that are still open at its split's watermark (`end - 1` after it), and
+/// is late if there is none. Per window and key: every pair of a left and a
+/// right line, `{"window_start", "window_end", left.name, right.name}`; with
+/// no line of the other side in that window and key, an outer side's lines
+/// alone.
+pub fn window_join(left: &JoinSide, right: &JoinSide, size: i64, slide: i64, kind: JoinKind) -> Vec<Obj> {
+    // (window start, key) → the window's lines of each side.
+    let mut groups: BTreeMap<(i64, Vec<String>), [Vec<Obj>; 2]> = BTreeMap::new();
+    for (i, side) in [left, right].into_iter().enumerate() {
+        for (l, wm) in side.lines {
+            let o = parse(l);
+            let t = event_time(&o, side.ts).expect("reference input has event times");
+            let key = key_of(&o, side.key);
+            // Every start s = k * slide with s <= t < s + size.
+            let mut s = t.div_euclid(slide) * slide;
+            while s + size > t {
+                if s + size - 1 > *wm {
+                    groups.entry((s, key.clone())).or_default()[i].push(o.clone());
+                }
+                s -= slide;
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let member = |o: &Obj| Value::Object(o.clone().into_iter().collect());
+    for ((start, _), [ls, rs]) in groups {
+        let base = || {
+            let mut o = Obj::new();
+            o.insert("window_start".into(), Value::from(start));
+            o.insert("window_end".into(), Value::from(start + size));
+            o
+        };
+        for l in &ls {
+            for r in &rs {
+                let mut o = base();
+                o.insert(left.name.into(), member(l));
+                o.insert(right.name.into(), member(r));
+                out.push(o);
+            }
+        }
+        let emit_left = matches!(kind, JoinKind::Left | JoinKind::Full) && rs.is_empty();
+        let emit_right = matches!(kind, JoinKind::Right | JoinKind::Full) && ls.is_empty();
+        for (emit, lines, name) in [(emit_left, &ls, left.name), (emit_right, &rs, right.name)] {
+            if emit {
+                for x in lines {
+                    let mut o = base();
+                    o.insert(name.into(), member(x));
+                    out.push(o);
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,234 @@
+//! The interval join driven directly: matches in either arrival order,
+//! outer joins emitting on the watermark only, lateness, state cleanup.
+
+use super::*;
+use crate::operators::testing::Harness;
+use crate::types::{key_group_of, Value};
+
+const MAXP: u16 = 8;
+
+fn spec(kind: JoinKind, lower: Millis, upper: Millis) -> JoinSpec {
+    JoinSpec {
+        left_key: vec!["id".into()],
+        right_key: vec!["oid".into()],
+        kind,
+        lower,
+        upper,
+        left_as: "o".into(),
+        right_as: "p".into(),
+        window: None,
+        dead_letter: None,
+    }
+}
+
+fn harness(kind: JoinKind, lower: Millis, upper: Millis) -> Harness<Join> {
+    Harness::new(Join::new("j", &spec(kind, lower, upper), vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+}
+
+/// A record of key `id` at `t`, with its split watermark `wm`.
+fn rec(id: i64, t: Millis, tag: &str, wm: Millis) -> Record {
+    let mut key = Vec::new();
+    Value::Int(id).encode_key(&mut key);
+    let mut r = Record::new(vec![Value::Int(id)], format!("{{\"id\":{id},\"t\":{t},\"x\":\"{tag}\"}}").into_boxed_str(), Some(t));
+    r.key_group = key_group_of(&key, MAXP);
+    r.split_watermark = wm;
+    r
+}
+
+fn left(h: &mut Harness<Join>, rs: Vec<Record>) -> Vec<(String, Millis)> {
+    texts(h.run(|op, ctx, out| op.process(rs, ctx, out)))
+}
+
+fn right(h: &mut Harness<Join>, rs: Vec<Record>) -> Vec<(String, Millis)> {
+    texts(h.run(|op, ctx, out| op.process_right(rs, ctx, out)))
+}
+
+fn watermark(h: &mut Harness<Join>, w: Millis) -> Vec<(String, Millis)> {
+    h.watermark = w;
+    let mut out = texts(h.run(|op, ctx, out| op.on_watermark(ctx, out)));
+    out.sort();
+    out
+}
+
+fn texts(rs: Vec<Record>) -> Vec<(String, Millis)> {
+    rs.into_iter().map(|r| (r.raw.to_string(), r.event_time.unwrap_or(Millis::MIN))).collect()
+}
+
+const NO_WM: Millis = Millis::MIN;
+
+#[test]
+fn a_pair_is_emitted_once_by_the_second_to_arrive_in_either_order() {
+    for left_first in [true, false] {
+        let mut h = harness(JoinKind::Inner, -10, 5);
+        let (l, r) = (rec(1, 100, "l", NO_WM), rec(1, 104, "r", NO_WM));
+        let out = if left_first {
+            assert!(left(&mut h, vec![l]).is_empty());
+            right(&mut h, vec![r])
+        } else {
+            assert!(right(&mut h, vec![r]).is_empty());
+            left(&mut h, vec![l])
+        };
+        let text = r#"{"o":{"id":1,"t":100,"x":"l"},"p":{"id":1,"t":104,"x":"r"}}"#;
+        assert_eq!(out, [(text.to_string(), 104)], "the later event time; left first: {left_first}");
+    }
+}
+
+#[test]
+fn only_records_of_an_equal_key_within_the_interval_match() {
+    let mut h = harness(JoinKind::Inner, -10, 5);
+    left(&mut h, vec![rec(1, 100, "l", NO_WM)]);
+    // s in [90, 105]: 89 and 106 are out, 90 and 105 in; key 2 never.
+    let out = right(
+        &mut h,
+        vec![rec(1, 89, "a", NO_WM), rec(1, 90, "b", NO_WM), rec(1, 105, "c", NO_WM), rec(1, 106, "d", NO_WM), rec(2, 100, "e", NO_WM)],
+    );
+    let xs: Vec<bool> = ["\"a\"", "\"b\"", "\"c\"", "\"d\"", "\"e\""].iter().map(|x| out.iter().any(|(t, _)| t.contains(x))).collect();
+    assert_eq!(xs, [false, true, true, false, false]);
+}
+
+#[test]
+fn an_outer_join_emits_the_unmatched_once_the_watermark_passes_its_interval() {
+    let mut h = harness(JoinKind::Full, -10, 5);
+    left(&mut h, vec![rec(1, 100, "l", NO_WM), rec(2, 100, "m", NO_WM)]);
+    right(&mut h, vec![rec(1, 95, "r", NO_WM), rec(3, 100, "q", NO_WM)]);
+    // Left at 100 reaches right times up to 105: not before watermark 105.
+    assert_eq!(watermark(&mut h, 104), Vec::<(String, Millis)>::new());
+    let out = watermark(&mut h, 105);
+    assert_eq!(out, [(r#"{"o":{"id":2,"t":100,"x":"m"}}"#.to_string(), 100)], "the matched left record is not emitted again");
+    // Right at 100 reaches left times up to 110; right at 95 matched.
+    assert_eq!(watermark(&mut h, 109), Vec::<(String, Millis)>::new());
+    assert_eq!(watermark(&mut h, 110), [(r#"{"p":{"id":3,"t":100,"x":"q"}}"#.to_string(), 100)]);
+    assert_eq!(
+        h.state.len(LEFT.records) + h.state.len(RIGHT.records) + h.state.len(LEFT.times) + h.state.len(RIGHT.times),
+        0,
+        "all cleaned"
+    );
+}
+
+#[test]
+fn a_left_join_emits_unmatched_left_records_only() {
+    let mut h = harness(JoinKind::Left, 0, 0);
+    left(&mut h, vec![rec(1, 10, "l", NO_WM)]);
+    right(&mut h, vec![rec(2, 10, "r", NO_WM)]);
+    assert_eq!(watermark(&mut h, 10), [(r#"{"o":{"id":1,"t":10,"x":"l"}}"#.to_string(), 10)]);
+    let mut h = harness(JoinKind::Right, 0, 0);
+    left(&mut h, vec![rec(1, 10, "l", NO_WM)]);
+    right(&mut h, vec![rec(2, 10, "r", NO_WM)]);
+    assert_eq!(watermark(&mut h, 10), [(r#"{"p":{"id":2,"t":10,"x":"r"}}"#.to_string(), 10)]);
+}
+
+#[test]
+fn late_records_are_dropped_counted_and_match_nothing() {
+    let mut h = harness(JoinKind::Full, -10, 5);
+    right(&mut h, vec![rec(1, 100, "r", NO_WM)]);
+    // Its split's watermark is at its own time: late.
+    assert!(left(&mut h, vec![rec(1, 100, "l", 100)]).is_empty());
+    assert_eq!(h.metrics.dropped_late.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(h.state.len(LEFT.records), 0);
+    assert_eq!(watermark(&mut h, 200), [(r#"{"p":{"id":1,"t":100,"x":"r"}}"#.to_string(), 100)]);
+}
+
+#[test]
+fn duplicates_on_both_sides_give_every_pair() {
+    let mut h = harness(JoinKind::Inner, 0, 0);
+    left(&mut h, vec![rec(1, 7, "l", NO_WM), rec(1, 7, "l", NO_WM)]);
+    assert_eq!(right(&mut h, vec![rec(1, 7, "r", NO_WM), rec(1, 7, "r", NO_WM)]).len(), 4);
+}
+
+#[test]
+fn a_record_that_arrives_already_done_still_matches_and_leaves_at_the_next_watermark() {
+    // Interval entirely in the past: left at 100 matches right in [90, 95].
+    let mut h = harness(JoinKind::Left, -10, -5);
+    right(&mut h, vec![rec(1, 93, "r", NO_WM)]);
+    h.watermark = 97;
+    assert_eq!(left(&mut h, vec![rec(1, 100, "l", 97), rec(2, 100, "m", 97)]).len(), 1);
+    assert_eq!(watermark(&mut h, 98), [(r#"{"o":{"id":2,"t":100,"x":"m"}}"#.to_string(), 100)]);
+}
+
+#[test]
+fn the_output_holds_the_fields_needed_downstream() {
+    let projection =
+        vec![("o.id".to_string(), FieldNeed { required: true, ..FieldNeed::default() }), ("p.x".to_string(), FieldNeed::default())];
+    let op = Join::new("j", &spec(JoinKind::Left, 0, 0), vec![0], vec![0], projection);
+    let mut h = Harness::new(op, "j", 0..MAXP, MAXP);
+    h.run(|op, ctx, out| op.process(vec![rec(4, 1, "l", NO_WM)], ctx, out));
+    let out = h.run(|op, ctx, out| op.process_right(vec![rec(4, 1, "r", NO_WM)], ctx, out));
+    assert_eq!(out[0].fields, [Value::Int(4), Value::Str("r".into())]);
+    h.watermark = 5;
+    let unmatched = h.run(|op, ctx, out| op.process(vec![rec(5, 9, "l", NO_WM)], ctx, out));
+    assert!(unmatched.is_empty());
+    h.watermark = 9;
+    let out = h.run(|op, ctx, out| op.on_watermark(ctx, out));
+    assert_eq!(out[0].fields, [Value::Int(5), Value::Null], "the right side's fields are absent");
+}
+
+fn window_harness(kind: JoinKind, window: crate::config::WindowSpec) -> Harness<Join> {
+    let spec = JoinSpec { window: Some(window), ..spec(kind, 0, 0) };
+    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+}
+
+fn tumbling(ms: u64) -> crate::config::WindowSpec {
+    crate::config::WindowSpec::Tumbling { size: std::time::Duration::from_millis(ms) }
+}
+
+#[test]
+fn a_window_join_emits_the_pairs_of_a_window_when_it_fires() {
+    let mut h = window_harness(JoinKind::Inner, tumbling(10));
+    assert!(left(&mut h, vec![rec(1, 5, "l", NO_WM)]).is_empty(), "nothing before the window fires");
+    assert!(right(&mut h, vec![rec(1, 7, "r", NO_WM), rec(1, 12, "s", NO_WM), rec(2, 8, "q", NO_WM)]).is_empty());
+    assert!(watermark(&mut h, 8).is_empty());
+    let text = r#"{"window_start":0,"window_end":10,"o":{"id":1,"t":5,"x":"l"},"p":{"id":1,"t":7,"x":"r"}}"#;
+    assert_eq!(watermark(&mut h, 9), [(text.to_string(), 9)], "stamped end - 1");
+    assert_eq!(h.state.len(LEFT.records) + h.state.len(RIGHT.records), 1, "only [10, 20) is left");
+    assert!(watermark(&mut h, 19).is_empty(), "1@12 has no left partner in [10, 20)");
+    assert_eq!(h.state.len(RIGHT.records) + h.state.len(RIGHT.times), 0);
+}
+
+#[test]
+fn an_outer_window_join_emits_per_window_and_late_records_join_only_open_windows() {
+    let sliding =
+        crate::config::WindowSpec::Sliding { size: std::time::Duration::from_millis(20), slide: std::time::Duration::from_millis(10) };
+    let mut h = window_harness(JoinKind::Full, sliding);
+    // 1@15 is in [0, 20) and [10, 30); its split's watermark 19 closes [0, 20).
+    left(&mut h, vec![rec(1, 15, "l", 19)]);
+    right(&mut h, vec![rec(1, 5, "r", NO_WM)]);
+    // [-10, 10) and [0, 20) fire by 19: the right record alone in each (the
+    // left one may not join [0, 20)).
+    let alone = |start: i64, end: i64| (format!(r#"{{"window_start":{start},"window_end":{end},"p":{{"id":1,"t":5,"x":"r"}}}}"#), end - 1);
+    assert_eq!(watermark(&mut h, 19), [alone(-10, 10), alone(0, 20)]);
+    assert_eq!(watermark(&mut h, 29), [(r#"{"window_start":10,"window_end":30,"o":{"id":1,"t":15,"x":"l"}}"#.to_string(), 29)]);
+    // Behind its split's watermark for every window: late.
+    assert!(left(&mut h, vec![rec(1, 25, "z", 100)]).is_empty());
+    assert_eq!(h.metrics.dropped_late.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(h.state.len(LEFT.records) + h.state.len(RIGHT.records), 0);
+}
+
+#[test]
+fn a_restored_window_join_does_not_fire_its_windows_again() {
+    let mut h = window_harness(
+        JoinKind::Inner,
+        crate::config::WindowSpec::Sliding { size: std::time::Duration::from_millis(20), slide: std::time::Duration::from_millis(10) },
+    );
+    left(&mut h, vec![rec(1, 15, "l", NO_WM)]);
+    right(&mut h, vec![rec(1, 16, "r", NO_WM)]);
+    assert_eq!(watermark(&mut h, 19).len(), 1, "[0, 20)");
+    // A restore of this state at watermark 19: [0, 20) fired before it.
+    let mut again = window_harness(JoinKind::Inner, tumbling(10));
+    again.op = Join::new(
+        "j",
+        &JoinSpec {
+            window: h.op.windows.map(|w| crate::config::WindowSpec::Sliding {
+                size: std::time::Duration::from_millis(w.size as u64),
+                slide: std::time::Duration::from_millis(w.slide as u64),
+            }),
+            ..spec(JoinKind::Inner, 0, 0)
+        },
+        vec![0],
+        vec![0],
+        Vec::new(),
+    );
+    again.state = std::mem::replace(&mut h.state, Box::new(crate::state::memory::MemoryState::new(&[], 0..0)));
+    again.watermark = 19;
+    again.run(|op, ctx, _| op.on_restore(1, ctx));
+    assert_eq!(watermark(&mut again, 29).len(), 1, "[10, 30) only");
+}
