@@ -1298,29 +1298,17 @@ mod tests {
             ),
             (None, val("{}"), Stamp::Watermark { partition: 0, generation: 3, producer: 1, watermark: 7 }),
         ];
-        let mut messages = Vec::new();
-        for (k, v, stamp) in &recs {
-            encode_msg(&mut messages, k.as_deref(), v, stamp, true);
-        }
-        let mut whole = Vec::new();
-        encode_staged(&mut whole, 2, Some(1), "run-a", 9, &messages);
+        let whole = staged_value(2, Some(1), "run-a", 9, &recs);
         let back = decode_staged(&whole).unwrap();
         assert_eq!((back.origin, back.instance, back.id, &back.records), (2, Some(1), 9, &recs));
-        // Every cut but those between two whole messages.
-        let ends: Vec<usize> = (0..=recs.len()).map(|n| whole.len() - messages.len() + encoded_len(&recs[..n])).collect();
+        // Every cut but those between two whole messages (the value of the
+        // first n messages is a prefix of the whole).
+        let ends: Vec<usize> = (0..=recs.len()).map(|n| staged_value(2, Some(1), "run-a", 9, &recs[..n]).len()).collect();
         for cut in 0..whole.len() {
             if !ends.contains(&cut) {
                 assert!(decode_staged(&whole[..cut]).is_err(), "cut at {cut} of {}", whole.len());
             }
         }
-    }
-
-    fn encoded_len(recs: &[Msg]) -> usize {
-        let mut out = Vec::new();
-        for (k, v, stamp) in recs {
-            encode_msg(&mut out, k.as_deref(), v, stamp, true);
-        }
-        out.len()
     }
 
     /// A staged transaction's state value as the sink writes it.

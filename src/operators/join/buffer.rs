@@ -195,18 +195,8 @@ pub fn remove_up_to(
     bound: Millis,
     f: &mut dyn FnMut(Buffered) -> Result<(), OpError>,
 ) -> Result<(), OpError> {
-    if bound < from {
-        return Ok(());
-    }
-    let lo = encode_time(from);
-    let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
-    let mut due: Vec<Vec<u8>> = Vec::new();
-    state.scan_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| {
-        due.push(k.to_vec());
-        ControlFlow::Continue(())
-    })?;
     let mut value = Vec::new();
-    for k in due {
+    for k in time_keys(state, t, kg, from, bound)? {
         state.delete(t.times, kg, &k)?;
         let entry = entry_of_time_key(&k)?;
         if state.take(t.records, kg, &entry, &mut value)? {
@@ -217,22 +207,28 @@ pub fn remove_up_to(
     Ok(())
 }
 
-/// Every record of key group `kg` with `from <= time <= bound`, in time
-/// order (records of one time: by key), left in state.
-pub fn up_to(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<Vec<Buffered>, OpError> {
-    let mut found = Vec::new();
+/// The keys of the time index of key group `kg` with `from <= time <=
+/// bound`, in order (none when `bound < from`).
+fn time_keys(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<Vec<Vec<u8>>, OpError> {
+    let mut keys = Vec::new();
     if bound < from {
-        return Ok(found);
+        return Ok(keys);
     }
     let lo = encode_time(from);
     let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
-    let mut keys: Vec<Vec<u8>> = Vec::new();
     state.scan_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| {
         keys.push(k.to_vec());
         ControlFlow::Continue(())
     })?;
+    Ok(keys)
+}
+
+/// Every record of key group `kg` with `from <= time <= bound`, in time
+/// order (records of one time: by key), left in state.
+pub fn up_to(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<Vec<Buffered>, OpError> {
+    let mut found = Vec::new();
     let mut value = Vec::new();
-    for k in keys {
+    for k in time_keys(state, t, kg, from, bound)? {
         let entry = entry_of_time_key(&k)?;
         if state.get(t.records, kg, &entry, &mut value)? {
             let (matched, since, raw) = decode_value(&value)?;
