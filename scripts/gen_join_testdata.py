@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Writes testdata/inputs/join/{orders,payments}/*.jsonl: orders and the
-payments of some of them (none, one or two each, some outside the join's
-interval, some for unknown orders), a little out of order within each file
-(at most 1.5 s), and a few lines far behind (late at 2 s of out-of-orderness).
-Deterministic: rerunning it writes the same files."""
+"""Writes testdata/inputs/join/{orders,payments,users}/*.jsonl: orders and
+the payments of some of them (none, one or two each, some outside the join's
+interval, some for unknown orders), and the changelog of the orders' users
+(versions from some time on, deletions `"op":"d"`, two versions at one time
+now and then, users with no version before their first orders), a little
+out of order within each file (at most 1.5 s), and a few lines far behind
+(late at 2 s of out-of-orderness). Deterministic: rerunning it writes the
+same files."""
 import json, os, random
 
 random.seed(28)
@@ -44,3 +47,18 @@ def write(name, records, files):
 
 write("orders", orders, 3)
 write("payments", payments, 2)
+
+# The users' changelog, after the other files so that they stay as they were.
+users = []
+for u in range(30):
+    ts = BASE + random.randrange(-5000, 20_000)
+    while ts < BASE + 105_000:
+        if random.random() < 0.12:
+            users.append({"user": f"u{u:02d}", "op": "d", "ts": ts})
+        else:
+            users.append({"user": f"u{u:02d}", "op": "u", "tier": random.choice(["bronze", "silver", "gold"]), "ts": ts})
+            if random.random() < 0.06:
+                # Another version at the same time: the last by text counts.
+                users.append({"user": f"u{u:02d}", "op": "u", "tier": random.choice(["bronze", "silver", "gold"]), "note": "tie", "ts": ts})
+        ts += random.randrange(3000, 20_000)
+write("users", users, 2)

@@ -1,13 +1,14 @@
-//! The `join` operator's settings (issue 28): the interval join of two
-//! streams. Checks what one node's settings can show (keys of equal arity,
-//! `lower <= upper`, two distinct inputs, output members that do not
-//! collide) and, in `flow`, what needs both inputs (their key fields, event
-//! time on both sides). Every error is located at its `FILE:LINE:COL`.
+//! The `join` operator's settings (issue 28): the interval, window and
+//! temporal joins of two streams. Checks what one node's settings can show
+//! (keys of equal arity, `lower <= upper`, two distinct inputs, output
+//! members that do not collide, a temporal join's kind and deletion
+//! expression) and, in `flow`, what needs both inputs (their key fields,
+//! event time on both sides). Every error is located at its `FILE:LINE:COL`.
 
 use super::locate::{child, Seg};
-use super::pipeline::{JoinKind, JoinSpec, NodeKind};
+use super::pipeline::{JoinKind, JoinSpec, NodeKind, TemporalSpec};
 use super::pipeline::{WindowSpec, WINDOW_END, WINDOW_START};
-use super::raw::{RawInterval, RawJoinAs, RawJoinKind, RawJoinOn, RawWindow};
+use super::raw::{RawInterval, RawJoinAs, RawJoinKind, RawJoinOn, RawTemporal, RawWindow};
 use super::specs::{check_fields, event_span, key_list, window_spec, Cx, Flow, Time};
 use crate::types::Millis;
 
@@ -19,6 +20,7 @@ pub(crate) struct RawJoin<'a> {
     pub kind: Option<RawJoinKind>,
     pub interval: Option<&'a RawInterval>,
     pub window: Option<&'a RawWindow>,
+    pub temporal: Option<&'a RawTemporal>,
     pub prefixes: Option<&'a RawJoinAs>,
     pub dead_letter: Option<&'a str>,
 }
@@ -43,14 +45,20 @@ pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
             format!("a join of `{}` with itself: `left` and `right` must be different nodes (put a `filter` on one side to join a stream with a copy of it)", raw.left),
         );
     }
-    let (mut lower, mut upper, mut window) = (None, None, None);
-    match (raw.interval, raw.window) {
-        (Some(interval), None) => (lower, upper) = bounds(cx, at, interval),
-        (None, Some(w)) => window = windows(cx, at, w),
-        (Some(_), Some(_)) => {
-            cx.err_key(&child(at, "window"), "a join has an `interval` (the interval join) or a `window` (the window join), not both")
+    let (mut lower, mut upper, mut window, mut temporal) = (None, None, None, None);
+    match (raw.interval, raw.window, raw.temporal) {
+        (Some(interval), None, None) => (lower, upper) = bounds(cx, at, interval),
+        (None, Some(w), None) => window = windows(cx, at, w),
+        (None, None, Some(t)) => temporal = Some(temporal_spec(cx, at, t, raw.kind)),
+        (None, None, None) => cx.err(
+            at,
+            "a join needs an `interval: {lower, upper}` (the interval join), a `window` (the window join) or `temporal: {}` (the temporal join)",
+        ),
+        (i, w, _) => {
+            // Report at the second of the three given.
+            let second = if i.is_some() && w.is_some() { "window" } else { "temporal" };
+            cx.err_key(&child(at, second), "a join has one of `interval` (the interval join), `window` (the window join) and `temporal` (the temporal join), not two")
         }
-        (None, None) => cx.err(at, "a join needs an `interval: {lower, upper}` (the interval join) or a `window` (the window join)"),
     }
     let (left_as, right_as) = prefixes(cx, at, &raw);
     if raw.window.is_some() {
@@ -77,6 +85,7 @@ pub(crate) fn spec(cx: &mut Cx, at: &[Seg], raw: RawJoin) -> NodeKind {
         lower: lower.unwrap_or(0),
         upper: upper.unwrap_or(0),
         window,
+        temporal,
         left_as,
         right_as,
         dead_letter: raw.dead_letter.map(std::path::PathBuf::from),
@@ -100,6 +109,24 @@ fn bounds(cx: &mut Cx, at: &[Seg], interval: &RawInterval) -> (Option<Millis>, O
         }
     }
     (lower, upper)
+}
+
+/// A temporal join's table settings. It emits each left record once, with
+/// the version valid at its time or (left outer) alone: the table's
+/// versions are not records to emit, so `right` and `full` mean nothing.
+fn temporal_spec(cx: &mut Cx, at: &[Seg], raw: &RawTemporal, kind: Option<RawJoinKind>) -> TemporalSpec {
+    if let Some(k @ (RawJoinKind::Right | RawJoinKind::Full)) = kind {
+        let name = if k == RawJoinKind::Right { "right" } else { "full" };
+        cx.err(
+            &child(at, "kind"),
+            format!("a temporal join is `inner` or `left`, not `{name}`: its right side is a table of versions, which are not emitted on their own"),
+        );
+    }
+    let delete_when = raw.delete_when.as_ref().map(|source| {
+        super::specs::expression(cx, &child(&child(at, "temporal"), "delete_when"), "delete_when", source);
+        source.clone()
+    });
+    TemporalSpec { delete_when }
 }
 
 /// A window join's windows: the aggregate's tumbling or sliding windows.
@@ -289,9 +316,24 @@ operators:
         let text = join(&format!("{windowed}    as: {{left: window_end}}\n"));
         assert_one(&text, &at(&text, "as:", "window_end}"), "output field `window_end` would collide with the window bound");
         let text = join(&format!("{OK}    window: {{type: tumbling, size: 1s}}\n"));
-        assert_one(&text, &at(&text, "interval:", "window:"), "not both");
+        assert_one(&text, &at(&text, "interval:", "window:"), "not two");
         let text = join(&OK.replace("    interval: {lower: -1h, upper: 10s}\n", ""));
         assert_one(&text, &at(&text, "operators:", "name: j"), "a join needs an `interval");
+    }
+
+    #[test]
+    fn a_temporal_join_is_inner_or_left_with_a_deletion_expression_that_compiles() {
+        let temporal = OK.replace("interval: {lower: -1h, upper: 10s}", "temporal: {delete_when: \"n == 0\"}");
+        let p = load_str(&join(&temporal), "t.yaml", &[]).unwrap();
+        let Some(NodeKind::Join(spec)) = p.nodes.iter().find(|n| n.name == "j").map(|n| &n.kind) else { panic!("no join") };
+        assert_eq!(spec.temporal.as_ref().and_then(|t| t.delete_when.as_deref()), Some("n == 0"));
+        assert_eq!(p.state_keys()["j"], "temporal join by [id] and [oid]", "its state is not an interval join's");
+        let text = join(&format!("{temporal}    kind: full\n"));
+        assert_one(&text, &at(&text, "kind:", "full"), "a temporal join is `inner` or `left`, not `full`");
+        let text = join(&temporal.replace("n == 0", "n ==="));
+        assert_one(&text, &at(&text, "temporal:", "\"n ==="), "`delete_when` expression `n ===`");
+        let text = join(&format!("{OK}    temporal: {{}}\n"));
+        assert_one(&text, &at(&text, "interval:", "temporal:"), "not two");
     }
 
     #[test]

@@ -191,9 +191,11 @@ pub enum NodeKind {
     Sink(SinkSpec),
 }
 
-/// `join` (issue 28): the interval join of two keyed streams in event time.
-/// A left record at `t` matches every right record of an equal key at `s`
-/// with `t + lower <= s <= t + upper`.
+/// `join` (issue 28): two keyed streams in event time. The interval join:
+/// a left record at `t` matches every right record of an equal key at `s`
+/// with `t + lower <= s <= t + upper`; the window join: records of one
+/// window; the temporal join: a left record at `t` and the version of its
+/// key in the right changelog valid at `t`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinSpec {
     /// Key field paths of each side, equal in number; pair i compares left
@@ -208,11 +210,21 @@ pub struct JoinSpec {
     /// A window join: both sides in these (tumbling or sliding) windows,
     /// joined per window and key when the window fires.
     pub window: Option<WindowSpec>,
+    /// A temporal join: the right side is a changelog table.
+    pub temporal: Option<TemporalSpec>,
     /// Late records of either side are written here (JSON lines).
     pub dead_letter: Option<PathBuf>,
     /// The output member holding each side's record.
     pub left_as: String,
     pub right_as: String,
+}
+
+/// A temporal join's table side.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TemporalSpec {
+    /// A CEL expression (validated) true for the right records that delete
+    /// their key; None: no record deletes.
+    pub delete_when: Option<String>,
 }
 
 /// Which unmatched records a join emits.
@@ -500,7 +512,13 @@ impl Pipeline {
         let keyed = |n: &Node| match &n.kind {
             NodeKind::Dedup(d) => Some(format!("dedup by [{}]", d.key.join(", "))),
             NodeKind::Aggregate(a) => Some(format!("aggregate by [{}]", a.key.join(", "))),
-            NodeKind::Join(j) => Some(format!("join by [{}] and [{}]", j.left_key.join(", "), j.right_key.join(", "))),
+            // A temporal join keeps versions, not records waiting for partners.
+            NodeKind::Join(j) => Some(format!(
+                "{}join by [{}] and [{}]",
+                if j.temporal.is_some() { "temporal " } else { "" },
+                j.left_key.join(", "),
+                j.right_key.join(", ")
+            )),
             NodeKind::Source(_) | NodeKind::Filter(_) | NodeKind::Map(_) | NodeKind::Sink(_) => None,
         };
         self.nodes.iter().filter_map(|n| keyed(n).map(|k| (n.name.clone(), k))).collect()

@@ -262,7 +262,8 @@ pub enum RawOperator {
         #[serde(default)]
         dead_letter: Option<String>,
     },
-    /// Joins two streams by equal keys (issue 28); today the interval join.
+    /// Joins two streams by equal keys (issue 28): the interval, window or
+    /// temporal join.
     Join {
         name: String,
         left: String,
@@ -274,9 +275,12 @@ pub enum RawOperator {
         /// The interval join's bounds, or
         #[serde(default)]
         interval: Option<RawInterval>,
-        /// the window join's windows (tumbling or sliding).
+        /// the window join's windows (tumbling or sliding), or
         #[serde(default)]
         window: Option<RawWindow>,
+        /// the temporal join's table settings (the right side is a changelog).
+        #[serde(default)]
+        temporal: Option<RawTemporal>,
         /// The output member each side's record goes under (default: the node names).
         #[serde(default, rename = "as")]
         prefixes: Option<RawJoinAs>,
@@ -309,6 +313,15 @@ pub enum RawJoinKind {
 pub struct RawInterval {
     pub lower: String,
     pub upper: String,
+}
+
+/// `temporal:` of a temporal join (`{}` for the defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTemporal {
+    /// A CEL expression true for the right records that delete their key.
+    #[serde(default)]
+    pub delete_when: Option<String>,
 }
 
 /// `as:` of a join.

@@ -767,7 +767,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
             condition: expression(cx, &child(at, "where"), "where", condition),
             on_error: on_error_spec(cx, at, *on_error, dead_letter.as_deref()),
         }),
-        RawOperator::Join { left, right, on, kind, interval, window, prefixes, dead_letter, .. } => {
+        RawOperator::Join { left, right, on, kind, interval, window, temporal, prefixes, dead_letter, .. } => {
             let raw = super::join::RawJoin {
                 left,
                 right,
@@ -775,6 +775,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
                 kind: *kind,
                 interval: interval.as_ref(),
                 window: window.as_ref(),
+                temporal: temporal.as_ref(),
                 prefixes: prefixes.as_ref(),
                 dead_letter: dead_letter.as_deref(),
             };
@@ -807,7 +808,7 @@ pub(crate) fn operator(cx: &mut Cx, at: &[Seg], raw: &RawOperator) -> NodeKind {
 }
 
 /// A CEL expression at `at`, compiled; errors name the column inside it.
-fn expression(cx: &mut Cx, at: &[Seg], what: &str, source: &str) -> crate::expr::Expression {
+pub(crate) fn expression(cx: &mut Cx, at: &[Seg], what: &str, source: &str) -> crate::expr::Expression {
     match crate::expr::Expression::compile(source) {
         Ok(e) => e,
         Err(e) => {

@@ -50,6 +50,12 @@ pub struct OperatorMetrics {
     pub dropped_late: AtomicU64,
     /// Dropped records written to a dead letter.
     pub dead_lettered: AtomicU64,
+    /// A join: of `records_in`, those of its right input; of
+    /// `dropped_late`, the right input's; of `records_out`, the records
+    /// emitted without a partner (outer joins).
+    pub right_in: AtomicU64,
+    pub right_late: AtomicU64,
+    pub unmatched_out: AtomicU64,
     /// Bytes consumed (sources only).
     pub bytes_in: AtomicU64,
     /// Part files published (file sinks only).

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{Context, OpResult, Operator, OperatorMetrics, SubtaskInfo};
+use super::{Context, OpError, OpResult, Operator, OperatorMetrics, SubtaskInfo};
 use crate::state::memory::MemoryState;
 use crate::state::KeyedState;
 use crate::types::{KeyGroup, Millis, Record};
@@ -34,10 +34,15 @@ impl<O: Operator> Harness<O> {
 
     /// Call one hook with a fresh context; returns what the operator emitted.
     pub fn run(&mut self, f: impl FnOnce(&mut O, &mut Context<'_>, &mut Vec<Record>) -> OpResult) -> Vec<Record> {
+        self.try_run(f).unwrap()
+    }
+
+    /// `run` for a hook that may fail: its error instead of a panic.
+    pub fn try_run(&mut self, f: impl FnOnce(&mut O, &mut Context<'_>, &mut Vec<Record>) -> OpResult) -> Result<Vec<Record>, OpError> {
         let mut ctx =
             Context { info: &self.info, state: self.state.as_mut(), metrics: &self.metrics, watermark: self.watermark, now: self.now };
         let mut out = Vec::new();
-        f(&mut self.op, &mut ctx, &mut out).unwrap();
-        out
+        f(&mut self.op, &mut ctx, &mut out)?;
+        Ok(out)
     }
 }

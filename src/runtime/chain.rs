@@ -103,6 +103,7 @@ impl Chain {
         }
         let Some(op) = self.ops.first_mut() else { return Ok(batch) };
         OperatorMetrics::add(&op.metrics.records_in, batch.len() as u64);
+        OperatorMetrics::add(&op.metrics.right_in, batch.len() as u64);
         let mut out = Vec::new();
         let mut ctx = Context { info: &op.info, state: op.state.as_mut(), metrics: &op.metrics, watermark: op.watermark, now: now_ms() };
         op.op.process_right(batch, &mut ctx, &mut out).map_err(|e| TaskError::new(&op.info, e))?;

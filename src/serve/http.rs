@@ -189,6 +189,48 @@ fn records(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Er
     Ok(())
 }
 
+/// A join's figures per side, per subtask: records in, late records, and
+/// the records it output matched (a pair) or unmatched (an outer join's
+/// record alone).
+fn joins(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
+    type Pick = fn(&crate::operators::OperatorMetrics) -> [(&'static str, u64); 2];
+    fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+        a.load(Ordering::Relaxed)
+    }
+    let families: [(&str, &str, &str, Pick); 3] = [
+        ("weir_join_records_in", "Records a join subtask received, per input side.", "side", |m| {
+            let right = load(&m.right_in);
+            [("left", load(&m.records_in).saturating_sub(right)), ("right", right)]
+        }),
+        ("weir_join_records_late", "Late records a join subtask dropped, per input side.", "side", |m| {
+            let right = load(&m.right_late);
+            [("left", load(&m.dropped_late).saturating_sub(right)), ("right", right)]
+        }),
+        ("weir_join_records_out", "Records a join subtask output: pairs (matched) and outer records alone (unmatched).", "match", |m| {
+            let alone = load(&m.unmatched_out);
+            [("matched", load(&m.records_out).saturating_sub(alone)), ("unmatched", alone)]
+        }),
+    ];
+    for (name, help, label, pick) in families {
+        let mut m = enc.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+        for node in e.nodes.iter().filter(|n| n.kind == "join") {
+            for (i, sub) in node.subtasks.iter().enumerate() {
+                let subtask = i.to_string();
+                for (value, n) in pick(sub) {
+                    let labels = [
+                        ("pipeline", e.pipeline.as_str()),
+                        ("operator", node.name.as_str()),
+                        ("subtask", subtask.as_str()),
+                        (label, value),
+                    ];
+                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One request per connection (`Connection: close`), read within `limits.idle`.
 async fn connection(mut stream: TcpStream, site: Arc<Site>, limits: Limits) {
     let head = tokio::time::timeout(limits.idle, read_head(&mut stream, limits.max_request)).await;
@@ -377,6 +419,7 @@ impl Collector for WeirCollector {
         )?;
 
         records(&mut enc, e)?;
+        joins(&mut enc, e)?;
         counter(
             &mut enc,
             "weir_restarts",
@@ -997,6 +1040,30 @@ mod tests {
         let head = text(&route(&s, b"HEAD /metrics HTTP/1.1\r\n\r\n"));
         assert!(head.starts_with("HTTP/1.1 200 ") && head.ends_with("\r\n\r\n"), "{head}");
         assert!(text(&route(&s, b"GET /ready HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 503 "));
+    }
+
+    #[test]
+    fn a_join_has_its_records_per_side_and_its_outputs_matched_or_not() {
+        let mut e = exported(false);
+        e.nodes.push(NodeMetrics::new("j", "join", 1));
+        let m = &e.nodes[3].subtasks[0];
+        for (counter, n) in
+            [(&m.records_in, 10), (&m.right_in, 4), (&m.dropped_late, 3), (&m.right_late, 1), (&m.records_out, 9), (&m.unmatched_out, 2)]
+        {
+            counter.store(n, Ordering::Relaxed);
+        }
+        let body = text(&route(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        for want in [
+            r#"weir_join_records_in_total{pipeline="p",operator="j",subtask="0",side="left"} 6"#,
+            r#"weir_join_records_in_total{pipeline="p",operator="j",subtask="0",side="right"} 4"#,
+            r#"weir_join_records_late_total{pipeline="p",operator="j",subtask="0",side="left"} 2"#,
+            r#"weir_join_records_late_total{pipeline="p",operator="j",subtask="0",side="right"} 1"#,
+            r#"weir_join_records_out_total{pipeline="p",operator="j",subtask="0",match="matched"} 7"#,
+            r#"weir_join_records_out_total{pipeline="p",operator="j",subtask="0",match="unmatched"} 2"#,
+        ] {
+            assert!(body.lines().any(|l| l == want), "no {want} in\n{body}");
+        }
+        assert!(!body.contains(r#"weir_join_records_in_total{pipeline="p",operator="agg""#), "only joins");
     }
 
     #[test]

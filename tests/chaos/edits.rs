@@ -65,7 +65,7 @@ pub fn apply(kind: &EditKind, shape: &Shape, rng: &mut Rng, serial: usize) -> Op
             let leaves: Vec<String> = s
                 .operators
                 .iter()
-                .filter(|o| !matches!(o.kind, OpKind::Running { .. }) && !s.operators.iter().any(|x| x.input == o.name))
+                .filter(|o| !matches!(o.kind, OpKind::Running { .. }) && !s.operators.iter().any(|x| x.reads(&o.name)))
                 .filter(|o| s.emits(&o.input) != Emits::Updates)
                 .map(|o| o.name.clone())
                 .collect();

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use super::input::SourceInput;
 use super::records::{parse, Obj};
-use super::reference::{self, Agg, Func, Window as RefWindow};
-use super::shape::{OpKind, Shape, ValueFn, Window, OUT_OF_ORDERNESS_MS};
+use super::reference::{self, Agg, Func, JoinSide, Window as RefWindow};
+use super::shape::{JoinHow, OpKind, Shape, ValueFn, Window, OUT_OF_ORDERNESS_MS};
 
 /// The records one node emits over the whole input.
 #[derive(Clone, Default)]
@@ -98,6 +98,16 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
                     (serde_json::to_string(&r).unwrap(), *wm)
                 })
                 .collect()),
+            OpKind::Join { right, how, kind } => {
+                // Each side's records under its node's name (the default `as`).
+                let left = JoinSide { lines: &up.lines, key: &["user"], ts: "ts", name: &op.input };
+                let right = JoinSide { lines: &out[right].lines, key: &["user"], ts: "ts", name: right };
+                records(match *how {
+                    JoinHow::Interval { lower, upper } => reference::interval_join(&left, &right, lower, upper, *kind),
+                    JoinHow::Window { size } => reference::window_join(&left, &right, size, size, *kind),
+                    JoinHow::Temporal => reference::temporal_join(&left, &right, *kind, &|_| false),
+                })
+            }
             OpKind::Running { .. } => {
                 let aggs = [(Func::Count, None, "n"), (Func::Sum, Some("amount"), "total")];
                 let lines: Vec<String> = up.lines.iter().map(|(l, _)| l.clone()).collect();

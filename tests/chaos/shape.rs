@@ -10,12 +10,16 @@
 //! blackhole (backpressure); a `filter` or `map` spliced into some edges
 //! that carry raw records. Aggregates add some of the functions over values
 //! (`count_distinct`, `first`, `last`, `collect` with `max_items`) to their
-//! fixed ones. Event times are multiples of `STEP_MS` and
+//! fixed ones. Some shapes join two raw nodes by `user` (interval, window
+//! or temporal join, any kind), each side from its own source when there
+//! are two (of different speeds), else a source and a filter of it.
+//! Event times are multiples of `STEP_MS` and
 //! session gaps are not, so no record is ever exactly `gap` from another.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::reference::JoinKind;
 use super::rng::Rng;
 
 /// Event-time step between generated records (ms).
@@ -75,6 +79,24 @@ pub enum OpKind {
     Filter,
     /// `set: {amount: "amount * 2", tag: "'m'"}`: raw records, reshaped.
     Map,
+    /// Key `[user]` on both sides: the operator's `input` (left) with `right`.
+    Join { right: String, how: JoinHow, kind: JoinKind },
+}
+
+/// Which join (issue 28) a `Join` is. Bounds and windows are a few steps
+/// of event time, so that a record has a handful of partners.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum JoinHow {
+    Interval {
+        lower: i64,
+        upper: i64,
+    },
+    /// Tumbling windows of `size` ms.
+    Window {
+        size: i64,
+    },
+    /// The right side is the changelog: each record a new version of its user.
+    Temporal,
 }
 
 /// What a node emits, which decides what may read it.
@@ -86,6 +108,8 @@ pub enum Emits {
     Windows,
     /// Running aggregate updates (no event time).
     Updates,
+    /// A join's output: one object per match, each side under its node's name.
+    Joined,
 }
 
 /// A function over values (issue 16) an aggregate adds to its fixed ones.
@@ -121,6 +145,13 @@ pub struct Operator {
     pub kind: OpKind,
     /// An aggregate's functions over values, after its fixed ones.
     pub values: Vec<ValueFn>,
+}
+
+impl Operator {
+    /// Does it read `node` (a join: as either side)?
+    pub fn reads(&self, node: &str) -> bool {
+        self.input == node || matches!(&self.kind, OpKind::Join { right, .. } if right == node)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -234,6 +265,7 @@ impl Shape {
         }
         shape.splice_stateless(seed);
         shape.draw_value_functions(seed);
+        shape.splice_join(seed);
         if rng.chance(0.3) {
             if let Some(node) = shape.random_node_with_room(rng) {
                 // Slower than its source: backpressure builds up behind it.
@@ -271,13 +303,58 @@ impl Shape {
         }
     }
 
+    /// Join two raw nodes (issue 28), with a file sink of its own, from a
+    /// stream of its own of the seed (as `splice_stateless`).
+    fn splice_join(&mut self, seed: u64) {
+        let mut rng = Rng::new(seed ^ 0x001a_1101);
+        if !rng.chance(0.35) {
+            return;
+        }
+        let raw: Vec<String> = self.nodes().into_iter().filter(|n| self.emits(n) == Emits::Raw && self.consumers(n) < 3).collect();
+        let sources: Vec<&String> = raw.iter().filter(|n| self.operator(n).is_none()).collect();
+        let (mut left, mut right) = match (sources.len(), raw.len()) {
+            (2.., _) => (sources[0].clone(), sources[1].clone()),
+            (_, 2..) => {
+                let l = rng.range(0, raw.len() as u64 - 1) as usize;
+                let r = (l + rng.range(1, raw.len() as u64 - 1) as usize) % raw.len();
+                (raw[l].clone(), raw[r].clone())
+            }
+            (_, 1) => {
+                // One raw node: the other side is a filter of it.
+                self.operators.push(Operator { name: "jf".into(), input: raw[0].clone(), kind: OpKind::Filter, values: Vec::new() });
+                (raw[0].clone(), "jf".to_string())
+            }
+            _ => return,
+        };
+        if rng.chance(0.5) {
+            std::mem::swap(&mut left, &mut right);
+        }
+        let four = [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full];
+        let (mut how, mut kind) = match rng.range(0, 2) {
+            0 => (
+                JoinHow::Interval { lower: -(rng.range(0, 3) as i64) * STEP_MS, upper: rng.range(0, 3) as i64 * STEP_MS },
+                *rng.pick(&four),
+            ),
+            1 => (JoinHow::Window { size: rng.range(2, 6) as i64 * STEP_MS }, *rng.pick(&four)),
+            _ => (JoinHow::Temporal, *rng.pick(&four[..2])),
+        };
+        // Two versions at one time: the last by text wins, and a map's text
+        // is weir's to write, not the oracle's.
+        if how == JoinHow::Temporal && matches!(self.operator(&right).map(|o| &o.kind), Some(OpKind::Map)) {
+            (how, kind) = (JoinHow::Interval { lower: 0, upper: STEP_MS }, kind);
+        }
+        let kind_of = OpKind::Join { right, how, kind };
+        self.operators.push(Operator { name: "join".into(), input: left, kind: kind_of, values: Vec::new() });
+        self.sinks.push(Sink { name: "outj".into(), input: "join".into(), kind: SinkKind::File });
+    }
+
     /// Give some aggregates functions over values (issue 16), each at most
     /// once, in a drawn order, from their own stream of the seed (as
     /// `splice_stateless`).
     fn draw_value_functions(&mut self, seed: u64) {
         let mut rng = Rng::new(seed ^ 0x0a66_f00d);
         for o in &mut self.operators {
-            if matches!(o.kind, OpKind::Dedup | OpKind::Filter | OpKind::Map) || rng.chance(0.3) {
+            if matches!(o.kind, OpKind::Dedup | OpKind::Filter | OpKind::Map | OpKind::Join { .. }) || rng.chance(0.3) {
                 continue;
             }
             let mut all =
@@ -310,8 +387,11 @@ impl Shape {
 
     /// A new operator on a node that can take one more consumer.
     pub fn add_random_operator(&mut self, rng: &mut Rng, name: String) -> bool {
-        let candidates: Vec<String> =
-            self.nodes().into_iter().filter(|n| self.consumers(n) < 3 && self.emits(n) != Emits::Updates).collect();
+        let candidates: Vec<String> = self
+            .nodes()
+            .into_iter()
+            .filter(|n| self.consumers(n) < 3 && !matches!(self.emits(n), Emits::Updates | Emits::Joined))
+            .collect();
         if candidates.is_empty() {
             return false;
         }
@@ -344,7 +424,7 @@ impl Shape {
     }
 
     pub fn consumers(&self, node: &str) -> usize {
-        self.operators.iter().filter(|o| o.input == node).count() + self.sinks.iter().filter(|s| s.input == node).count()
+        self.operators.iter().filter(|o| o.reads(node)).count() + self.sinks.iter().filter(|s| s.input == node).count()
     }
 
     pub fn operator(&self, name: &str) -> Option<&Operator> {
@@ -356,6 +436,7 @@ impl Shape {
             None | Some(OpKind::Dedup) | Some(OpKind::Filter) | Some(OpKind::Map) => Emits::Raw,
             Some(OpKind::Windowed(_)) | Some(OpKind::Rollup { .. }) => Emits::Windows,
             Some(OpKind::Running { .. }) => Emits::Updates,
+            Some(OpKind::Join { .. }) => Emits::Joined,
         }
     }
 
@@ -449,7 +530,8 @@ impl Shape {
             y.push_str("operators:\n");
         }
         for o in &self.operators {
-            let head = format!("  - name: {}\n    input: {}\n", o.name, o.input);
+            let reads = if matches!(o.kind, OpKind::Join { .. }) { "left" } else { "input" };
+            let head = format!("  - name: {}\n    {reads}: {}\n", o.name, o.input);
             y.push_str(&head);
             let raw_aggs = "    aggregates:\n      - {fn: count, as: n}\n      - {fn: sum, field: amount, as: total}\n";
             match &o.kind {
@@ -475,6 +557,18 @@ impl Shape {
                 }
                 OpKind::Filter => y.push_str("    type: filter\n    where: \"amount % 3 != 1\"\n"),
                 OpKind::Map => y.push_str("    type: map\n    set: {amount: \"amount * 2\", tag: \"'m'\"}\n"),
+                OpKind::Join { right, how, kind } => {
+                    let how = match how {
+                        JoinHow::Interval { lower, upper } => format!("interval: {{lower: {lower}ms, upper: {upper}ms}}"),
+                        JoinHow::Window { size } => format!("window: {{type: tumbling, size: {size}ms}}"),
+                        JoinHow::Temporal => "temporal: {}".to_string(),
+                    };
+                    let kind = format!("{kind:?}").to_lowercase();
+                    let _ = writeln!(
+                        y,
+                        "    type: join\n    right: {right}\n    on: {{left: [user], right: [user]}}\n    {how}\n    kind: {kind}"
+                    );
+                }
             }
             let rollup = matches!(o.kind, OpKind::Rollup { .. });
             for f in &o.values {
@@ -582,4 +676,45 @@ fn aggregates_draw_every_function_over_values() {
     }
     let bounds = seen.iter().filter(|(_, f)| f.starts_with("Collect")).count();
     assert!(bounds >= 4, "collect is drawn with several bounds: {seen:?}");
+}
+
+#[test]
+fn shapes_draw_every_join_and_kind_and_each_validates() {
+    // Issue 28: the harness joins two raw nodes with each join and kind,
+    // and weir accepts every drawn pipeline.
+    let mut seen = std::collections::BTreeSet::new();
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 0..300 {
+        let shape = Shape::draw(&mut Rng::new(seed), seed);
+        let Some((how, kind)) = shape.operators.iter().find_map(|o| match &o.kind {
+            OpKind::Join { how, kind, .. } => Some((*how, *kind)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let how = match how {
+            JoinHow::Interval { .. } => "interval",
+            JoinHow::Window { .. } => "window",
+            JoinHow::Temporal => "temporal",
+        };
+        if seen.insert((how, format!("{kind:?}"))) {
+            for s in &shape.sources {
+                // validate wants a file source's directory to hold a file.
+                let input = dir.path().join("in").join(&s.name);
+                std::fs::create_dir_all(&input).unwrap();
+                std::fs::write(input.join("0.jsonl"), "").unwrap();
+            }
+            let path = dir.path().join(format!("{seed}.yaml"));
+            std::fs::write(&path, shape.yaml(dir.path())).unwrap();
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_weir")).arg("validate").arg(&path).output().unwrap();
+            assert!(o.status.success(), "seed {seed}: {}\n{}", String::from_utf8_lossy(&o.stderr), shape.yaml(dir.path()));
+        }
+    }
+    for how in ["interval", "window"] {
+        for kind in ["Inner", "Left", "Right", "Full"] {
+            assert!(seen.contains(&(how, kind.to_string())), "{how} {kind} never drawn: {seen:?}");
+        }
+    }
+    assert!(seen.contains(&("temporal", "Inner".into())) && seen.contains(&("temporal", "Left".into())), "{seen:?}");
+    assert!(!seen.iter().any(|(h, k)| *h == "temporal" && (k == "Right" || k == "Full")), "{seen:?}");
 }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::records::{assert_same_multiset, canonical, parse, Obj};
-use super::reference::{aggregate, aggregate_late, dedup, on_time_for_dedup, split_watermarks, Agg, Func, Window};
+use super::reference::{self, aggregate, aggregate_late, dedup, on_time_for_dedup, split_watermarks, Agg, Func, Window};
+use super::reference::{JoinKind, JoinSide};
 use super::util::{part_files, sink_lines, tmp, wait_until, weir, Outcome};
 
 fn write_lines(path: &Path, lines: &[String]) {
@@ -203,6 +204,18 @@ fn expected(files: &[Vec<String>]) -> Expected {
         Some(Window::Tumbling { size: 30 }),
         &[(Func::Sum, Some("n"), "n"), (Func::Count, None, "windows")],
     );
+    // The joins read the even ids (left) and the odd ids (right) of `src`.
+    let parity = |even: bool| -> Vec<(String, i64)> {
+        records.iter().filter(|(l, _)| (parse(l)["id"].as_i64().unwrap() % 2 == 0) == even).cloned().collect()
+    };
+    let (evens, odds) = (parity(true), parity(false));
+    let left = JoinSide { lines: &evens, key: &["k"], ts: "ts", name: "evens" };
+    let right = JoinSide { lines: &odds, key: &["k"], ts: "ts", name: "odds" };
+    let interval = reference::interval_join(&left, &right, -5, 5, JoinKind::Full);
+    let windowed = reference::window_join(&left, &right, 10, 10, JoinKind::Left);
+    let temporal = reference::temporal_join(&left, &right, JoinKind::Left, &|_| false);
+    let late_lines: Vec<String> =
+        records.iter().filter(|(l, wm)| parse(l)["ts"].as_i64().unwrap() <= *wm).map(|(l, _)| l.clone()).collect();
     let unique = dedup(&on_time_for_dedup(&records, "ts"), &["id"]);
     let mut unique: Vec<String> = unique.iter().map(|l| canonical(&parse(l))).collect();
     unique.sort();
@@ -217,6 +230,9 @@ fn expected(files: &[Vec<String>]) -> Expected {
             ("session", sorted_canonical(&session)),
             ("chained", sorted_canonical(&b)),
             ("dedup", unique),
+            ("interval_join", sorted_canonical(&interval)),
+            ("window_join", sorted_canonical(&windowed)),
+            ("temporal_join", sorted_canonical(&temporal)),
         ],
         dead: vec![
             ("tumbling", sorted_lines(tumbling_late)),
@@ -224,6 +240,8 @@ fn expected(files: &[Vec<String>]) -> Expected {
             ("session", sorted_lines(session_late)),
             ("a", sorted_lines(a_late)),
             ("b", Vec::new()),
+            ("ij", sorted_lines(late_lines.clone())),
+            ("tj", sorted_lines(late_lines)),
         ],
     }
 }
@@ -257,8 +275,18 @@ fn family_yaml(dir: &Path, s: Setup, checkpoints: bool) -> String {
     y += &agg("session", "src", "{type: session, gap: 15ms}", "", count_sum);
     y += &agg("a", "src", "{type: tumbling, size: 10ms}", ", allowed_lateness: 5ms", "{fn: count, as: n}");
     y += &agg("b", "a", "{type: tumbling, size: 30ms}", "", "{fn: sum, field: n, as: n}, {fn: count, as: windows}");
-    y += "  - {name: unique, type: dedup, input: src, key: [id], ttl: 50ms}\nsinks:\n";
-    for (sink, input) in [("tumbling", "tumbling"), ("sliding", "sliding"), ("session", "session"), ("chained", "b"), ("dedup", "unique")] {
+    y += "  - {name: unique, type: dedup, input: src, key: [id], ttl: 50ms}\n";
+    y += "  - {name: evens, type: filter, input: src, where: \"id % 2 == 0\"}\n";
+    y += "  - {name: odds, type: filter, input: src, where: \"id % 2 == 1\"}\n";
+    let join = |name: &str, how: &str, kind: &str, dead: bool| {
+        let dead = if dead { format!(", dead_letter: {d}/late-{name}.jsonl") } else { String::new() };
+        format!("  - {{name: {name}, type: join, left: evens, right: odds, on: {{left: [k], right: [k]}}, {how}, kind: {kind}{dead}}}\n")
+    };
+    y += &join("ij", "interval: {lower: -5ms, upper: 5ms}", "full", true);
+    y += &join("wj", "window: {type: tumbling, size: 10ms}", "left", false);
+    y += &join("tj", "temporal: {}", "left", true);
+    y += "sinks:\n";
+    for (sink, input) in SINKS {
         y += &format!("  - {{name: out_{sink}, type: file, input: {input}, path: {d}/out/{sink}}}\n");
     }
     if s.rocksdb || checkpoints {
@@ -270,14 +298,26 @@ fn family_yaml(dir: &Path, s: Setup, checkpoints: bool) -> String {
     y
 }
 
+/// The family's sinks and the node each reads.
+const SINKS: [(&str, &str); 8] = [
+    ("tumbling", "tumbling"),
+    ("sliding", "sliding"),
+    ("session", "session"),
+    ("chained", "b"),
+    ("dedup", "unique"),
+    ("interval_join", "ij"),
+    ("window_join", "wj"),
+    ("temporal_join", "tj"),
+];
+
 /// Everything a run committed: each sink's sorted canonical records, then
 /// each dead letter's sorted entries (as written).
 fn committed(dir: &Path) -> Vec<(String, Vec<String>)> {
     let mut all = Vec::new();
-    for sink in ["tumbling", "sliding", "session", "chained", "dedup"] {
+    for (sink, _) in SINKS {
         all.push((format!("sink {sink}"), sorted(&dir.join("out").join(sink))));
     }
-    for op in ["tumbling", "sliding", "session", "a", "b"] {
+    for op in ["tumbling", "sliding", "session", "a", "b", "ij", "tj"] {
         all.push((format!("dead letter of {op}"), dead_letters(&dir.join(format!("late-{op}.jsonl")))));
     }
     all
@@ -302,8 +342,9 @@ fn fresh_run_dir(files: &[Vec<String>]) -> tempfile::TempDir {
     dir
 }
 
-/// Every window kind, dedup with a TTL and a chained aggregate over five
-/// files with out-of-order, late and duplicate records: the same committed
+/// Every window kind, dedup with a TTL, a chained aggregate and the three
+/// joins (of the even and the odd ids) over five files with out-of-order,
+/// late and duplicate records: the same committed
 /// output (sinks and dead letters) at p = 1..4, batch sizes 1 and 1024,
 /// with and without `rate_limit`, on memory and RocksDB, and across a
 /// stop-with-savepoint restored at another parallelism; and equal to the

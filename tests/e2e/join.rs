@@ -1,4 +1,4 @@
-//! The interval join and the window join (issue 28) end to end: every kind
+//! The interval, window and temporal joins (issue 28) end to end: every kind
 //! at parallelism 1 to 4 on both backends against the reference model,
 //! kill -9 and `--restore latest` exactly once, and a stop-with-savepoint
 //! restored at another parallelism.
@@ -24,6 +24,9 @@ const KINDS: [(&str, JoinKind); 4] =
 
 const WINDOW_PIPELINE: &str = "pipelines/window_join.yaml";
 
+const TEMPORAL_PIPELINE: &str = "pipelines/temporal_join.yaml";
+const USERS: [&str; 2] = ["testdata/inputs/join/users/users-0.jsonl", "testdata/inputs/join/users/users-1.jsonl"];
+
 /// The reference's sides of the two example pipelines.
 fn sides(f: impl FnOnce(&JoinSide, &JoinSide) -> Vec<Obj>) -> Vec<Obj> {
     let side = |files: &[&str]| {
@@ -34,6 +37,15 @@ fn sides(f: impl FnOnce(&JoinSide, &JoinSide) -> Vec<Obj>) -> Vec<Obj> {
     let left = JoinSide { lines: &orders, key: &["order_id"], ts: "ts", name: "order" };
     let right = JoinSide { lines: &payments, key: &["order"], ts: "ts", name: "payment" };
     f(&left, &right)
+}
+
+/// What `pipelines/temporal_join.yaml` must output with `kind`.
+fn expected_temporal(kind: JoinKind) -> Vec<Obj> {
+    let side = |files: &[&str]| reference::split_watermarks(&files.iter().map(|f| input_lines(f)).collect::<Vec<_>>(), "ts", 2000);
+    let (orders, users) = (side(&ORDERS), side(&USERS));
+    let left = JoinSide { lines: &orders, key: &["user"], ts: "ts", name: "order" };
+    let right = JoinSide { lines: &users, key: &["user"], ts: "ts", name: "user" };
+    reference::temporal_join(&left, &right, kind, &|o| o.get("op").and_then(|v| v.as_str()) == Some("d"))
 }
 
 /// What `pipelines/join.yaml` must output with `kind`, from the reference model.
@@ -51,7 +63,11 @@ fn with_backend(w: Weir, backend: Backend, state: &Path) -> Weir {
 }
 
 fn golden(backend: Backend, pipeline: &str, join: &str, expected: fn(JoinKind) -> Vec<Obj>) {
-    for (name, kind) in KINDS {
+    golden_kinds(backend, pipeline, join, expected, &KINDS)
+}
+
+fn golden_kinds(backend: Backend, pipeline: &str, join: &str, expected: fn(JoinKind) -> Vec<Obj>, kinds: &[(&str, JoinKind)]) {
+    for &(name, kind) in kinds {
         let want = expected(kind);
         assert!(want.len() > 100, "{name}: the data must give matches");
         for p in 1..=4 {
@@ -66,7 +82,8 @@ fn golden(backend: Backend, pipeline: &str, join: &str, expected: fn(JoinKind) -
         let dir = tmp();
         let out = dir.path().join("out");
         let run = weir_run(pipeline, 3).set(&format!("operators.{join}.kind"), name).set("sinks.out.path", &out);
-        let run = run.set("sources.orders.batch_size", "1").set("sources.payments.batch_size", "3");
+        // The sources by index: the left one first in every example.
+        let run = run.set("sources.0.batch_size", "1").set("sources.1.batch_size", "3");
         with_backend(run, backend, &dir.path().join("state")).ok();
         assert_same_records(&format!("{pipeline} kind {name} -p 3, batch_size 1 and 3, {backend:?}"), &sink_lines(&out), &want);
     }
@@ -110,10 +127,38 @@ fn the_window_reference_has_unmatched_records_of_both_sides() {
     assert!(expected_windows(JoinKind::Left).len() < full);
 }
 
-/// The two example pipelines and what each outputs (as they are: a left
-/// interval join, an inner window join).
-fn both_joins() -> [(&'static str, Vec<Obj>); 2] {
-    [(PIPELINE, expected(JoinKind::Left)), (WINDOW_PIPELINE, expected_windows(JoinKind::Inner))]
+#[test]
+fn golden_temporal_join_inner_and_left_at_p1_to_4_memory() {
+    golden_kinds(Backend::Memory, TEMPORAL_PIPELINE, "enriched", expected_temporal, &KINDS[..2]);
+}
+
+#[test]
+fn golden_temporal_join_inner_and_left_at_p1_to_4_rocksdb() {
+    golden_kinds(Backend::RocksDb, TEMPORAL_PIPELINE, "enriched", expected_temporal, &KINDS[..2]);
+}
+
+#[test]
+fn the_temporal_reference_has_versions_deletions_ties_and_unmatched_orders() {
+    let (inner, left) = (expected_temporal(JoinKind::Inner), expected_temporal(JoinKind::Left));
+    assert!(inner.len() > 200 && inner.len() < left.len(), "{} {}", inner.len(), left.len());
+    let user = |o: &Obj| o.get("user").cloned();
+    // One user seen with different tiers: versions change what an order gets.
+    let tiers: std::collections::HashSet<String> =
+        inner.iter().filter(|o| user(o).unwrap()["user"] == "u00").map(|o| user(o).unwrap()["tier"].to_string()).collect();
+    assert!(tiers.len() > 1, "{tiers:?}");
+    let users = USERS.iter().flat_map(|f| input_lines(f)).collect::<Vec<_>>();
+    assert!(users.iter().any(|l| l.contains("\"op\":\"d\"")) && users.iter().any(|l| l.contains("\"note\":\"tie\"")));
+    assert!(inner.iter().any(|o| user(o).unwrap().get("note").is_some()), "a tie decided by text shows in the output");
+}
+
+/// The three example pipelines and what each outputs (as they are: a left
+/// interval join, an inner window join, a left temporal join).
+fn example_joins() -> [(&'static str, Vec<Obj>); 3] {
+    [
+        (PIPELINE, expected(JoinKind::Left)),
+        (WINDOW_PIPELINE, expected_windows(JoinKind::Inner)),
+        (TEMPORAL_PIPELINE, expected_temporal(JoinKind::Left)),
+    ]
 }
 
 /// `pipeline` with checkpoints every 100 ms, both sources slowed down, into `dir`.
@@ -129,7 +174,7 @@ fn checkpointed(dir: &Path, pipeline: &str, alignment: &str) -> String {
 both_backends! {
     fn crash_and_restore_latest_is_exactly_once(backend: Backend) {
         let modes = ["alignment: aligned", "alignment: unaligned", "aligned_timeout: 1ms", "mode: at_least_once"];
-        for ((example, want), alignment) in both_joins().into_iter().flat_map(|j| modes.map(|m| (j.clone(), m))) {
+        for ((example, want), alignment) in example_joins().into_iter().flat_map(|j| modes.map(|m| (j.clone(), m))) {
             let dir = tmp();
             let pipeline = checkpointed(dir.path(), example, alignment);
             let (state, out) = (dir.path().join("state"), dir.path().join("out"));
@@ -168,7 +213,7 @@ both_backends! {
     fn a_savepoint_restores_at_another_parallelism_and_backend(backend: Backend) {
         // Savepoints are canonical: taken on `backend`, restored on the other.
         let other = if backend == Backend::Memory { Backend::RocksDb } else { Backend::Memory };
-        for (example, want) in both_joins() {
+        for (example, want) in example_joins() {
             let dir = tmp();
             let pipeline = checkpointed(dir.path(), example, "alignment: aligned");
             let (state, out, target) = (dir.path().join("state"), dir.path().join("out"), dir.path().join("sps"));

@@ -10,6 +10,12 @@
 //! - times: `time ++ len(key) ++ key ++ seq` → empty: the records in time
 //!   order, for removing those the watermark passed.
 //!
+//! A temporal join keeps its right side's versions in the same tables: the
+//! `matched` byte marks a version that deletes its key, and a version's
+//! `times` entry is removed once it is settled (the latest of its key at or
+//! before the watermark; `settle_versions`), so that only the versions the
+//! watermark has not passed are scanned again.
+//!
 //! `time` is `encode_time` (byte order is numeric order). `seq` tells apart
 //! records of one key and time: a hash of the record's text (high 32 bits)
 //! and the next free number under that key, time and hash, found in state,
@@ -236,6 +242,63 @@ pub fn up_to(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, boun
         }
     }
     Ok(found)
+}
+
+/// The last record of key `prefix` with `time <= at` (None: there is none).
+pub fn last_at_or_before(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], at: Millis) -> Result<Option<Buffered>, OpError> {
+    let from = entry_key(prefix, Millis::MIN, 0);
+    let mut to = entry_key(prefix, at, u64::MAX);
+    to.push(0);
+    let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
+    state.scan_range(t.records, kg, &from, Some(&to), &mut |k, v| {
+        match &mut last {
+            Some((lk, lv)) => {
+                lk.clear();
+                lk.extend_from_slice(k);
+                lv.clear();
+                lv.extend_from_slice(v);
+            }
+            None => last = Some((k.to_vec(), v.to_vec())),
+        }
+        ControlFlow::Continue(())
+    })?;
+    let Some((entry, value)) = last else { return Ok(None) };
+    let (matched, since, raw) = decode_value(&value)?;
+    let (_, time, _) = split_entry(&entry)?;
+    Ok(Some(Buffered { time: decode_time(time), entry, matched, since, raw }))
+}
+
+/// Remove a buffered record from both tables.
+pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, b: &Buffered) -> Result<(), OpError> {
+    state.delete(t.records, kg, &b.entry)?;
+    state.delete(t.times, kg, &time_key(&b.entry)?)?;
+    Ok(())
+}
+
+/// Settle the versions of key group `kg` with `from <= time <= bound`, in
+/// time order: each leaves the time index and replaces the older versions
+/// of its key (all at or before it); one that deletes its key leaves too.
+/// What stays of a key at or before `bound` is its latest version, the one
+/// valid for every time from it up to the key's next version.
+pub fn settle_versions(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<(), OpError> {
+    for k in time_keys(state, t, kg, from, bound)? {
+        state.delete(t.times, kg, &k)?;
+        let entry = entry_of_time_key(&k)?;
+        let (prefix, _, _) = split_entry(&entry)?;
+        let mut older = Vec::new();
+        state.scan_range(t.records, kg, &entry_key(prefix, Millis::MIN, 0), Some(&entry), &mut |k, _| {
+            older.push(k.to_vec());
+            ControlFlow::Continue(())
+        })?;
+        for o in older {
+            state.delete(t.records, kg, &o)?;
+        }
+        let mut value = Vec::new();
+        if state.get(t.records, kg, &entry, &mut value)? && value.first() == Some(&1) {
+            state.delete(t.records, kg, &entry)?;
+        }
+    }
+    Ok(())
 }
 
 /// The key prefix (`prefix`) of a `records` key.

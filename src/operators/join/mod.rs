@@ -1,5 +1,5 @@
-//! `join` (issue 28): the interval join and the window join, a keyed
-//! operator with two inputs.
+//! `join` (issue 28): the interval join, the window join and the temporal
+//! join (`temporal`), a keyed operator with two inputs.
 //!
 //! Both inputs are hashed by their own key fields into the same key groups,
 //! so the records of one key from either side meet in one subtask. Each
@@ -31,6 +31,7 @@
 
 pub mod buffer;
 pub mod interval;
+pub mod temporal;
 pub mod windows;
 
 use std::collections::BTreeMap;
@@ -43,6 +44,7 @@ use crate::types::{encode_key, KeyGroup, Millis, Record, Value, MIN_WATERMARK};
 use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use buffer::{Buffered, Tables};
 use interval::{Interval, Side};
+use temporal::Table;
 use windows::Windows;
 
 const LEFT: Tables = Tables { records: 0, times: 1 };
@@ -63,6 +65,8 @@ pub struct Join {
     /// Window join: the watermark its windows fired at (MIN; after a
     /// restore, the restored watermark, whose windows had fired).
     fired_through: Millis,
+    /// A temporal join's table settings (None: another join).
+    table: Option<Table>,
     kind: JoinKind,
     /// Key field indices in each side's records.
     keys: [Vec<usize>; 2],
@@ -73,6 +77,9 @@ pub struct Join {
     projection: Option<JsonParser>,
     /// Late records go here besides being counted.
     dead_letter: Option<DeadLetter>,
+    /// Unmatched records output since the last watermark (counted into
+    /// `unmatched_out` there: only a watermark emits them).
+    unmatched: std::cell::Cell<u64>,
     /// Per side: every buffered record below this time is gone, so removal
     /// scans start here (MIN after a restore).
     removed_below: [Millis; 2],
@@ -90,11 +97,13 @@ impl Join {
             interval: Interval { lower: spec.lower, upper: spec.upper },
             windows: spec.window.as_ref().and_then(Windows::of_spec),
             fired_through: Millis::MIN,
+            table: spec.temporal.as_ref().map(|t| Table::new(t.delete_when.as_deref())),
             kind: spec.kind,
             keys: [left_key, right_key],
             members: [quote(&spec.left_as), quote(&spec.right_as)],
             projection: (!projection.is_empty()).then(|| JsonParser::new(projection, None)),
             removed_below: [Millis::MIN; 2],
+            unmatched: std::cell::Cell::new(0),
             dead_letter: None,
             key: Vec::new(),
             prefix: Vec::new(),
@@ -109,8 +118,11 @@ impl Join {
     /// Count a late record and write it to the dead letter. `watermark` is
     /// the one its lateness was judged by (its split's, normally: the entry
     /// is then the same whenever the watermark came).
-    fn late(&self, record: &Record, watermark: Millis, ctx: &mut Context<'_>) -> OpResult {
+    fn late(&self, side: Side, record: &Record, watermark: Millis, ctx: &mut Context<'_>) -> OpResult {
         ctx.metrics.late();
+        if side == Side::Right {
+            OperatorMetrics::add(&ctx.metrics.right_late, 1);
+        }
         if let Some(dl) = &self.dead_letter {
             let reason = match self.windows {
                 Some(_) => format!("late record: every window holding it closed at watermark {watermark}"),
@@ -124,6 +136,9 @@ impl Join {
     }
 
     fn process_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        if self.table.is_some() {
+            return self.temporal_side(side, batch, ctx);
+        }
         let (mine, theirs) = (tables(side), tables(side.other()));
         for r in batch {
             let t = r.event_time.ok_or_else(|| OpError::Data(format!("join `{}`: a record without event time", self.name)))?;
@@ -137,7 +152,7 @@ impl Join {
                 let mut scratch = Vec::new();
                 let wm = r.lateness_watermark(ctx.watermark);
                 let Some(since) = w.since(t, wm, &mut scratch) else {
-                    self.late(&r, wm, ctx)?;
+                    self.late(side, &r, wm, ctx)?;
                     continue;
                 };
                 let new = buffer::New { time: t, matched: false, since, raw: &r.raw };
@@ -148,7 +163,7 @@ impl Join {
             // not depend on when this operator's watermark came.
             let wm = r.lateness_watermark(ctx.watermark);
             if t <= wm {
-                self.late(&r, wm, ctx)?;
+                self.late(side, &r, wm, ctx)?;
                 continue;
             }
             let (lo, hi) = self.interval.partners(side, t);
@@ -173,6 +188,9 @@ impl Join {
     /// The output record of a match (both) or an unmatched record (one),
     /// after the window's bounds in a window join.
     fn output(&self, window: Option<(Millis, Millis)>, left: Option<&str>, right: Option<&str>, time: Millis) -> Result<Record, OpError> {
+        if left.is_none() || right.is_none() {
+            self.unmatched.set(self.unmatched.get() + 1);
+        }
         let mut text = String::with_capacity(left.map_or(0, str::len) + right.map_or(0, str::len) + 64);
         text.push('{');
         if let Some((start, end)) = window {
@@ -294,18 +312,24 @@ impl Operator for Join {
     }
 
     fn on_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
-        if let Some(w) = self.windows {
-            return self.fire_windows(w, ctx, out);
-        }
-        self.remove_done(Side::Left, ctx, out)?;
-        self.remove_done(Side::Right, ctx, out)
+        let done = if self.table.is_some() {
+            self.temporal_watermark(ctx, out)
+        } else if let Some(w) = self.windows {
+            self.fire_windows(w, ctx, out)
+        } else {
+            self.remove_done(Side::Left, ctx, out).and_then(|()| self.remove_done(Side::Right, ctx, out))
+        };
+        OperatorMetrics::add(&ctx.metrics.unmatched_out, self.unmatched.take());
+        done
     }
 
     fn output_watermark(&self, input: Millis) -> Millis {
-        match self.windows {
-            // Results are stamped end - 1 when the watermark reaches it.
-            Some(_) => input,
-            None => self.interval.output_watermark(input),
+        match (&self.windows, &self.table) {
+            // Results are stamped end - 1 when the watermark reaches it, a
+            // temporal join's with their left record's time when the
+            // watermark reaches that.
+            (Some(_), _) | (_, Some(_)) => input,
+            (None, None) => self.interval.output_watermark(input),
         }
     }
 

@@ -17,6 +17,7 @@ fn spec(kind: JoinKind, lower: Millis, upper: Millis) -> JoinSpec {
         left_as: "o".into(),
         right_as: "p".into(),
         window: None,
+        temporal: None,
         dead_letter: None,
     }
 }
@@ -231,4 +232,105 @@ fn a_restored_window_join_does_not_fire_its_windows_again() {
     again.watermark = 19;
     again.run(|op, ctx, _| op.on_restore(1, ctx));
     assert_eq!(watermark(&mut again, 29).len(), 1, "[10, 30) only");
+}
+
+fn temporal_harness(kind: JoinKind, delete_when: Option<&str>) -> Harness<Join> {
+    let temporal = Some(crate::config::TemporalSpec { delete_when: delete_when.map(str::to_string) });
+    let spec = JoinSpec { temporal, ..spec(kind, 0, 0) };
+    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+}
+
+/// The output text of left record `l` of key 1 with right version `r` (None: alone).
+fn enriched(l: (Millis, &str), r: Option<(Millis, &str)>) -> (String, Millis) {
+    let left = format!(r#""o":{{"id":1,"t":{},"x":"{}"}}"#, l.0, l.1);
+    match r {
+        Some((s, x)) => (format!(r#"{{{left},"p":{{"id":1,"t":{s},"x":"{x}"}}}}"#), l.0),
+        None => (format!("{{{left}}}"), l.0),
+    }
+}
+
+#[test]
+fn a_temporal_join_gives_each_left_record_the_version_valid_at_its_time() {
+    for kind in [JoinKind::Inner, JoinKind::Left] {
+        let mut h = temporal_harness(kind, None);
+        right(&mut h, vec![rec(1, 10, "a", NO_WM), rec(1, 20, "b", NO_WM)]);
+        assert!(left(&mut h, vec![rec(1, 5, "early", NO_WM), rec(1, 15, "mid", NO_WM), rec(1, 20, "at", NO_WM)]).is_empty());
+        assert!(watermark(&mut h, 4).is_empty(), "a left record waits until the watermark reaches its time");
+        let mut want = vec![enriched((15, "mid"), Some((10, "a"))), enriched((20, "at"), Some((20, "b")))];
+        if kind == JoinKind::Left {
+            want.push(enriched((5, "early"), None));
+        }
+        want.sort();
+        assert_eq!(watermark(&mut h, 20), want, "{kind:?}");
+        // A version after the watermark still counts for later left records.
+        right(&mut h, vec![rec(1, 30, "c", 20)]);
+        left(&mut h, vec![rec(1, 29, "before", 20), rec(1, 31, "after", 20)]);
+        let want = [enriched((29, "before"), Some((20, "b"))), enriched((31, "after"), Some((30, "c")))];
+        assert_eq!(watermark(&mut h, 40), want);
+        assert_eq!(h.state.len(LEFT.records), 0);
+        assert_eq!((h.state.len(RIGHT.records), h.state.len(RIGHT.times)), (1, 0), "only the version at 30 is kept, settled");
+    }
+}
+
+#[test]
+fn a_deletion_hides_the_key_until_its_next_version() {
+    let mut h = temporal_harness(JoinKind::Left, Some("x == 'gone'"));
+    right(&mut h, vec![rec(1, 10, "a", NO_WM), rec(1, 20, "gone", NO_WM), rec(1, 30, "b", NO_WM)]);
+    left(&mut h, vec![rec(1, 15, "l1", NO_WM), rec(1, 25, "l2", NO_WM), rec(1, 35, "l3", NO_WM)]);
+    let mut want = vec![enriched((15, "l1"), Some((10, "a"))), enriched((25, "l2"), None), enriched((35, "l3"), Some((30, "b")))];
+    want.sort();
+    assert_eq!(watermark(&mut h, 35), want);
+    // Settled at 25: the deletion leaves with the version it replaced.
+    let mut h = temporal_harness(JoinKind::Inner, Some("x == 'gone'"));
+    right(&mut h, vec![rec(1, 10, "a", NO_WM), rec(1, 20, "gone", NO_WM)]);
+    assert!(watermark(&mut h, 25).is_empty());
+    assert_eq!(h.state.len(RIGHT.records) + h.state.len(RIGHT.times), 0);
+    // An expression that fails on a record names it.
+    let mut h = temporal_harness(JoinKind::Inner, Some("missing == 1"));
+    let err = h.try_run(|op, ctx, out| op.process_right(vec![rec(1, 10, "a", NO_WM)], ctx, out)).unwrap_err();
+    assert!(err.to_string().contains("`temporal.delete_when` failed on a right record"), "{err}");
+}
+
+#[test]
+fn late_versions_and_late_left_records_are_dropped() {
+    let mut h = temporal_harness(JoinKind::Left, None);
+    right(&mut h, vec![rec(1, 10, "a", NO_WM)]);
+    left(&mut h, vec![rec(1, 15, "l", NO_WM)]);
+    assert_eq!(watermark(&mut h, 15), [enriched((15, "l"), Some((10, "a")))]);
+    // Both at or before their split's watermark: dropped, counted.
+    right(&mut h, vec![rec(1, 12, "late", 15)]);
+    left(&mut h, vec![rec(1, 14, "late", 15)]);
+    assert_eq!(h.metrics.dropped_late.load(std::sync::atomic::Ordering::Relaxed), 2);
+    left(&mut h, vec![rec(1, 16, "l2", 15)]);
+    assert_eq!(watermark(&mut h, 20), [enriched((16, "l2"), Some((10, "a")))], "the late version changed nothing");
+}
+
+#[test]
+fn of_two_versions_at_one_time_the_last_by_text_wins_in_either_arrival_order() {
+    for first in ["a", "b"] {
+        let second = if first == "a" { "b" } else { "a" };
+        let mut h = temporal_harness(JoinKind::Inner, None);
+        right(&mut h, vec![rec(1, 10, first, NO_WM)]);
+        right(&mut h, vec![rec(1, 10, second, NO_WM)]);
+        left(&mut h, vec![rec(1, 10, "l", NO_WM)]);
+        assert_eq!(watermark(&mut h, 10), [enriched((10, "l"), Some((10, "b")))], "{first} first");
+        assert_eq!(h.state.len(RIGHT.records), 1);
+    }
+}
+
+#[test]
+fn a_restored_temporal_join_keeps_its_versions_and_waiting_records() {
+    let mut h = temporal_harness(JoinKind::Left, None);
+    right(&mut h, vec![rec(1, 10, "a", NO_WM), rec(1, 20, "b", NO_WM)]);
+    left(&mut h, vec![rec(1, 25, "l", NO_WM)]);
+    assert!(watermark(&mut h, 15).is_empty());
+    // A restore of this state (the operator is new; its scan bounds start over).
+    let mut again = temporal_harness(JoinKind::Left, None);
+    again.state = std::mem::replace(&mut h.state, Box::new(crate::state::memory::MemoryState::new(&[], 0..0)));
+    again.watermark = 15;
+    again.run(|op, ctx, _| op.on_restore(1, ctx));
+    left(&mut again, vec![rec(1, 16, "m", 15)]);
+    let want = [enriched((16, "m"), Some((10, "a"))), enriched((25, "l"), Some((20, "b")))];
+    assert_eq!(watermark(&mut again, 30), want);
+    assert_eq!(again.state.len(RIGHT.records), 1);
 }

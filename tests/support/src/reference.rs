@@ -519,6 +519,44 @@ pub fn interval_join(left: &JoinSide, right: &JoinSide, lower: i64, upper: i64, 
     out
 }
 
+/// The temporal join as docs/pipeline-reference.md defines it: a line is
+/// late (dropped) when its event time is at or before its split's
+/// watermark; each on-time left record at `t` is output once, with the
+/// right record of an equal key valid at `t` — the latest at or before `t`,
+/// of two at one time the one whose line sorts last — unless there is none
+/// or it is a deletion (`deletes`): then alone for a left join, not at all
+/// for an inner one.
+pub fn temporal_join(left: &JoinSide, right: &JoinSide, kind: JoinKind, deletes: &dyn Fn(&Obj) -> bool) -> Vec<Obj> {
+    let on_time = |side: &JoinSide| -> Vec<(String, Obj, i64, Vec<String>)> {
+        side.lines
+            .iter()
+            .map(|(l, wm)| (l, parse(l), *wm))
+            .map(|(l, o, wm)| (l, event_time(&o, side.ts).expect("reference input has event times"), wm, o))
+            .filter(|(_, t, wm, _)| t > wm)
+            .map(|(l, t, _, o)| {
+                let k = key_of(&o, side.key);
+                (l.clone(), o, t, k)
+            })
+            .collect()
+    };
+    let versions = on_time(right);
+    let mut out = Vec::new();
+    for (_, l, t, lk) in on_time(left) {
+        let valid = versions.iter().filter(|(_, _, s, rk)| *rk == lk && *s <= t).max_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+        let mut o = Obj::new();
+        o.insert(left.name.to_string(), Value::Object(l.into_iter().collect()));
+        match valid.filter(|(_, r, _, _)| !deletes(r)) {
+            Some((_, r, _, _)) => {
+                o.insert(right.name.to_string(), Value::Object(r.clone().into_iter().collect()));
+            }
+            None if kind == JoinKind::Left => {}
+            None => continue,
+        }
+        out.push(o);
+    }
+    out
+}
+
 /// The window join as docs/pipeline-reference.md defines it: windows
 /// `[k * slide, k * slide + size)`; a line joins the windows holding it
 /// that are still open at its split's watermark (`end - 1` after it), and

@@ -1,0 +1,110 @@
+//! The temporal join (Flink's event-time `FOR SYSTEM_TIME AS OF`): the
+//! right input is a changelog, each record the new version of its key from
+//! its event time on (or its deletion, when `delete_when` says so); each
+//! left record at `t` is emitted once, with the version of its key valid
+//! at `t`: the latest at or before `t`.
+//!
+//! A left record waits in state until the watermark (the minimum over both
+//! inputs) reaches `t`: no version at or before `t` can come after that (it
+//! would be late, and is dropped like a late left record). Then it is
+//! emitted and leaves state, and the versions the watermark passed are
+//! settled (`buffer::settle_versions`): per key only the latest of them
+//! stays. So the output depends on the input alone, and the table keeps
+//! only the versions the watermark still needs.
+//!
+//! Two versions of one key at one time: the one whose JSON text sorts last
+//! is kept, a rule of the input alone (arrival order across splits is not).
+
+use crate::expr::Expression;
+use crate::operators::{Context, OpError, OpResult};
+use crate::types::{encode_key, Millis, Record};
+
+use super::buffer::{self, Buffered};
+use super::interval::Side;
+use super::{tables, Join, LEFT, RIGHT};
+
+/// A temporal join's table settings.
+pub struct Table {
+    /// True for the right records that delete their key.
+    delete_when: Option<Expression>,
+}
+
+impl Table {
+    /// `delete_when`: the validated expression's source.
+    pub fn new(delete_when: Option<&str>) -> Table {
+        Table { delete_when: delete_when.and_then(|s| Expression::compile(s).ok()) }
+    }
+
+    fn deletes(&self, join: &str, r: &Record) -> Result<bool, OpError> {
+        let Some(e) = &self.delete_when else { return Ok(false) };
+        let shown = || r.raw.chars().take(200).collect::<String>();
+        e.eval_text(&r.raw)
+            .and_then(|v| v.as_bool("`temporal.delete_when`"))
+            .map_err(|why| OpError::Data(format!("join `{join}`: `temporal.delete_when` failed on a right record: {why}: {}", shown())))
+    }
+}
+
+impl Join {
+    /// A batch of one side: left records wait for the watermark, right
+    /// records become versions. Late records of either side are dropped.
+    pub(super) fn temporal_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>) -> OpResult {
+        for r in batch {
+            let t = r.event_time.ok_or_else(|| OpError::Data(format!("join `{}`: a record without event time", self.name)))?;
+            let wm = r.lateness_watermark(ctx.watermark);
+            if t <= wm {
+                self.late(side, &r, wm, ctx)?;
+                continue;
+            }
+            self.key.clear();
+            encode_key(&r.fields, &self.keys[side.index()], &mut self.key);
+            buffer::prefix(&self.key, &mut self.prefix);
+            self.removed_below[side.index()] = self.removed_below[side.index()].min(t);
+            let deletes = match (side, &self.table) {
+                (Side::Right, Some(table)) => table.deletes(&self.name, &r)?,
+                _ => false,
+            };
+            if side == Side::Right {
+                // One version per key and time: the last by text.
+                let same = buffer::range(ctx.state, RIGHT, r.key_group, &self.prefix, t, t)?;
+                if same.iter().any(|v| *v.raw >= *r.raw) {
+                    continue;
+                }
+                for v in &same {
+                    buffer::remove(ctx.state, RIGHT, r.key_group, v)?;
+                }
+            }
+            let new = buffer::New { time: t, matched: deletes, since: Millis::MIN, raw: &r.raw };
+            buffer::insert(ctx.state, tables(side), r.key_group, &self.prefix, new)?;
+        }
+        Ok(())
+    }
+
+    /// Emit the left records the watermark reached, each with its version,
+    /// then settle the versions it passed.
+    pub(super) fn temporal_watermark(&mut self, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
+        let w = ctx.watermark;
+        let [left_from, right_from] = self.removed_below;
+        for kg in ctx.state.key_groups() {
+            let mut due: Vec<Buffered> = Vec::new();
+            if w >= left_from {
+                buffer::remove_up_to(ctx.state, LEFT, kg, left_from, w, &mut |b| {
+                    due.push(b);
+                    Ok(())
+                })?;
+            }
+            for l in due {
+                let version = buffer::last_at_or_before(ctx.state, RIGHT, kg, buffer::key_prefix(&l.entry)?, l.time)?;
+                match version.filter(|v| !v.matched) {
+                    Some(v) => out.push(self.output(None, Some(&l.raw), Some(&v.raw), l.time)?),
+                    None if self.kind.emits_unmatched(Side::Left.index()) => out.push(self.output(None, Some(&l.raw), None, l.time)?),
+                    None => {}
+                }
+            }
+            buffer::settle_versions(ctx.state, RIGHT, kg, right_from, w)?;
+        }
+        for below in &mut self.removed_below {
+            *below = (*below).max(w.saturating_add(1));
+        }
+        Ok(())
+    }
+}
