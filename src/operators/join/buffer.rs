@@ -133,10 +133,18 @@ pub struct New<'a> {
 /// Store a record of key `prefix` at `time`; returns its entry key.
 pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], new: New) -> Result<Vec<u8>, OpError> {
     let time = new.time;
-    // The next seq under (key, time, hash of the text): one past the last
-    // one there (the text's earlier copies, or a rare hash collision).
     let base = u64::from(xxhash_rust::xxh3::xxh3_64(new.raw.as_bytes()) as u32) << 32;
-    let (from, to) = (entry_key(prefix, time, base), entry_key(prefix, time, base | u64::from(u32::MAX)));
+    let value = encode_value(new.matched, new.since, new.raw);
+    // Nearly always the text's first copy under its key and time: one
+    // search stores it.
+    let first = entry_key(prefix, time, base);
+    if state.put_if_absent(t.records, kg, &first, &value)? {
+        state.put(t.times, kg, &time_key(&first)?, &[])?;
+        return Ok(first);
+    }
+    // Else the next seq under (key, time, hash of the text): one past the
+    // last one there (the text's earlier copies, or a rare hash collision).
+    let (from, to) = (first, entry_key(prefix, time, base | u64::from(u32::MAX)));
     let mut last: Option<u64> = None;
     state.scan_range(t.records, kg, &from, Some(&to), &mut |k, _| {
         last = k.get(k.len().saturating_sub(8)..).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
@@ -148,7 +156,7 @@ pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8]
         Some(_) => return Err(OpError::Data("join: more than 4 billion copies of one record of one key and time".into())),
     };
     let entry = entry_key(prefix, time, seq);
-    state.put(t.records, kg, &entry, &encode_value(new.matched, new.since, new.raw))?;
+    state.put(t.records, kg, &entry, &value)?;
     state.put(t.times, kg, &time_key(&entry)?, &[])?;
     Ok(entry)
 }
