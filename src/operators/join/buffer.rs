@@ -41,6 +41,67 @@ pub struct Buffered {
     pub raw: String,
 }
 
+/// A buffered record as a scan visits it, borrowed from state (or from the
+/// scratch buffer it was read into): no copy of its key or text.
+#[derive(Debug, Clone, Copy)]
+pub struct Found<'a> {
+    pub entry: &'a [u8],
+    pub time: Millis,
+    pub matched: bool,
+    pub since: Millis,
+    pub raw: &'a str,
+}
+
+impl Found<'_> {
+    pub fn to_owned(&self) -> Buffered {
+        Buffered { entry: self.entry.to_vec(), time: self.time, matched: self.matched, since: self.since, raw: self.raw.to_string() }
+    }
+}
+
+/// Byte strings in one buffer (the keys a scan collects before they are
+/// deleted), reused from call to call.
+#[derive(Debug, Default)]
+pub struct Keys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Keys {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    pub fn push(&mut self, k: &[u8]) {
+        self.bytes.extend_from_slice(k);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// The buffers the functions here build keys and read values into, kept
+/// by the join so that a record's state work allocates nothing of its own.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    lo: Vec<u8>,
+    hi: Vec<u8>,
+    value: Vec<u8>,
+    keys: Keys,
+    older: Keys,
+}
+
 /// The two tables of one side.
 #[derive(Debug, Clone, Copy)]
 pub struct Tables {
@@ -62,22 +123,22 @@ pub fn prefix(key: &[u8], out: &mut Vec<u8>) {
 /// Bytes after the key prefix: time and seq.
 const TAIL: usize = 16;
 
-fn entry_key(prefix: &[u8], time: Millis, seq: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(prefix.len() + TAIL);
-    k.extend_from_slice(prefix);
-    k.extend_from_slice(&encode_time(time));
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+/// `out` = the `records` key of `prefix`, `time`, `seq`.
+fn entry_key(out: &mut Vec<u8>, prefix: &[u8], time: Millis, seq: u64) {
+    out.clear();
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(&encode_time(time));
+    out.extend_from_slice(&seq.to_be_bytes());
 }
 
-/// The `times` key of a `records` key: the time moved to the front.
-fn time_key(entry: &[u8]) -> Result<Vec<u8>, OpError> {
+/// `out` = the `times` key of a `records` key: the time moved to the front.
+fn time_key(out: &mut Vec<u8>, entry: &[u8]) -> Result<(), OpError> {
     let (prefix, time, seq) = split_entry(entry)?;
-    let mut k = Vec::with_capacity(entry.len());
-    k.extend_from_slice(time);
-    k.extend_from_slice(prefix);
-    k.extend_from_slice(seq);
-    Ok(k)
+    out.clear();
+    out.extend_from_slice(time);
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(seq);
+    Ok(())
 }
 
 /// The parts of a `records` key: prefix, time, seq.
@@ -92,34 +153,40 @@ fn split_entry(entry: &[u8]) -> Result<Parts<'_>, OpError> {
     Ok((&entry[..end], &entry[end..end + 8], &entry[end + 8..]))
 }
 
-/// The `records` key of a `times` key.
-fn entry_of_time_key(k: &[u8]) -> Result<Vec<u8>, OpError> {
+/// `out` = the `records` key of a `times` key.
+fn entry_of_time_key(out: &mut Vec<u8>, k: &[u8]) -> Result<(), OpError> {
     if k.len() < 4 + TAIL {
         return Err(corrupt("short time key"));
     }
     let (time, rest) = k.split_at(8);
     let (prefix, seq) = rest.split_at(rest.len() - 8);
-    let mut e = Vec::with_capacity(k.len());
-    e.extend_from_slice(prefix);
-    e.extend_from_slice(time);
-    e.extend_from_slice(seq);
-    Ok(e)
+    out.clear();
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(time);
+    out.extend_from_slice(seq);
+    Ok(())
 }
 
 /// (matched, since, text) of a `records` value.
-fn decode_value(v: &[u8]) -> Result<(bool, Millis, String), OpError> {
+fn decode_value(v: &[u8]) -> Result<(bool, Millis, &str), OpError> {
     let (&flag, rest) = v.split_first().ok_or_else(|| corrupt("empty value"))?;
     let since = rest.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes).ok_or_else(|| corrupt("short value"))?;
     let raw = std::str::from_utf8(&rest[8..]).map_err(|_| corrupt("record text"))?;
-    Ok((flag != 0, since, raw.to_string()))
+    Ok((flag != 0, since, raw))
 }
 
-fn encode_value(matched: bool, since: Millis, raw: &str) -> Vec<u8> {
-    let mut v = Vec::with_capacity(raw.len() + 9);
-    v.push(u8::from(matched));
-    v.extend_from_slice(&since.to_be_bytes());
-    v.extend_from_slice(raw.as_bytes());
-    v
+/// A `records` entry read back, borrowed.
+fn found<'a>(entry: &'a [u8], time: Millis, value: &'a [u8]) -> Result<Found<'a>, OpError> {
+    let (matched, since, raw) = decode_value(value)?;
+    Ok(Found { entry, time, matched, since, raw })
+}
+
+fn encode_value(out: &mut Vec<u8>, matched: bool, since: Millis, raw: &str) {
+    out.clear();
+    out.reserve(raw.len() + 9);
+    out.push(u8::from(matched));
+    out.extend_from_slice(&since.to_be_bytes());
+    out.extend_from_slice(raw.as_bytes());
 }
 
 /// A record to store: its time, whether it matched, `since`, its text.
@@ -130,23 +197,24 @@ pub struct New<'a> {
     pub raw: &'a str,
 }
 
-/// Store a record of key `prefix` at `time`; returns its entry key.
-pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], new: New) -> Result<Vec<u8>, OpError> {
+/// Store a record of key `prefix` at `time`.
+pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], new: New, s: &mut Scratch) -> Result<(), OpError> {
     let time = new.time;
     let base = u64::from(xxhash_rust::xxh3::xxh3_64(new.raw.as_bytes()) as u32) << 32;
-    let value = encode_value(new.matched, new.since, new.raw);
+    encode_value(&mut s.value, new.matched, new.since, new.raw);
     // Nearly always the text's first copy under its key and time: one
     // search stores it.
-    let first = entry_key(prefix, time, base);
-    if state.put_if_absent(t.records, kg, &first, &value)? {
-        state.put(t.times, kg, &time_key(&first)?, &[])?;
-        return Ok(first);
+    entry_key(&mut s.lo, prefix, time, base);
+    if state.put_if_absent(t.records, kg, &s.lo, &s.value)? {
+        time_key(&mut s.hi, &s.lo)?;
+        state.put(t.times, kg, &s.hi, &[])?;
+        return Ok(());
     }
     // Else the next seq under (key, time, hash of the text): one past the
     // last one there (the text's earlier copies, or a rare hash collision).
-    let (from, to) = (first, entry_key(prefix, time, base | u64::from(u32::MAX)));
+    entry_key(&mut s.hi, prefix, time, base | u64::from(u32::MAX));
     let mut last: Option<u64> = None;
-    state.scan_range(t.records, kg, &from, Some(&to), &mut |k, _| {
+    state.scan_range(t.records, kg, &s.lo, Some(&s.hi), &mut |k, _| {
         last = k.get(k.len().saturating_sub(8)..).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_be_bytes);
         ControlFlow::Continue(())
     })?;
@@ -155,47 +223,68 @@ pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8]
         Some(s) if s & u64::from(u32::MAX) < u64::from(u32::MAX) - 1 => s + 1,
         Some(_) => return Err(OpError::Data("join: more than 4 billion copies of one record of one key and time".into())),
     };
-    let entry = entry_key(prefix, time, seq);
-    state.put(t.records, kg, &entry, &value)?;
-    state.put(t.times, kg, &time_key(&entry)?, &[])?;
-    Ok(entry)
+    entry_key(&mut s.lo, prefix, time, seq);
+    state.put(t.records, kg, &s.lo, &s.value)?;
+    time_key(&mut s.hi, &s.lo)?;
+    state.put(t.times, kg, &s.hi, &[])?;
+    Ok(())
+}
+
+/// Visit the records of key `prefix` with `lo <= time <= hi`, in time
+/// order, until `f` fails.
+pub fn scan(
+    state: &dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    prefix: &[u8],
+    (lo, hi): (Millis, Millis),
+    s: &mut Scratch,
+    f: &mut dyn FnMut(Found<'_>) -> Result<(), OpError>,
+) -> Result<(), OpError> {
+    if lo > hi {
+        return Ok(());
+    }
+    entry_key(&mut s.lo, prefix, lo, 0);
+    entry_key(&mut s.hi, prefix, hi, u64::MAX);
+    // Inclusive of seq u64::MAX: scan to the byte string right after it.
+    s.hi.push(0);
+    let mut bad = None;
+    state.scan_range(t.records, kg, &s.lo, Some(&s.hi), &mut |k, v| {
+        let done = match k.len().checked_sub(TAIL) {
+            Some(at) => found(k, decode_time(&k[at..]), v).and_then(|b| f(b)),
+            None => Err(corrupt("short key")),
+        };
+        match done {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                bad = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    bad.map_or(Ok(()), Err)
 }
 
 /// The records of key `prefix` with `lo <= time <= hi`, in time order.
 pub fn range(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], lo: Millis, hi: Millis) -> Result<Vec<Buffered>, OpError> {
     let mut found = Vec::new();
-    if lo > hi {
-        return Ok(found);
-    }
-    let from = entry_key(prefix, lo, 0);
-    let mut to = entry_key(prefix, hi, u64::MAX);
-    // Inclusive of seq u64::MAX: scan to the byte string right after it.
-    to.push(0);
-    let mut bad = None;
-    state.scan_range(t.records, kg, &from, Some(&to), &mut |k, v| {
-        let time = k.len().checked_sub(TAIL).map(|at| decode_time(&k[at..]));
-        match (time, decode_value(v)) {
-            (Some(time), Ok((matched, since, raw))) => found.push(Buffered { entry: k.to_vec(), time, matched, since, raw }),
-            (_, Err(e)) => {
-                bad = Some(e);
-                return ControlFlow::Break(());
-            }
-            (None, _) => {
-                bad = Some(corrupt("short key"));
-                return ControlFlow::Break(());
-            }
-        }
-        ControlFlow::Continue(())
+    scan(state, t, kg, prefix, (lo, hi), &mut Scratch::default(), &mut |b| {
+        found.push(b.to_owned());
+        Ok(())
     })?;
-    match bad {
-        Some(e) => Err(e),
-        None => Ok(found),
-    }
+    Ok(found)
 }
 
-/// Mark a buffered record as matched.
-pub fn mark_matched(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, b: &Buffered) -> Result<(), OpError> {
-    state.put(t.records, kg, &b.entry, &encode_value(true, b.since, &b.raw))?;
+/// Mark the buffered record whose `records` key is `entry` as matched (in
+/// place: its first byte).
+pub fn mark_matched(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, entry: &[u8]) -> Result<(), OpError> {
+    state.update(t.records, kg, entry, &mut |v, found| match v.first_mut() {
+        Some(flag) if found && *flag == 0 => {
+            *flag = 1;
+            true
+        }
+        _ => false,
+    })?;
     Ok(())
 }
 
@@ -205,81 +294,99 @@ pub fn remove_up_to(
     state: &mut dyn KeyedState,
     t: Tables,
     kg: KeyGroup,
-    from: Millis,
-    bound: Millis,
-    f: &mut dyn FnMut(Buffered) -> Result<(), OpError>,
+    (from, bound): (Millis, Millis),
+    s: &mut Scratch,
+    f: &mut dyn FnMut(Found<'_>) -> Result<(), OpError>,
 ) -> Result<(), OpError> {
-    let mut value = Vec::new();
-    for k in time_keys(state, t, kg, from, bound)? {
-        state.delete(t.times, kg, &k)?;
-        let entry = entry_of_time_key(&k)?;
-        if state.take(t.records, kg, &entry, &mut value)? {
-            let (matched, since, raw) = decode_value(&value)?;
-            f(Buffered { time: decode_time(&k), entry, matched, since, raw })?;
+    time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    let Scratch { lo: entry, value, keys, .. } = s;
+    for i in 0..keys.len() {
+        let k = keys.get(i);
+        state.delete(t.times, kg, k)?;
+        entry_of_time_key(entry, k)?;
+        if state.take(t.records, kg, entry, value)? {
+            f(found(entry, decode_time(k), value)?)?;
         }
     }
     Ok(())
 }
 
-/// The keys of the time index of key group `kg` with `from <= time <=
-/// bound`, in order (none when `bound < from`).
-fn time_keys(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<Vec<Vec<u8>>, OpError> {
-    let mut keys = Vec::new();
+/// `keys` = the keys of the time index of key group `kg` with `from <=
+/// time <= bound`, in order (none when `bound < from`).
+fn time_keys(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, keys: &mut Keys) -> Result<(), OpError> {
+    keys.clear();
     if bound < from {
-        return Ok(keys);
+        return Ok(());
     }
     let lo = encode_time(from);
     let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
     state.scan_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| {
-        keys.push(k.to_vec());
+        keys.push(k);
         ControlFlow::Continue(())
     })?;
-    Ok(keys)
+    Ok(())
 }
 
-/// Every record of key group `kg` with `from <= time <= bound`, in time
-/// order (records of one time: by key), left in state.
-pub fn up_to(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<Vec<Buffered>, OpError> {
-    let mut found = Vec::new();
-    let mut value = Vec::new();
-    for k in time_keys(state, t, kg, from, bound)? {
-        let entry = entry_of_time_key(&k)?;
-        if state.get(t.records, kg, &entry, &mut value)? {
-            let (matched, since, raw) = decode_value(&value)?;
-            found.push(Buffered { time: decode_time(&k), entry, matched, since, raw });
+/// Visit every record of key group `kg` with `from <= time <= bound`, in
+/// time order (records of one time: by key), left in state.
+pub fn up_to(
+    state: &dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    (from, bound): (Millis, Millis),
+    s: &mut Scratch,
+    f: &mut dyn FnMut(Found<'_>) -> Result<(), OpError>,
+) -> Result<(), OpError> {
+    time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    let Scratch { lo: entry, value, keys, .. } = s;
+    for i in 0..keys.len() {
+        let k = keys.get(i);
+        entry_of_time_key(entry, k)?;
+        if state.get(t.records, kg, entry, value)? {
+            f(found(entry, decode_time(k), value)?)?;
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 /// The last record of key `prefix` with `time <= at` (None: there is none).
-pub fn last_at_or_before(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], at: Millis) -> Result<Option<Buffered>, OpError> {
-    let from = entry_key(prefix, Millis::MIN, 0);
-    let mut to = entry_key(prefix, at, u64::MAX);
-    to.push(0);
-    let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
-    state.scan_range(t.records, kg, &from, Some(&to), &mut |k, v| {
-        match &mut last {
-            Some((lk, lv)) => {
-                lk.clear();
-                lk.extend_from_slice(k);
-                lv.clear();
-                lv.extend_from_slice(v);
-            }
-            None => last = Some((k.to_vec(), v.to_vec())),
+pub fn last_at_or_before<'s>(
+    state: &dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    prefix: &[u8],
+    at: Millis,
+    s: &'s mut Scratch,
+) -> Result<Option<Found<'s>>, OpError> {
+    entry_key(&mut s.lo, prefix, Millis::MIN, 0);
+    entry_key(&mut s.hi, prefix, at, u64::MAX);
+    s.hi.push(0);
+    let mut any = false;
+    let Scratch { lo, hi, value, keys, .. } = s;
+    keys.clear();
+    state.scan_range(t.records, kg, lo, Some(hi), &mut |k, v| {
+        if any {
+            keys.clear();
         }
+        keys.push(k);
+        value.clear();
+        value.extend_from_slice(v);
+        any = true;
         ControlFlow::Continue(())
     })?;
-    let Some((entry, value)) = last else { return Ok(None) };
-    let (matched, since, raw) = decode_value(&value)?;
-    let (_, time, _) = split_entry(&entry)?;
-    Ok(Some(Buffered { time: decode_time(time), entry, matched, since, raw }))
+    if !any {
+        return Ok(None);
+    }
+    let entry = keys.get(0);
+    let (_, time, _) = split_entry(entry)?;
+    Ok(Some(found(entry, decode_time(time), value)?))
 }
 
-/// Remove a buffered record from both tables.
-pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, b: &Buffered) -> Result<(), OpError> {
-    state.delete(t.records, kg, &b.entry)?;
-    state.delete(t.times, kg, &time_key(&b.entry)?)?;
+/// Remove the buffered record whose `records` key is `entry` from both tables.
+pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, entry: &[u8], s: &mut Scratch) -> Result<(), OpError> {
+    state.delete(t.records, kg, entry)?;
+    time_key(&mut s.hi, entry)?;
+    state.delete(t.times, kg, &s.hi)?;
     Ok(())
 }
 
@@ -288,22 +395,25 @@ pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, b: &Buffered)
 /// of its key (all at or before it); one that deletes its key leaves too.
 /// What stays of a key at or before `bound` is its latest version, the one
 /// valid for every time from it up to the key's next version.
-pub fn settle_versions(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis) -> Result<(), OpError> {
-    for k in time_keys(state, t, kg, from, bound)? {
-        state.delete(t.times, kg, &k)?;
-        let entry = entry_of_time_key(&k)?;
-        let (prefix, _, _) = split_entry(&entry)?;
-        let mut older = Vec::new();
-        state.scan_range(t.records, kg, &entry_key(prefix, Millis::MIN, 0), Some(&entry), &mut |k, _| {
-            older.push(k.to_vec());
+pub fn settle_versions(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, s: &mut Scratch) -> Result<(), OpError> {
+    time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    let Scratch { lo, hi: entry, value, keys, older } = s;
+    for i in 0..keys.len() {
+        let k = keys.get(i);
+        state.delete(t.times, kg, k)?;
+        entry_of_time_key(entry, k)?;
+        let (prefix, _, _) = split_entry(entry)?;
+        entry_key(lo, prefix, Millis::MIN, 0);
+        older.clear();
+        state.scan_range(t.records, kg, lo, Some(entry), &mut |k, _| {
+            older.push(k);
             ControlFlow::Continue(())
         })?;
-        for o in older {
-            state.delete(t.records, kg, &o)?;
+        for o in 0..older.len() {
+            state.delete(t.records, kg, older.get(o))?;
         }
-        let mut value = Vec::new();
-        if state.get(t.records, kg, &entry, &mut value)? && value.first() == Some(&1) {
-            state.delete(t.records, kg, &entry)?;
+        if state.get(t.records, kg, entry, value)? && value.first() == Some(&1) {
+            state.delete(t.records, kg, entry)?;
         }
     }
     Ok(())
@@ -337,7 +447,7 @@ mod tests {
     fn a_range_holds_one_key_s_records_within_the_times() {
         let mut s = state();
         for (key, time, raw) in [(&b"a"[..], 5, "a5"), (b"a", 5, "a5'"), (b"a", 9, "a9"), (b"ab", 6, "ab6"), (b"a", -3, "a-3")] {
-            insert(&mut s, T, 1, &p(key), New { time, matched: false, since: Millis::MIN, raw }).unwrap();
+            insert(&mut s, T, 1, &p(key), New { time, matched: false, since: Millis::MIN, raw }, &mut Scratch::default()).unwrap();
         }
         let raws = |lo, hi| range(&s, T, 1, &p(b"a"), lo, hi).unwrap().into_iter().map(|b| b.raw).collect::<Vec<_>>();
         assert_eq!(raws(-3, 9), ["a-3", "a5", "a5'", "a9"]);
@@ -350,18 +460,23 @@ mod tests {
     fn records_leave_in_time_order_with_their_matched_flag() {
         let mut s = state();
         for time in [7, 3, 5] {
-            insert(&mut s, T, 2, &p(b"k"), New { time, matched: false, since: time, raw: &format!("r{time}") }).unwrap();
+            insert(&mut s, T, 2, &p(b"k"), New { time, matched: false, since: time, raw: &format!("r{time}") }, &mut Scratch::default()).unwrap();
         }
         let b = range(&s, T, 2, &p(b"k"), 5, 5).unwrap();
-        mark_matched(&mut s, T, 2, &b[0]).unwrap();
+        mark_matched(&mut s, T, 2, &b[0].entry).unwrap();
         let mut gone = Vec::new();
-        remove_up_to(&mut s, T, 2, Millis::MIN, 5, &mut |b| {
-            gone.push((b.time, b.matched, b.raw));
+        remove_up_to(&mut s, T, 2, (Millis::MIN, 5), &mut Scratch::default(), &mut |b| {
+            gone.push((b.time, b.matched, b.raw.to_string()));
             Ok(())
         })
         .unwrap();
         assert_eq!(gone, [(3, false, "r3".to_string()), (5, true, "r5".to_string())]);
-        let left = up_to(&s, T, 2, Millis::MIN, 100).unwrap();
+        let mut left = Vec::new();
+        up_to(&s, T, 2, (Millis::MIN, 100), &mut Scratch::default(), &mut |b| {
+            left.push(b.to_owned());
+            Ok(())
+        })
+        .unwrap();
         assert_eq!(left.iter().map(|b| (b.time, b.since)).collect::<Vec<_>>(), [(7, 7)]);
         assert_eq!(key_prefix(&left[0].entry).unwrap(), p(b"k"));
         assert_eq!(range(&s, T, 2, &p(b"k"), Millis::MIN, Millis::MAX).unwrap().len(), 1);

@@ -42,7 +42,7 @@ use crate::state::{TableKind, TableSpec};
 use crate::types::{encode_key, KeyGroup, Millis, Record, Value, MIN_WATERMARK};
 
 use super::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
-use buffer::{Buffered, Tables};
+use buffer::{Buffered, Keys, Scratch, Tables};
 use interval::{Interval, Side};
 use temporal::Table;
 use windows::Windows;
@@ -86,6 +86,9 @@ pub struct Join {
     // Scratch buffers.
     key: Vec<u8>,
     prefix: Vec<u8>,
+    scratch: Scratch,
+    /// Partners to mark matched.
+    marks: Keys,
 }
 
 impl Join {
@@ -107,6 +110,8 @@ impl Join {
             dead_letter: None,
             key: Vec::new(),
             prefix: Vec::new(),
+            scratch: Scratch::default(),
+            marks: Keys::default(),
         }
     }
 
@@ -139,7 +144,19 @@ impl Join {
         if self.table.is_some() {
             return self.temporal_side(side, batch, ctx);
         }
+        let mut s = std::mem::take(&mut self.scratch);
+        let mut marks = std::mem::take(&mut self.marks);
+        let done = self.match_side(side, batch, ctx, out, &mut s, &mut marks);
+        self.scratch = s;
+        self.marks = marks;
+        done
+    }
+
+    fn match_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>, s: &mut Scratch, marks: &mut Keys) -> OpResult {
         let (mine, theirs) = (tables(side), tables(side.other()));
+        let mut scratch = Vec::new();
+        // Only an outer side needs to know it matched.
+        let mark = self.kind.emits_unmatched(side.other().index());
         for r in batch {
             let t = r.event_time.ok_or_else(|| OpError::Data(format!("join `{}`: a record without event time", self.name)))?;
             self.key.clear();
@@ -149,14 +166,13 @@ impl Join {
             if let Some(w) = self.windows {
                 // A window join matches when windows fire; a record joins
                 // only the windows still open at its split's watermark.
-                let mut scratch = Vec::new();
                 let wm = r.lateness_watermark(ctx.watermark);
                 let Some(since) = w.since(t, wm, &mut scratch) else {
                     self.late(side, &r, wm, ctx)?;
                     continue;
                 };
                 let new = buffer::New { time: t, matched: false, since, raw: &r.raw };
-                buffer::insert(ctx.state, mine, r.key_group, &self.prefix, new)?;
+                buffer::insert(ctx.state, mine, r.key_group, &self.prefix, new, s)?;
                 continue;
             }
             // Judged by the record's split watermark: whether it is late does
@@ -166,21 +182,26 @@ impl Join {
                 self.late(side, &r, wm, ctx)?;
                 continue;
             }
-            let (lo, hi) = self.interval.partners(side, t);
-            let partners = buffer::range(ctx.state, theirs, r.key_group, &self.prefix, lo, hi)?;
-            for p in &partners {
+            let this = &*self;
+            let mut partners = 0usize;
+            marks.clear();
+            buffer::scan(ctx.state, theirs, r.key_group, &this.prefix, this.interval.partners(side, t), s, &mut |p| {
+                partners += 1;
                 let (l, rt) = match side {
-                    Side::Left => ((r.raw.as_ref(), t), (p.raw.as_str(), p.time)),
-                    Side::Right => ((p.raw.as_str(), p.time), (r.raw.as_ref(), t)),
+                    Side::Left => ((r.raw.as_ref(), t), (p.raw, p.time)),
+                    Side::Right => ((p.raw, p.time), (r.raw.as_ref(), t)),
                 };
-                out.push(self.output(None, Some(l.0), Some(rt.0), l.1.max(rt.1))?);
-                // Only an outer side needs to know it matched.
-                if !p.matched && self.kind.emits_unmatched(side.other().index()) {
-                    buffer::mark_matched(ctx.state, theirs, r.key_group, p)?;
+                out.push(this.output(None, Some(l.0), Some(rt.0), l.1.max(rt.1))?);
+                if mark && !p.matched {
+                    marks.push(p.entry);
                 }
+                Ok(())
+            })?;
+            for i in 0..marks.len() {
+                buffer::mark_matched(ctx.state, theirs, r.key_group, marks.get(i))?;
             }
-            let new = buffer::New { time: t, matched: !partners.is_empty(), since: Millis::MIN, raw: &r.raw };
-            buffer::insert(ctx.state, mine, r.key_group, &self.prefix, new)?;
+            let new = buffer::New { time: t, matched: partners > 0, since: Millis::MIN, raw: &r.raw };
+            buffer::insert(ctx.state, mine, r.key_group, &self.prefix, new, s)?;
         }
         Ok(())
     }
@@ -224,22 +245,26 @@ impl Join {
             return Ok(());
         }
         let emit = self.kind.emits_unmatched(side.index());
-        let mut gone: Vec<Buffered> = Vec::new();
+        let mut s = std::mem::take(&mut self.scratch);
+        let this = &*self;
+        let mut done = Ok(());
         for kg in ctx.state.key_groups() {
-            buffer::remove_up_to(ctx.state, tables(side), kg, from, bound, &mut |b| {
+            done = buffer::remove_up_to(ctx.state, tables(side), kg, (from, bound), &mut s, &mut |b| {
                 if emit && !b.matched {
-                    gone.push(b);
+                    let (l, r) = match side {
+                        Side::Left => (Some(b.raw), None),
+                        Side::Right => (None, Some(b.raw)),
+                    };
+                    out.push(this.output(None, l, r, b.time)?);
                 }
                 Ok(())
-            })?;
+            });
+            if done.is_err() {
+                break;
+            }
         }
-        for b in gone {
-            let (l, r) = match side {
-                Side::Left => (Some(b.raw.as_str()), None),
-                Side::Right => (None, Some(b.raw.as_str())),
-            };
-            out.push(self.output(None, l, r, b.time)?);
-        }
+        self.scratch = s;
+        done?;
         self.removed_below[side.index()] = bound.saturating_add(1);
         Ok(())
     }
@@ -257,13 +282,14 @@ impl Join {
         let mut scratch = Vec::new();
         for side in [Side::Left, Side::Right] {
             for kg in ctx.state.key_groups() {
-                for b in buffer::up_to(ctx.state, tables(side), kg, self.removed_below[side.index()], to)? {
+                buffer::up_to(ctx.state, tables(side), kg, (self.removed_below[side.index()], to), &mut self.scratch, &mut |b| {
                     w.of(b.time, &mut scratch);
-                    let prefix = buffer::key_prefix(&b.entry)?.to_vec();
+                    let prefix = buffer::key_prefix(b.entry)?.to_vec();
                     for win in scratch.iter().filter(|win| win.end - 1 > from && win.end - 1 <= to && win.end >= b.since) {
-                        groups.entry((win.end, kg, prefix.clone())).or_default()[side.index()].push(b.clone());
+                        groups.entry((win.end, kg, prefix.clone())).or_default()[side.index()].push(b.to_owned());
                     }
-                }
+                    Ok(())
+                })?;
             }
         }
         for ((end, _, _), [ls, rs]) in groups {
@@ -288,7 +314,7 @@ impl Join {
         for side in [Side::Left, Side::Right] {
             let below = self.removed_below[side.index()];
             for kg in ctx.state.key_groups() {
-                buffer::remove_up_to(ctx.state, tables(side), kg, below, bound, &mut |_| Ok(()))?;
+                buffer::remove_up_to(ctx.state, tables(side), kg, (below, bound), &mut self.scratch, &mut |_| Ok(()))?;
             }
             self.removed_below[side.index()] = below.max(bound.saturating_add(1));
         }

@@ -65,16 +65,26 @@ impl Join {
             };
             if side == Side::Right {
                 // One version per key and time: the last by text.
-                let same = buffer::range(ctx.state, RIGHT, r.key_group, &self.prefix, t, t)?;
-                if same.iter().any(|v| *v.raw >= *r.raw) {
-                    continue;
+                let mut newer = false;
+                let mut same = std::mem::take(&mut self.marks);
+                same.clear();
+                buffer::scan(ctx.state, RIGHT, r.key_group, &self.prefix, (t, t), &mut self.scratch, &mut |v| {
+                    newer |= *v.raw >= *r.raw;
+                    same.push(v.entry);
+                    Ok(())
+                })?;
+                if !newer {
+                    for i in 0..same.len() {
+                        buffer::remove(ctx.state, RIGHT, r.key_group, same.get(i), &mut self.scratch)?;
+                    }
                 }
-                for v in &same {
-                    buffer::remove(ctx.state, RIGHT, r.key_group, v)?;
+                self.marks = same;
+                if newer {
+                    continue;
                 }
             }
             let new = buffer::New { time: t, matched: deletes, since: Millis::MIN, raw: &r.raw };
-            buffer::insert(ctx.state, tables(side), r.key_group, &self.prefix, new)?;
+            buffer::insert(ctx.state, tables(side), r.key_group, &self.prefix, new, &mut self.scratch)?;
         }
         Ok(())
     }
@@ -87,20 +97,23 @@ impl Join {
         for kg in ctx.state.key_groups() {
             let mut due: Vec<Buffered> = Vec::new();
             if w >= left_from {
-                buffer::remove_up_to(ctx.state, LEFT, kg, left_from, w, &mut |b| {
-                    due.push(b);
+                buffer::remove_up_to(ctx.state, LEFT, kg, (left_from, w), &mut self.scratch, &mut |b| {
+                    due.push(b.to_owned());
                     Ok(())
                 })?;
             }
             for l in due {
-                let version = buffer::last_at_or_before(ctx.state, RIGHT, kg, buffer::key_prefix(&l.entry)?, l.time)?;
-                match version.filter(|v| !v.matched) {
-                    Some(v) => out.push(self.output(None, Some(&l.raw), Some(&v.raw), l.time)?),
-                    None if self.kind.emits_unmatched(Side::Left.index()) => out.push(self.output(None, Some(&l.raw), None, l.time)?),
-                    None => {}
-                }
+                let mut s = std::mem::take(&mut self.scratch);
+                let version = buffer::last_at_or_before(ctx.state, RIGHT, kg, buffer::key_prefix(&l.entry)?, l.time, &mut s)?;
+                let emitted = match version.filter(|v| !v.matched) {
+                    Some(v) => self.output(None, Some(&l.raw), Some(v.raw), l.time).map(Some),
+                    None if self.kind.emits_unmatched(Side::Left.index()) => self.output(None, Some(&l.raw), None, l.time).map(Some),
+                    None => Ok(None),
+                };
+                self.scratch = s;
+                out.extend(emitted?);
             }
-            buffer::settle_versions(ctx.state, RIGHT, kg, right_from, w)?;
+            buffer::settle_versions(ctx.state, RIGHT, kg, right_from, w, &mut self.scratch)?;
         }
         for below in &mut self.removed_below {
             *below = (*below).max(w.saturating_add(1));
