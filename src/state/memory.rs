@@ -840,6 +840,31 @@ impl KeyedState for MemoryState {
         })
     }
 
+    fn drain_range(&mut self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+        let name = self.tables[table].spec.name;
+        let (map, _, _, stats) = self.parts(table, kg)?;
+        let Map::Ordered(m) = map else {
+            return Err(StateError::NotOrdered { table: name });
+        };
+        if to.is_some_and(|t| t <= from) || m.is_empty() {
+            return Ok(());
+        }
+        // Two splits instead of a search per key; putting back what is
+        // above `to` costs nothing when nothing is left below `from` (a
+        // join's time index, cleared from its start).
+        let mut cut = m.split_off(from);
+        let mut above = match to {
+            Some(t) => cut.split_off(t),
+            None => BTreeMap::new(),
+        };
+        m.append(&mut above);
+        for (k, v) in &cut {
+            f(k.as_slice(), v.as_slice());
+            stats.removed(k.as_slice().len(), v.as_slice().len());
+        }
+        Ok(())
+    }
+
     fn stats(&self) -> Option<StateStats> {
         // A stateless operator's empty handle has nothing to report.
         (!self.tables.is_empty()).then_some(self.stats)
@@ -895,6 +920,29 @@ mod tests {
             s.scan_range(1, 0, from, Some(to), &mut |k, _| panic!("nothing in [{from:?}, {to:?}) but {k:?}")).unwrap();
         }
         assert!(matches!(s.scan_range(0, 0, b"", None, &mut |_, _| ControlFlow::Continue(())), Err(StateError::NotOrdered { .. })));
+    }
+
+    #[test]
+    fn a_drained_range_leaves_the_rest_and_the_stats_right() {
+        let mut s = MemoryState::new(&T, 0..1);
+        for k in [&b"a"[..], b"b", b"c", b"d", b"e"] {
+            s.put(1, 0, k, b"vv").unwrap();
+        }
+        let mut seen = Vec::new();
+        s.drain_range(1, 0, b"b", Some(b"d"), &mut |k, v| seen.push((k.to_vec(), v.to_vec()))).unwrap();
+        assert_eq!(seen, [(b"b".to_vec(), b"vv".to_vec()), (b"c".to_vec(), b"vv".to_vec())]);
+        s.drain_range(1, 0, b"d", Some(b"b"), &mut |k, _| panic!("an empty range, but {k:?}")).unwrap();
+        let mut left = Vec::new();
+        s.scan_range(1, 0, b"", None, &mut |k, _| {
+            left.push(k.to_vec());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(left, [b"a".to_vec(), b"d".to_vec(), b"e".to_vec()]);
+        assert_eq!(s.stats(), Some(StateStats { keys: 3, bytes: 9 }));
+        s.drain_range(1, 0, b"", None, &mut |_, _| {}).unwrap();
+        assert_eq!((s.len(1), s.stats()), (0, Some(StateStats { keys: 0, bytes: 0 })));
+        assert!(matches!(s.drain_range(0, 0, b"", None, &mut |_, _| {}), Err(StateError::NotOrdered { .. })));
     }
 
     #[test]

@@ -229,6 +229,23 @@ pub trait KeyedState: Send {
         false
     }
 
+    /// Delete the entries of an ordered table with `from <= key < to` (to =
+    /// None: no upper bound), visiting each in key order first (a join's
+    /// time index, cleared up to the watermark). The default scans, then
+    /// deletes one by one; the memory backend cuts the range out whole.
+    fn drain_range(&mut self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        self.scan_range(table, kg, from, to, &mut |k, v| {
+            f(k, v);
+            keys.push(k.to_vec());
+            ControlFlow::Continue(())
+        })?;
+        for k in keys {
+            self.delete(table, kg, &k)?;
+        }
+        Ok(())
+    }
+
     /// Put `key` only if absent; returns whether it was inserted.
     fn put_if_absent(&mut self, table: TableId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<bool, StateError> {
         if self.contains(table, kg, key)? {

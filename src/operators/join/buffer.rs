@@ -206,8 +206,9 @@ pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8]
     // search stores it.
     entry_key(&mut s.lo, prefix, time, base);
     if state.put_if_absent(t.records, kg, &s.lo, &s.value)? {
+        // A new record's time key is new too.
         time_key(&mut s.hi, &s.lo)?;
-        state.put(t.times, kg, &s.hi, &[])?;
+        state.put_if_absent(t.times, kg, &s.hi, &[])?;
         return Ok(());
     }
     // Else the next seq under (key, time, hash of the text): one past the
@@ -226,7 +227,7 @@ pub fn insert(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8]
     entry_key(&mut s.lo, prefix, time, seq);
     state.put(t.records, kg, &s.lo, &s.value)?;
     time_key(&mut s.hi, &s.lo)?;
-    state.put(t.times, kg, &s.hi, &[])?;
+    state.put_if_absent(t.times, kg, &s.hi, &[])?;
     Ok(())
 }
 
@@ -298,11 +299,10 @@ pub fn remove_up_to(
     s: &mut Scratch,
     f: &mut dyn FnMut(Found<'_>) -> Result<(), OpError>,
 ) -> Result<(), OpError> {
-    time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    take_time_keys(state, t, kg, from, bound, &mut s.keys)?;
     let Scratch { lo: entry, value, keys, .. } = s;
     for i in 0..keys.len() {
         let k = keys.get(i);
-        state.delete(t.times, kg, k)?;
         entry_of_time_key(entry, k)?;
         if state.take(t.records, kg, entry, value)? {
             f(found(entry, decode_time(k), value)?)?;
@@ -324,6 +324,18 @@ fn time_keys(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, boun
         keys.push(k);
         ControlFlow::Continue(())
     })?;
+    Ok(())
+}
+
+/// `time_keys`, removed from the time index.
+fn take_time_keys(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, keys: &mut Keys) -> Result<(), OpError> {
+    keys.clear();
+    if bound < from {
+        return Ok(());
+    }
+    let lo = encode_time(from);
+    let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
+    state.drain_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| keys.push(k))?;
     Ok(())
 }
 
@@ -396,11 +408,10 @@ pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, entry: &[u8],
 /// What stays of a key at or before `bound` is its latest version, the one
 /// valid for every time from it up to the key's next version.
 pub fn settle_versions(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, s: &mut Scratch) -> Result<(), OpError> {
-    time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    take_time_keys(state, t, kg, from, bound, &mut s.keys)?;
     let Scratch { lo, hi: entry, value, keys, older } = s;
     for i in 0..keys.len() {
         let k = keys.get(i);
-        state.delete(t.times, kg, k)?;
         entry_of_time_key(entry, k)?;
         let (prefix, _, _) = split_entry(entry)?;
         entry_key(lo, prefix, Millis::MIN, 0);
