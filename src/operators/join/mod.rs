@@ -280,9 +280,16 @@ impl Join {
         // (window end, key group, key) → each side's records in the window.
         let mut groups: BTreeMap<(Millis, KeyGroup, Vec<u8>), [Vec<Buffered>; 2]> = BTreeMap::new();
         let mut scratch = Vec::new();
-        for side in [Side::Left, Side::Right] {
+        // Only records in a window that fires now are read: none when no
+        // window's end - 1 is in (from, to], else those from the first such
+        // window's start on (not every record still buffered, again at every
+        // watermark).
+        let first_start = w.first_start_firing_after(from);
+        let fires = first_start.saturating_add(w.size) - 1 <= to;
+        for side in [Side::Left, Side::Right].into_iter().filter(|_| fires) {
+            let lo = self.removed_below[side.index()].max(first_start);
             for kg in ctx.state.key_groups() {
-                buffer::up_to(ctx.state, tables(side), kg, (self.removed_below[side.index()], to), &mut self.scratch, &mut |b| {
+                buffer::up_to(ctx.state, tables(side), kg, (lo, to), &mut self.scratch, &mut |b| {
                     w.of(b.time, &mut scratch);
                     let prefix = buffer::key_prefix(b.entry)?.to_vec();
                     for win in scratch.iter().filter(|win| win.end - 1 > from && win.end - 1 <= to && win.end >= b.since) {

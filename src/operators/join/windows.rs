@@ -40,6 +40,15 @@ impl Windows {
         scratch.iter().map(|win| win.end).find(|&end| end - 1 > w)
     }
 
+    /// The start of the first window that fires after watermark `from`
+    /// (whose `end - 1 > from`): windows fire in order of their starts, so
+    /// a record before it is in no window firing later.
+    pub fn first_start_firing_after(self, from: Millis) -> Millis {
+        // The least start k * slide with k * slide + size - 1 > from.
+        let k = from.saturating_sub(self.size).saturating_add(1).div_euclid(self.slide).saturating_add(1);
+        k.saturating_mul(self.slide)
+    }
+
     /// At watermark `w`, the latest time of a record whose every window has
     /// fired: its last window starts at `floor(t / slide) * slide` and fires
     /// at its end - 1.
@@ -64,6 +73,23 @@ mod tests {
         assert_eq!(w.since(5, 29, &mut s), None, "late");
         let t = Windows { size: 10, slide: 10 };
         assert_eq!((t.since(-1, -2, &mut s), t.since(-1, -1, &mut s)), (Some(0), None));
+    }
+
+    #[test]
+    fn the_first_window_to_fire_after_a_watermark() {
+        for w in [Windows { size: 10, slide: 10 }, Windows { size: 30, slide: 10 }, Windows { size: 7, slide: 3 }] {
+            for from in -50..50 {
+                let mut ws = Vec::new();
+                let first = (-100..100).flat_map(|t| {
+                    w.of(t, &mut ws);
+                    ws.clone()
+                });
+                let want = first.filter(|win| win.end - 1 > from).map(|win| win.start).min().unwrap();
+                assert_eq!(w.first_start_firing_after(from), want, "{w:?} from {from}");
+            }
+        }
+        let t = Windows { size: 10, slide: 10 };
+        assert!(t.first_start_firing_after(Millis::MIN) < -1_000_000_000_000_000);
     }
 
     #[test]
