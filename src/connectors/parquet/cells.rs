@@ -20,7 +20,7 @@ pub enum Cell {
 }
 
 /// The cell of `column` for `value` (Null when the field is missing).
-pub fn cell(column: &ParquetColumn, value: &Value) -> Result<Cell, String> {
+pub fn cell(column: &ParquetColumn, value: Value) -> Result<Cell, String> {
     if matches!(value, Value::Null) {
         return if column.nullable {
             Ok(Cell::Null)
@@ -28,31 +28,31 @@ pub fn cell(column: &ParquetColumn, value: &Value) -> Result<Cell, String> {
             Err(format!("column `{}` is not nullable, and field `{}` is missing or null", column.name, column.path))
         };
     }
-    let wrong = || format!("column `{}` is {}, and field `{}` is {value}", column.name, expected(column.kind), column.path);
+    let wrong = |v: &Value| format!("column `{}` is {}, and field `{}` is {v}", column.name, expected(column.kind), column.path);
     match column.kind {
-        ParquetType::Int32 => integer(value).and_then(|i| i32::try_from(i).ok()).map(Cell::Int32).ok_or_else(wrong),
-        ParquetType::Int64 => integer(value).map(Cell::Int64).ok_or_else(wrong),
-        ParquetType::Double => value.as_f64().map(Cell::Double).ok_or_else(wrong),
+        ParquetType::Int32 => integer(&value).and_then(|i| i32::try_from(i).ok()).map(Cell::Int32).ok_or_else(|| wrong(&value)),
+        ParquetType::Int64 => integer(&value).map(Cell::Int64).ok_or_else(|| wrong(&value)),
+        ParquetType::Double => value.as_f64().map(Cell::Double).ok_or_else(|| wrong(&value)),
         ParquetType::Bool => match value {
-            Value::Bool(b) => Ok(Cell::Bool(*b)),
-            _ => Err(wrong()),
+            Value::Bool(b) => Ok(Cell::Bool(b)),
+            other => Err(wrong(&other)),
         },
         ParquetType::Utf8 => match value {
-            Value::Str(s) => Ok(Cell::Bytes(s.clone())),
-            _ => Err(wrong()),
+            Value::Str(s) => Ok(Cell::Bytes(s)),
+            other => Err(wrong(&other)),
         },
-        ParquetType::Date => match value {
-            Value::Str(s) => days_of(s).map(Cell::Int32).ok_or_else(wrong),
-            _ => Err(wrong()),
+        ParquetType::Date => match &value {
+            Value::Str(s) => days_of(s).map(Cell::Int32).ok_or_else(|| wrong(&value)),
+            _ => Err(wrong(&value)),
         },
-        ParquetType::Timestamp(unit) => timestamp(value, unit).map(Cell::Int64).ok_or_else(wrong),
+        ParquetType::Timestamp(unit) => timestamp(&value, unit).map(Cell::Int64).ok_or_else(|| wrong(&value)),
         ParquetType::Decimal { precision, scale } => {
-            let text = match value {
+            let text = match &value {
                 Value::Int(i) => i.to_string(),
                 // The shortest text that reads back as this f64: what the JSON said.
                 Value::Float(f) if f.is_finite() => f.to_string(),
                 Value::Decimal(d) | Value::Str(d) => d.to_string(),
-                _ => return Err(wrong()),
+                _ => return Err(wrong(&value)),
             };
             let unscaled = unscaled(&text, precision, scale)
                 .map_err(|why| format!("column `{}` is decimal({precision}, {scale}), and field `{}` is {value}: {why}", column.name, column.path))?;
@@ -173,17 +173,17 @@ mod tests {
     #[test]
     fn integers_fit_their_width_or_are_refused() {
         let c = col(ParquetType::Int32, true);
-        assert_eq!(cell(&c, &Value::Int(7)), Ok(Cell::Int32(7)));
-        assert_eq!(cell(&c, &Value::Float(3.0)), Ok(Cell::Int32(3)));
-        assert!(cell(&c, &Value::Int(1 << 40)).unwrap_err().contains("int32"));
-        assert!(cell(&c, &Value::Float(1.5)).is_err());
-        assert!(cell(&c, &Value::Str("7".into())).is_err());
+        assert_eq!(cell(&c, Value::Int(7)), Ok(Cell::Int32(7)));
+        assert_eq!(cell(&c, Value::Float(3.0)), Ok(Cell::Int32(3)));
+        assert!(cell(&c, Value::Int(1 << 40)).unwrap_err().contains("int32"));
+        assert!(cell(&c, Value::Float(1.5)).is_err());
+        assert!(cell(&c, Value::Str("7".into())).is_err());
         let c = col(ParquetType::Int64, false);
-        assert_eq!(cell(&c, &Value::Int(i64::MIN)), Ok(Cell::Int64(i64::MIN)));
-        assert!(cell(&c, &Value::Decimal("9223372036854775808".into())).is_err());
-        assert!(cell(&c, &Value::Float(9.3e18)).is_err());
-        assert!(cell(&c, &Value::Null).unwrap_err().contains("not nullable"));
-        assert_eq!(cell(&col(ParquetType::Int64, true), &Value::Null), Ok(Cell::Null));
+        assert_eq!(cell(&c, Value::Int(i64::MIN)), Ok(Cell::Int64(i64::MIN)));
+        assert!(cell(&c, Value::Decimal("9223372036854775808".into())).is_err());
+        assert!(cell(&c, Value::Float(9.3e18)).is_err());
+        assert!(cell(&c, Value::Null).unwrap_err().contains("not nullable"));
+        assert_eq!(cell(&col(ParquetType::Int64, true), Value::Null), Ok(Cell::Null));
     }
 
     #[test]
@@ -201,10 +201,10 @@ mod tests {
         assert!(unscaled(".", 5, 2).is_err());
         assert_eq!(unscaled("99999999999999999999999999999999999999", 38, 0), Ok(99_999_999_999_999_999_999_999_999_999_999_999_999));
         let wide = col(ParquetType::Decimal { precision: 30, scale: 3 }, true);
-        assert_eq!(cell(&wide, &Value::Decimal("123456789012345678901.5".into())), Ok(Cell::Wide(123_456_789_012_345_678_901_500)));
+        assert_eq!(cell(&wide, Value::Decimal("123456789012345678901.5".into())), Ok(Cell::Wide(123_456_789_012_345_678_901_500)));
         let narrow = col(ParquetType::Decimal { precision: 9, scale: 2 }, true);
-        assert_eq!(cell(&narrow, &Value::Float(0.1)), Ok(Cell::Int32(10)));
-        assert_eq!(cell(&narrow, &Value::Str("19.99".into())), Ok(Cell::Int32(1999)));
+        assert_eq!(cell(&narrow, Value::Float(0.1)), Ok(Cell::Int32(10)));
+        assert_eq!(cell(&narrow, Value::Str("19.99".into())), Ok(Cell::Int32(1999)));
     }
 
     #[test]
@@ -217,10 +217,10 @@ mod tests {
         assert_eq!(days_of("2023-13-01"), None);
         assert_eq!(days_of("2023-1-01"), None);
         let us = col(ParquetType::Timestamp(TimeUnit::Micros), true);
-        assert_eq!(cell(&us, &Value::Str("1970-01-01T00:00:01.5Z".into())), Ok(Cell::Int64(1_500_000)));
-        assert_eq!(cell(&us, &Value::Int(42)), Ok(Cell::Int64(42)));
+        assert_eq!(cell(&us, Value::Str("1970-01-01T00:00:01.5Z".into())), Ok(Cell::Int64(1_500_000)));
+        assert_eq!(cell(&us, Value::Int(42)), Ok(Cell::Int64(42)));
         let ns = col(ParquetType::Timestamp(TimeUnit::Nanos), true);
-        assert!(cell(&ns, &Value::Str("9999-01-01T00:00:00Z".into())).is_err(), "past what i64 nanoseconds hold");
-        assert!(cell(&us, &Value::Str("yesterday".into())).is_err());
+        assert!(cell(&ns, Value::Str("9999-01-01T00:00:00Z".into())).is_err(), "past what i64 nanoseconds hold");
+        assert!(cell(&us, Value::Str("yesterday".into())).is_err());
     }
 }

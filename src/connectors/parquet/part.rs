@@ -78,19 +78,26 @@ pub fn schema(columns: &[ParquetColumn]) -> Result<TypePtr, String> {
     Ok(Arc::new(root))
 }
 
-pub fn properties(compression: ParquetCompression) -> Arc<WriterProperties> {
+pub fn properties(columns: &[ParquetColumn], compression: ParquetCompression) -> Arc<WriterProperties> {
     let codec = match compression {
         ParquetCompression::Zstd => Compression::ZSTD(ZstdLevel::default()),
         ParquetCompression::Snappy => Compression::SNAPPY,
         ParquetCompression::None => Compression::UNCOMPRESSED,
     };
-    let props = WriterProperties::builder()
+    let mut props = WriterProperties::builder()
         .set_compression(codec)
         // Version 1 data pages: what every reader (Athena and older Hive included) reads.
         .set_writer_version(WriterVersion::PARQUET_1_0)
-        .set_created_by(format!("weir {}", env!("CARGO_PKG_VERSION")))
-        .build();
-    Arc::new(props)
+        .set_created_by(format!("weir {}", env!("CARGO_PKG_VERSION")));
+    // Dictionaries pay where values repeat: strings, dates, small ints.
+    // Wide numbers (ids, times, measures) rarely do, and a dictionary that
+    // overflows is built for nothing before the writer falls back.
+    for c in columns {
+        if matches!(c.kind, ParquetType::Int64 | ParquetType::Double | ParquetType::Timestamp(_) | ParquetType::Decimal { .. }) {
+            props = props.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(c.name.as_str()), false);
+        }
+    }
+    Arc::new(props.build())
 }
 
 /// One column's buffered values and definition levels (nullable columns).
@@ -209,9 +216,10 @@ impl PartWriter {
         Ok(PartWriter { file, columns, buffered: 0, row_group_rows, rows: 0 })
     }
 
-    /// Append one row (one checked cell per column, in schema order).
-    pub fn push(&mut self, row: Vec<Cell>) -> Result<(), String> {
-        for (c, cell) in self.columns.iter_mut().zip(row) {
+    /// Append one row (one checked cell per column, in schema order),
+    /// leaving `row` empty.
+    pub fn push(&mut self, row: &mut Vec<Cell>) -> Result<(), String> {
+        for (c, cell) in self.columns.iter_mut().zip(row.drain(..)) {
             c.push(cell);
         }
         self.buffered += 1;

@@ -32,7 +32,7 @@ use crate::format::json::{FieldNeed, JsonParser};
 use crate::operators::dead_letter::reject;
 use crate::operators::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use crate::state::{TableKind, TableSpec};
-use crate::types::{Millis, Record};
+use crate::types::{Millis, Record, Value};
 
 /// Staged files: `PARTITION/HIDDEN` → checkpoint id (0 = finished, not staged yet).
 const FILES: usize = 0;
@@ -41,7 +41,13 @@ pub struct ParquetSink {
     name: String,
     spec: ParquetSinkSpec,
     target: Target,
+    /// Where each column's value is in a record's fields (None: parse its text).
+    slots: Option<Vec<usize>>,
+    /// Whether a slot feeds two columns (then values are copied, not moved).
+    shared_slots: bool,
     parser: JsonParser,
+    /// The row being built (reused).
+    row: Vec<Cell>,
     schema: TypePtr,
     props: Arc<WriterProperties>,
     subtask: u16,
@@ -125,14 +131,25 @@ fn time_partition(t: Millis, bucket: TimeBucket) -> Option<String> {
 }
 
 impl ParquetSink {
-    pub fn new(name: &str, spec: &ParquetSinkSpec, subtask: u16, transactional: bool, dead_letter: Option<DeadLetter>) -> Result<Self, String> {
+    /// `slots`: where records hold each column's value, when known.
+    pub fn new(
+        name: &str,
+        spec: &ParquetSinkSpec,
+        subtask: u16,
+        transactional: bool,
+        slots: Option<Vec<usize>>,
+        dead_letter: Option<DeadLetter>,
+    ) -> Result<Self, String> {
         let target = Target::open(&spec.path, &spec.storage_options.0)?;
         let fields = spec.columns.iter().map(|c| (c.path.clone(), FieldNeed::default())).collect();
         let mut sink = ParquetSink {
             name: name.to_string(),
             schema: schema(&spec.columns)?,
-            props: properties(spec.compression),
+            props: properties(&spec.columns, spec.compression),
             parser: JsonParser::new(fields, None),
+            shared_slots: slots.as_ref().is_some_and(|s| (1..s.len()).any(|i| s[..i].contains(&s[i]))),
+            slots,
+            row: Vec::with_capacity(spec.columns.len()),
             spec: spec.clone(),
             target,
             subtask,
@@ -157,13 +174,26 @@ impl ParquetSink {
         Ok(ours.map(|(_, seq)| seq.saturating_add(1)).max().unwrap_or(0))
     }
 
-    /// The row of `r`, and its partition directory; or why it does not fit.
-    fn row_of(&self, r: &Record) -> Result<(Vec<Cell>, String), String> {
-        let values = self.parser.fields(&r.raw)?;
-        let mut row = Vec::with_capacity(values.len());
-        for (c, v) in self.spec.columns.iter().zip(&values) {
-            row.push(cell(c, v)?);
+    /// The row of `r` into `self.row` (its values moved out of `r`), and
+    /// its partition directory; or why it does not fit.
+    fn row_of(&mut self, r: &mut Record) -> Result<String, String> {
+        self.row.clear();
+        let parsed;
+        let values: &mut [Value] = match &self.slots {
+            Some(_) => &mut r.fields,
+            None => {
+                parsed = self.parser.fields(&r.raw)?;
+                r.fields = parsed;
+                &mut r.fields
+            }
+        };
+        for (i, c) in self.spec.columns.iter().enumerate() {
+            let slot = self.slots.as_ref().map_or(i, |s| s[i]);
+            let v = values.get_mut(slot).ok_or("the record has fewer fields than its layout says")?;
+            let v = if self.shared_slots { v.clone() } else { std::mem::replace(v, Value::Null) };
+            self.row.push(cell(c, v)?);
         }
+        let row = &self.row;
         let mut dir = String::new();
         for &i in &self.spec.partition_columns {
             if !dir.is_empty() {
@@ -181,7 +211,7 @@ impl ParquetSink {
             }
             dir.push_str(&part);
         }
-        Ok((row, dir))
+        Ok(dir)
     }
 
     fn writer_for(&mut self, dir: &str) -> Result<&mut Open, OpError> {
@@ -286,9 +316,9 @@ impl Operator for ParquetSink {
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
-        for r in &batch {
-            let (row, dir) = match self.row_of(r) {
-                Ok(x) => x,
+        for mut r in batch {
+            let dir = match self.row_of(&mut r) {
+                Ok(dir) => dir,
                 Err(reason) => {
                     let place = format!("sink `{}`", self.name);
                     reject(&self.spec.on_error, self.dead_letter.as_ref(), (&self.name, &place), &r.raw, &reason, ctx.metrics)?;
@@ -296,8 +326,10 @@ impl Operator for ParquetSink {
                 }
             };
             let max = self.spec.max_file_bytes;
+            let mut row = std::mem::take(&mut self.row);
             let open = self.writer_for(&dir)?;
-            let (pushed, full) = (open.writer.push(row), open.writer.bytes() >= max);
+            let (pushed, full) = (open.writer.push(&mut row), open.writer.bytes() >= max);
+            self.row = row;
             if let Err(e) = pushed {
                 let hidden = &self.open[&dir].hidden;
                 return Err(OpError::Data(format!("writing {}: {e}", self.target.show(&format!("{}/{hidden}", super::target::STAGING)))));

@@ -170,7 +170,11 @@ pub(super) fn chain_op(
                 _ => None,
             };
             let transactional = plan.pipeline.checkpoint.is_some();
-            Box::new(crate::connectors::parquet::ParquetSink::new(&node.name, spec, subtask, transactional, dead_letter).map_err(err)?)
+            // Where the records already hold each column's value (parsed
+            // at the source, or an aggregate's output); else the sink parses.
+            let slots = spec.columns.iter().map(|c| input_schema.iter().position(|s| s == &c.path)).collect();
+            let sink = crate::connectors::parquet::ParquetSink::new(&node.name, spec, subtask, transactional, slots, dead_letter);
+            Box::new(sink.map_err(err)?)
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
