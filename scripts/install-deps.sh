@@ -56,6 +56,10 @@ $minimal && exit 0
 # nothing when cached).
 "$(dirname "$0")/kafka-broker.sh" install
 
+# DuckDB (PyPI, pinned, in a venv): the independent reader the Parquet
+# sink's tests read its files with (scripts/read-parquet.sh).
+"$(dirname "$0")/read-parquet.sh" install
+
 # The Kubernetes schema validator (kubernetes-validate, pinned, in a venv)
 # for the test that checks deploy/kubernetes/.
 "$(dirname "$0")/k8s-validate.sh" install

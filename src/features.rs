@@ -1,6 +1,6 @@
 //! Cargo features of this build: `rocksdb` (`state.backend: rocksdb`),
-//! `kafka` (Kafka sources and sinks) and `s3` (checkpoints or savepoints on
-//! `s3://`). What a build without one says when something needs it; the
+//! `kafka` (Kafka sources and sinks), `s3` (checkpoints, savepoints or
+//! sink output on `s3://`) and `parquet` (the Parquet sink). What a build without one says when something needs it; the
 //! validation of a pipeline's needs is `config::features`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -8,6 +8,7 @@ pub enum Feature {
     RocksDb,
     Kafka,
     S3,
+    Parquet,
 }
 
 impl Feature {
@@ -16,6 +17,7 @@ impl Feature {
             Feature::RocksDb => "rocksdb",
             Feature::Kafka => "kafka",
             Feature::S3 => "s3",
+            Feature::Parquet => "parquet",
         }
     }
 }
@@ -26,18 +28,24 @@ pub struct Features {
     pub rocksdb: bool,
     pub kafka: bool,
     pub s3: bool,
+    pub parquet: bool,
 }
 
 impl Features {
     /// The features of this build.
-    pub const COMPILED: Features =
-        Features { rocksdb: cfg!(feature = "rocksdb"), kafka: cfg!(feature = "kafka"), s3: cfg!(feature = "s3") };
+    pub const COMPILED: Features = Features {
+        rocksdb: cfg!(feature = "rocksdb"),
+        kafka: cfg!(feature = "kafka"),
+        s3: cfg!(feature = "s3"),
+        parquet: cfg!(feature = "parquet"),
+    };
 
     pub fn has(self, f: Feature) -> bool {
         match f {
             Feature::RocksDb => self.rocksdb,
             Feature::Kafka => self.kafka,
             Feature::S3 => self.s3,
+            Feature::Parquet => self.parquet,
         }
     }
 }

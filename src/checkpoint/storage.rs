@@ -95,6 +95,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Delete `key`; a missing object is not an error.
     fn delete(&self, key: &str) -> Result<(), StorageError>;
 
+    /// Copy the object at `from` to `to`, replacing what is there;
+    /// [`StorageError::NotFound`] when `from` is missing. (S3: a copy on the
+    /// server, no bytes through this process.)
+    fn copy(&self, from: &str, to: &str) -> Result<(), StorageError> {
+        let bytes = self.get(from)?;
+        self.put(to, &bytes)
+    }
+
     /// The bytes at `key` and their version (the ETag on S3), for
     /// [`Storage::put_conditional`].
     fn get_versioned(&self, key: &str) -> Result<(Vec<u8>, String), StorageError>;

@@ -416,6 +416,14 @@ fn needs(
         needs.push(Need { at, what: "state.backend: rocksdb".into(), feature: Feature::RocksDb });
     }
     for (it, kind) in items.iter().zip(kinds) {
+        let Some(NodeKind::Sink(SinkSpec::Parquet(p))) = kind else { continue };
+        let name = it.name.unwrap_or_default();
+        needs.push(Need { at: child(&it.path, "type"), what: format!("sink `{name}`: type: parquet"), feature: Feature::Parquet });
+        if p.is_remote() {
+            needs.push(Need { at: child(&it.path, "path"), what: format!("sink `{name}`: path: {}", p.path), feature: Feature::S3 });
+        }
+    }
+    for (it, kind) in items.iter().zip(kinds) {
         let role = match kind {
             Some(NodeKind::Source(s)) if matches!(s.kind, SourceKind::Kafka(_)) => "source",
             Some(NodeKind::Sink(SinkSpec::Kafka(_))) => "sink",

@@ -18,6 +18,7 @@ mod load;
 mod locate;
 mod outputs;
 mod overrides;
+mod parquet;
 pub mod pipeline;
 pub mod raw;
 mod specs;
@@ -25,6 +26,7 @@ mod specs;
 pub use duration::parse_duration;
 pub use limits::{MAX_PIPELINE_BYTES, MAX_WINDOWS_PER_RECORD};
 pub use load::{load_file, load_file_as, load_str, Instance};
+pub use parquet::{ParquetColumn, ParquetCompression, ParquetSinkSpec, ParquetType, StorageOptions, TimeBucket, TimeUnit};
 pub use pipeline::*;
 pub use specs::parse_metrics_address;
 

@@ -472,6 +472,7 @@ pub enum SinkSpec {
     Stdout,
     Blackhole { rate_limit: Option<f64> },
     Kafka(KafkaSinkSpec),
+    Parquet(super::parquet::ParquetSinkSpec),
 }
 
 /// Output field of a windowed aggregate: the window's start (epoch ms).

@@ -421,6 +421,105 @@ pub enum RawSink {
         #[serde(default)]
         properties: IndexMap<String, serde_yaml::Value>,
     },
+    /// Parquet files in a directory or under `s3://bucket/prefix`.
+    Parquet {
+        name: String,
+        input: String,
+        /// Output directory, or `s3://bucket/prefix`.
+        path: String,
+        /// The columns, in file order.
+        schema: Vec<RawParquetColumn>,
+        #[serde(default)]
+        compression: Option<RawParquetCompression>,
+        /// Rows per row group (default 131072).
+        #[serde(default)]
+        row_group_rows: Option<u64>,
+        /// Roll to a new file past about this many bytes (default 128 MiB).
+        #[serde(default)]
+        max_file_bytes: Option<u64>,
+        /// Hive-style directories by column values and event time.
+        #[serde(default)]
+        partition: Option<RawParquetPartition>,
+        /// What to do with a record that does not fit the schema.
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
+        /// object_store's `aws_*` keys, as `checkpoint.storage_options`.
+        #[serde(default)]
+        storage_options: Option<std::collections::BTreeMap<String, String>>,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawParquetColumn {
+    pub name: String,
+    /// The field path it is read from (default: `name`).
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: RawParquetType,
+    /// Whether the column may hold nulls (default true).
+    #[serde(default)]
+    pub nullable: Option<bool>,
+    /// `timestamp`: ms, us or ns (default ms).
+    #[serde(default)]
+    pub unit: Option<RawTimeUnit>,
+    /// `decimal`: digits in all, and after the point.
+    #[serde(default)]
+    pub precision: Option<u32>,
+    #[serde(default)]
+    pub scale: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawParquetType {
+    Int32,
+    Int64,
+    Double,
+    #[serde(alias = "string")]
+    Utf8,
+    #[serde(alias = "boolean")]
+    Bool,
+    Date,
+    Timestamp,
+    Decimal,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawTimeUnit {
+    Ms,
+    Us,
+    Ns,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawParquetCompression {
+    Zstd,
+    Snappy,
+    None,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawParquetPartition {
+    /// Columns whose values name directories (`region=eu/`), in order.
+    #[serde(default)]
+    pub columns: Vec<String>,
+    /// `day` (`dt=2026-12-03/`) or `hour` (`dt=2026-12-03/hr=07/`) of the event time.
+    #[serde(default)]
+    pub event_time: Option<RawTimeBucket>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawTimeBucket {
+    Day,
+    Hour,
 }
 
 impl RawSource {
@@ -468,9 +567,11 @@ impl RawSink {
     /// The sink's `name`, whatever its type.
     pub fn name(&self) -> &str {
         match self {
-            RawSink::File { name, .. } | RawSink::Stdout { name, .. } | RawSink::Blackhole { name, .. } | RawSink::Kafka { name, .. } => {
-                name
-            }
+            RawSink::File { name, .. }
+            | RawSink::Stdout { name, .. }
+            | RawSink::Blackhole { name, .. }
+            | RawSink::Kafka { name, .. }
+            | RawSink::Parquet { name, .. } => name,
         }
     }
 
@@ -480,7 +581,8 @@ impl RawSink {
             RawSink::File { input, .. }
             | RawSink::Stdout { input, .. }
             | RawSink::Blackhole { input, .. }
-            | RawSink::Kafka { input, .. } => input,
+            | RawSink::Kafka { input, .. }
+            | RawSink::Parquet { input, .. } => input,
         }
     }
 }

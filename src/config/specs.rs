@@ -121,7 +121,7 @@ impl Cx<'_> {
         ok
     }
 
-    fn not_empty(&mut self, base: &[Seg], key: &str, text: &str, expected: &str) {
+    pub(crate) fn not_empty(&mut self, base: &[Seg], key: &str, text: &str, expected: &str) {
         if text.trim().is_empty() {
             self.err(&child(base, key), format!("`{key}` is empty: expected {expected}"));
         }
@@ -1026,6 +1026,28 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
                 cx.err(&child(at, "max_file_bytes"), format!("`max_file_bytes` must be between {range}, got {max_file_bytes}"));
             }
             SinkSpec::File { dir: PathBuf::from(path), max_file_bytes }
+        }
+        RawSink::Parquet {
+            path, schema, compression, row_group_rows, max_file_bytes, partition, on_error, dead_letter, storage_options, ..
+        } => {
+            let max_file_bytes = max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
+            let (lo, hi) = FILE_BYTES;
+            if !(lo..=hi).contains(&max_file_bytes) {
+                let range = format!("{} and {}", show_bytes(lo), show_bytes(hi));
+                cx.err(&child(at, "max_file_bytes"), format!("`max_file_bytes` must be between {range}, got {max_file_bytes}"));
+            }
+            let on_error = on_error_spec(cx, at, *on_error, dead_letter.as_deref());
+            let raw = super::parquet::RawParquet {
+                path,
+                schema,
+                compression: *compression,
+                row_group_rows: *row_group_rows,
+                max_file_bytes,
+                partition: partition.as_ref(),
+                on_error,
+                storage_options: storage_options.as_ref(),
+            };
+            SinkSpec::Parquet(super::parquet::spec(cx, at, raw))
         }
         RawSink::Stdout { .. } => SinkSpec::Stdout,
         RawSink::Blackhole { rate_limit, .. } => SinkSpec::Blackhole { rate_limit: cx.rate_limit(at, *rate_limit) },

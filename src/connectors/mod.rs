@@ -15,5 +15,7 @@ pub mod datagen;
 pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod source;
 pub mod stdout;

@@ -292,6 +292,10 @@ fn field_needs_one(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, Fie
         NodeKind::Sink(crate::config::SinkSpec::Kafka(k)) => {
             merge_needs(&mut needs, k.key.iter().map(|k| (k.clone(), FieldNeed::default())).collect())
         }
+        // Parsed once at the source, not again by the sink.
+        NodeKind::Sink(crate::config::SinkSpec::Parquet(s)) => {
+            merge_needs(&mut needs, s.columns.iter().map(|c| (c.path.clone(), FieldNeed::default())).collect())
+        }
         _ => return None,
     }
     Some((head_above(p, node.input?)?, needs))

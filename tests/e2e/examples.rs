@@ -1,5 +1,6 @@
 //! Every pipeline in `pipelines/` validates and runs, with its output
 //! redirected into a temp dir. New examples are picked up automatically.
+//! A Parquet sink's output is read back with DuckDB (tests/e2e/parquet.rs).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -61,12 +62,18 @@ fn every_example_runs_and_writes_output() {
         // Redirect every file sink and dead-letter file into the temp dir.
         let mut sink_dirs = Vec::new();
         let mut stdout_sinks = 0;
+        let mut parquet_dirs = Vec::new();
         for (i, s) in items(&doc, "sinks").iter().enumerate() {
             match s["type"].as_str() {
                 Some("file") => {
                     let d = dir.path().join(format!("sink{i}"));
                     cmd = cmd.set(&format!("sinks.{i}.path"), &d);
                     sink_dirs.push(d);
+                }
+                Some("parquet") => {
+                    let d = dir.path().join(format!("sink{i}"));
+                    cmd = cmd.set(&format!("sinks.{i}.path"), &d);
+                    parquet_dirs.push(d);
                 }
                 Some("stdout") => stdout_sinks += 1,
                 _ => {}
@@ -93,6 +100,12 @@ fn every_example_runs_and_writes_output() {
         for d in &sink_dirs {
             assert!(!sink_lines(d).is_empty(), "{name}: sink {} is empty", d.display());
         }
+        #[cfg(feature = "parquet")]
+        for d in &parquet_dirs {
+            assert!(!super::parquet::rows(d).is_empty(), "{name}: parquet sink {} is empty", d.display());
+        }
+        #[cfg(not(feature = "parquet"))]
+        let _ = parquet_dirs;
         if stdout_sinks > 0 {
             assert!(!o.stdout.trim().is_empty(), "{name}: nothing on stdout");
         }

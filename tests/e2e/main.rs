@@ -26,6 +26,8 @@ mod join;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;
+#[cfg(feature = "parquet")]
+mod parquet;
 mod plan;
 mod restart;
 #[cfg(feature = "kafka")]

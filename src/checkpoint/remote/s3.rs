@@ -347,6 +347,14 @@ impl Storage for ObjectStorage {
         })
     }
 
+    fn copy(&self, from: &str, to: &str) -> Result<(), StorageError> {
+        let (this, from, to) = (self.clone(), from.to_string(), to.to_string());
+        block_on(async move {
+            let (src, dst) = (this.path(&from), this.path(&to));
+            this.retry("copy", &from, || this.store.copy(&src, &dst)).await
+        })
+    }
+
     fn get_versioned(&self, key: &str) -> Result<(Vec<u8>, String), StorageError> {
         let (this, key) = (self.clone(), key.to_string());
         block_on(async move {

@@ -161,6 +161,21 @@ pub(super) fn chain_op(
             let sink = KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?;
             Box::new(sink.with_checkpoints(plan.pipeline.checkpoint.is_some()))
         }
+        #[cfg(not(feature = "parquet"))]
+        NodeKind::Sink(SinkSpec::Parquet(_)) => return Err(err(crate::features::missing_reason(crate::features::Feature::Parquet))),
+        #[cfg(feature = "parquet")]
+        NodeKind::Sink(SinkSpec::Parquet(spec)) => {
+            let dead_letter = match &spec.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                _ => None,
+            };
+            let transactional = plan.pipeline.checkpoint.is_some();
+            // Where the records already hold each column's value (parsed
+            // at the source, or an aggregate's output); else the sink parses.
+            let slots = spec.columns.iter().map(|c| input_schema.iter().position(|s| s == &c.path)).collect();
+            let sink = crate::connectors::parquet::ParquetSink::new(&node.name, spec, subtask, transactional, slots, dead_letter);
+            Box::new(sink.map_err(err)?)
+        }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
     let state = backends.state(plan, id, subtask, op.as_ref())?;
