@@ -26,7 +26,7 @@ use parquet::schema::types::TypePtr;
 use super::cells::{cell, Cell};
 use super::part::{properties, schema, PartWriter};
 use super::target::Target;
-use crate::config::{ParquetSinkSpec, TimeBucket};
+use crate::config::{ParquetSinkSpec, ParquetType, TimeBucket};
 use crate::faults;
 use crate::format::json::{FieldNeed, JsonParser};
 use crate::operators::dead_letter::reject;
@@ -99,9 +99,14 @@ fn hidden_of(key: &str) -> &str {
 
 /// A partition directory's name for `value`: Hive's escaping (every byte
 /// but letters, digits, `.`, `_` and `-` as `%XX`), and its name for null.
-fn partition_value(cell: &Cell) -> String {
+fn partition_value(cell: &Cell, kind: ParquetType) -> String {
     let text = match cell {
         Cell::Null => return "__HIVE_DEFAULT_PARTITION__".into(),
+        // A date names its directory as Hive writes it, `YYYY-MM-DD`.
+        Cell::Int32(days) if kind == ParquetType::Date => match time::OffsetDateTime::from_unix_timestamp(i64::from(*days) * 86_400) {
+            Ok(t) => format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day()),
+            Err(_) => days.to_string(),
+        },
         Cell::Int32(i) => i.to_string(),
         Cell::Int64(i) => i.to_string(),
         Cell::Bool(b) => b.to_string(),
@@ -201,7 +206,7 @@ impl ParquetSink {
             }
             dir.push_str(&self.spec.columns[i].name);
             dir.push('=');
-            dir.push_str(&partition_value(&row[i]));
+            dir.push_str(&partition_value(&row[i], self.spec.columns[i].kind));
         }
         if let Some(bucket) = self.spec.partition_time {
             let t = r.event_time.ok_or("the record has no event time to partition by (`partition.event_time` needs the source's `event_time`)")?;
@@ -375,5 +380,27 @@ impl Operator for ParquetSink {
         } else {
             self.finish_all(ctx)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_partition_values_are_escaped_as_hive_does() {
+        let hidden = hidden_name(3, 12, "0a1b2c3d");
+        assert_eq!(parse_hidden(&hidden), Some((3, 12)));
+        assert_eq!(parse_hidden("part-0003-000012-0a1b2c3d.parquet"), None);
+        assert_eq!(final_name(&format!("dt=2026-12-03/{hidden}"), 7).unwrap(), "dt=2026-12-03/part-0000000007-0003-000012-0a1b2c3d.parquet");
+        assert_eq!(final_name(&hidden, 0).unwrap(), "part-0000000000-0003-000012-0a1b2c3d.parquet");
+        assert_eq!(partition_value(&Cell::Bytes("a/b=c d".into()), ParquetType::Utf8), "a%2Fb%3Dc%20d");
+        assert_eq!(partition_value(&Cell::Bytes("..".into()), ParquetType::Utf8), "..");
+        assert_eq!(partition_value(&Cell::Bytes("".into()), ParquetType::Utf8), "__HIVE_DEFAULT_PARTITION__");
+        assert_eq!(partition_value(&Cell::Null, ParquetType::Int64), "__HIVE_DEFAULT_PARTITION__");
+        assert_eq!(partition_value(&Cell::Int32(20_790), ParquetType::Date), "2026-12-03");
+        assert_eq!(partition_value(&Cell::Int32(-5), ParquetType::Int32), "-5");
+        assert_eq!(time_partition(1_764_745_200_000, TimeBucket::Hour).unwrap(), "dt=2025-12-03/hr=07");
+        assert_eq!(time_partition(-1, TimeBucket::Day).unwrap(), "dt=1969-12-31");
     }
 }
