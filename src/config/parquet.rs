@@ -70,7 +70,10 @@ pub enum ParquetType {
     /// Days since the Unix epoch.
     Date,
     Timestamp(TimeUnit),
-    Decimal { precision: u8, scale: u8 },
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
 }
 
 impl ParquetType {
@@ -220,7 +223,10 @@ fn column_type(cx: &mut Cx, at: &[Seg], c: &RawParquetColumn) -> ParquetType {
             if !(1..=MAX_DECIMAL_PRECISION).contains(&precision) {
                 cx.err(&child(at, "precision"), format!("`precision` must be between 1 and {MAX_DECIMAL_PRECISION}, got {precision}"));
             } else if scale > precision {
-                cx.err(&child(at, "scale"), format!("`scale` ({scale}) is larger than `precision` ({precision}): expected scale <= precision"));
+                cx.err(
+                    &child(at, "scale"),
+                    format!("`scale` ({scale}) is larger than `precision` ({precision}): expected scale <= precision"),
+                );
             }
             let precision = precision.clamp(1, MAX_DECIMAL_PRECISION) as u8;
             ParquetType::Decimal { precision, scale: (scale as u8).min(precision) }
@@ -257,7 +263,10 @@ fn partition(cx: &mut Cx, at: &[Seg], raw: &RawParquetPartition, columns: &[Parq
             cx.err(&here, format!("`{name}` appears twice in `partition.columns`"));
         } else if !columns[c].kind.partitions() {
             let kind = columns[c].kind.name();
-            cx.err(&here, format!("partition column `{name}` is a `{kind}`: directories are named by int32, int64, utf8, bool or date columns"));
+            cx.err(
+                &here,
+                format!("partition column `{name}` is a `{kind}`: directories are named by int32, int64, utf8, bool or date columns"),
+            );
         }
         out.push(c);
     }

@@ -1028,7 +1028,16 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
             SinkSpec::File { dir: PathBuf::from(path), max_file_bytes }
         }
         RawSink::Parquet {
-            path, schema, compression, row_group_rows, max_file_bytes, partition, on_error, dead_letter, storage_options, ..
+            path,
+            schema,
+            compression,
+            row_group_rows,
+            max_file_bytes,
+            partition,
+            on_error,
+            dead_letter,
+            storage_options,
+            ..
         } => {
             let max_file_bytes = max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES);
             let (lo, hi) = FILE_BYTES;

@@ -840,7 +840,14 @@ impl KeyedState for MemoryState {
         })
     }
 
-    fn drain_range(&mut self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+    fn drain_range(
+        &mut self,
+        table: TableId,
+        kg: KeyGroup,
+        from: &[u8],
+        to: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StateError> {
         let name = self.tables[table].spec.name;
         let (map, _, _, stats) = self.parts(table, kg)?;
         let Map::Ordered(m) = map else {

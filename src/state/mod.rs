@@ -233,7 +233,14 @@ pub trait KeyedState: Send {
     /// None: no upper bound), visiting each in key order first (a join's
     /// time index, cleared up to the watermark). The default scans, then
     /// deletes one by one; the memory backend cuts the range out whole.
-    fn drain_range(&mut self, table: TableId, kg: KeyGroup, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), StateError> {
+    fn drain_range(
+        &mut self,
+        table: TableId,
+        kg: KeyGroup,
+        from: &[u8],
+        to: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StateError> {
         let mut keys: Vec<Vec<u8>> = Vec::new();
         self.scan_range(table, kg, from, to, &mut |k, v| {
             f(k, v);

@@ -113,13 +113,8 @@ fn a_clean_run_publishes_the_reference_rows_with_the_declared_types_by_hour() {
         let ok = rel.starts_with("dt=2023-11-14/hr=22/part-") || rel.starts_with("dt=2023-11-14/hr=23/part-");
         assert!(ok, "not under its event hour: {rel}");
     }
-    let want = [
-        "user VARCHAR",
-        "window_start TIMESTAMP WITH TIME ZONE",
-        "window_end TIMESTAMP WITH TIME ZONE",
-        "n BIGINT",
-        "total DECIMAL(18,2)",
-    ];
+    let want =
+        ["user VARCHAR", "window_start TIMESTAMP WITH TIME ZONE", "window_end TIMESTAMP WITH TIME ZONE", "n BIGINT", "total DECIMAL(18,2)"];
     assert_eq!(schema(&out), want);
 }
 
@@ -172,10 +167,15 @@ fn bad_input_run(lines: &[&str], on_error: &str) -> (tempfile::TempDir, super::u
 
 #[test]
 fn a_record_that_does_not_fit_the_schema_fails_the_run_naming_column_and_value_or_is_skipped() {
-    let lines = [r#"{"id": 1, "price": "1.50"}"#, r#"{"id": 2, "price": 1.234}"#, r#"{"id": 3000000000}"#, r#"{"price": 2}"#, r#"{"id": 5}"#];
+    let lines =
+        [r#"{"id": 1, "price": "1.50"}"#, r#"{"id": 2, "price": 1.234}"#, r#"{"id": 3000000000}"#, r#"{"price": 2}"#, r#"{"id": 5}"#];
     let (_dir, o) = bad_input_run(&lines, "fail");
     assert_ne!(o.code(), Some(0));
-    assert!(o.stderr.contains("column `price` is decimal(5, 2)") && o.stderr.contains("more than 2 digits after the point"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("column `price` is decimal(5, 2)") && o.stderr.contains("more than 2 digits after the point"),
+        "{}",
+        o.stderr
+    );
     let (dir, o) = bad_input_run(&lines, "skip");
     o.expect_code(0);
     let got = canonical(rows(&dir.path().join("lake")));

@@ -988,7 +988,10 @@ fn parquet_sink_on_s3_publishes_every_row_exactly_once_across_kills_and_a_new_ma
     let lake = format!("{}/lake", bucket.url);
     let dir = tmp();
     let run = |state: &std::path::Path| {
-        weir_run(PIPELINE, 2).set("state.dir", state).set("checkpoint.storage", format!("{}/checkpoints", bucket.url)).set("sinks.lake.path", &lake)
+        weir_run(PIPELINE, 2)
+            .set("state.dir", state)
+            .set("checkpoint.storage", format!("{}/checkpoints", bucket.url))
+            .set("sinks.lake.path", &lake)
     };
     let mut rng = Rng::from_env("parquet on s3");
     let mut kills = 0;

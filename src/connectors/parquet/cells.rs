@@ -54,8 +54,9 @@ pub fn cell(column: &ParquetColumn, value: Value) -> Result<Cell, String> {
                 Value::Decimal(d) | Value::Str(d) => d.to_string(),
                 _ => return Err(wrong(&value)),
             };
-            let unscaled = unscaled(&text, precision, scale)
-                .map_err(|why| format!("column `{}` is decimal({precision}, {scale}), and field `{}` is {value}: {why}", column.name, column.path))?;
+            let unscaled = unscaled(&text, precision, scale).map_err(|why| {
+                format!("column `{}` is decimal({precision}, {scale}), and field `{}` is {value}: {why}", column.name, column.path)
+            })?;
             Ok(match precision {
                 1..=9 => Cell::Int32(unscaled as i32),
                 10..=18 => Cell::Int64(unscaled as i64),
@@ -73,7 +74,9 @@ fn expected(kind: ParquetType) -> &'static str {
         ParquetType::Utf8 => "utf8 (a string)",
         ParquetType::Bool => "bool (true or false)",
         ParquetType::Date => "date (a string `YYYY-MM-DD`)",
-        ParquetType::Timestamp(_) => "a timestamp (integer epoch time in the column's unit, or an RFC 3339 string, in years 1678 to 2261 for unit ns)",
+        ParquetType::Timestamp(_) => {
+            "a timestamp (integer epoch time in the column's unit, or an RFC 3339 string, in years 1678 to 2261 for unit ns)"
+        }
         ParquetType::Decimal { .. } => "decimal",
     }
 }
@@ -107,7 +110,8 @@ fn days_of(text: &str) -> Option<i32> {
     if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| text.get(r)?.bytes().try_fold(0i64, |n, c| c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0')));
+    let num =
+        |r: std::ops::Range<usize>| text.get(r)?.bytes().try_fold(0i64, |n, c| c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0')));
     let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
     let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];

@@ -210,7 +210,13 @@ pub struct PartWriter {
 }
 
 impl PartWriter {
-    pub fn new(out: Out, spec_columns: &[ParquetColumn], schema: TypePtr, props: Arc<WriterProperties>, row_group_rows: usize) -> Result<Self, String> {
+    pub fn new(
+        out: Out,
+        spec_columns: &[ParquetColumn],
+        schema: TypePtr,
+        props: Arc<WriterProperties>,
+        row_group_rows: usize,
+    ) -> Result<Self, String> {
         let file = SerializedFileWriter::new(out, schema, props).map_err(|e| e.to_string())?;
         let columns = spec_columns.iter().map(Column::new).collect();
         Ok(PartWriter { file, columns, buffered: 0, row_group_rows, rows: 0 })

@@ -209,7 +209,9 @@ impl ParquetSink {
             dir.push_str(&partition_value(&row[i], self.spec.columns[i].kind));
         }
         if let Some(bucket) = self.spec.partition_time {
-            let t = r.event_time.ok_or("the record has no event time to partition by (`partition.event_time` needs the source's `event_time`)")?;
+            let t = r
+                .event_time
+                .ok_or("the record has no event time to partition by (`partition.event_time` needs the source's `event_time`)")?;
             let part = time_partition(t, bucket).ok_or_else(|| format!("event time {t} is out of range for a date"))?;
             if !dir.is_empty() {
                 dir.push('/');
@@ -392,7 +394,10 @@ mod tests {
         let hidden = hidden_name(3, 12, "0a1b2c3d");
         assert_eq!(parse_hidden(&hidden), Some((3, 12)));
         assert_eq!(parse_hidden("part-0003-000012-0a1b2c3d.parquet"), None);
-        assert_eq!(final_name(&format!("dt=2026-12-03/{hidden}"), 7).unwrap(), "dt=2026-12-03/part-0000000007-0003-000012-0a1b2c3d.parquet");
+        assert_eq!(
+            final_name(&format!("dt=2026-12-03/{hidden}"), 7).unwrap(),
+            "dt=2026-12-03/part-0000000007-0003-000012-0a1b2c3d.parquet"
+        );
         assert_eq!(final_name(&hidden, 0).unwrap(), "part-0000000000-0003-000012-0a1b2c3d.parquet");
         assert_eq!(partition_value(&Cell::Bytes("a/b=c d".into()), ParquetType::Utf8), "a%2Fb%3Dc%20d");
         assert_eq!(partition_value(&Cell::Bytes("..".into()), ParquetType::Utf8), "..");

@@ -328,7 +328,14 @@ fn time_keys(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, boun
 }
 
 /// `time_keys`, removed from the time index.
-fn take_time_keys(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, keys: &mut Keys) -> Result<(), OpError> {
+fn take_time_keys(
+    state: &mut dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    from: Millis,
+    bound: Millis,
+    keys: &mut Keys,
+) -> Result<(), OpError> {
     keys.clear();
     if bound < from {
         return Ok(());
@@ -407,7 +414,14 @@ pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, entry: &[u8],
 /// of its key (all at or before it); one that deletes its key leaves too.
 /// What stays of a key at or before `bound` is its latest version, the one
 /// valid for every time from it up to the key's next version.
-pub fn settle_versions(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, s: &mut Scratch) -> Result<(), OpError> {
+pub fn settle_versions(
+    state: &mut dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    from: Millis,
+    bound: Millis,
+    s: &mut Scratch,
+) -> Result<(), OpError> {
     take_time_keys(state, t, kg, from, bound, &mut s.keys)?;
     let Scratch { lo, hi: entry, value, keys, older } = s;
     for i in 0..keys.len() {
@@ -471,7 +485,8 @@ mod tests {
     fn records_leave_in_time_order_with_their_matched_flag() {
         let mut s = state();
         for time in [7, 3, 5] {
-            insert(&mut s, T, 2, &p(b"k"), New { time, matched: false, since: time, raw: &format!("r{time}") }, &mut Scratch::default()).unwrap();
+            insert(&mut s, T, 2, &p(b"k"), New { time, matched: false, since: time, raw: &format!("r{time}") }, &mut Scratch::default())
+                .unwrap();
         }
         let b = range(&s, T, 2, &p(b"k"), 5, 5).unwrap();
         mark_matched(&mut s, T, 2, &b[0].entry).unwrap();

@@ -152,7 +152,15 @@ impl Join {
         done
     }
 
-    fn match_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>, s: &mut Scratch, marks: &mut Keys) -> OpResult {
+    fn match_side(
+        &mut self,
+        side: Side,
+        batch: Vec<Record>,
+        ctx: &mut Context<'_>,
+        out: &mut Vec<Record>,
+        s: &mut Scratch,
+        marks: &mut Keys,
+    ) -> OpResult {
         let (mine, theirs) = (tables(side), tables(side.other()));
         let mut scratch = Vec::new();
         // Only an outer side needs to know it matched.
