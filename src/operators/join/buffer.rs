@@ -315,16 +315,18 @@ pub fn remove_up_to(
 /// time <= bound`, in order (none when `bound < from`).
 fn time_keys(state: &dyn KeyedState, t: Tables, kg: KeyGroup, from: Millis, bound: Millis, keys: &mut Keys) -> Result<(), OpError> {
     keys.clear();
-    if bound < from {
-        return Ok(());
-    }
-    let lo = encode_time(from);
-    let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
+    let Some((lo, hi)) = time_range(from, bound) else { return Ok(()) };
     state.scan_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| {
         keys.push(k);
         ControlFlow::Continue(())
     })?;
     Ok(())
+}
+
+/// The time-index bounds of `from <= time <= bound` (upper exclusive,
+/// None: unbounded); None when the range is empty.
+fn time_range(from: Millis, bound: Millis) -> Option<([u8; 8], Option<[u8; 8]>)> {
+    (bound >= from).then(|| (encode_time(from), (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)))))
 }
 
 /// `time_keys`, removed from the time index.
@@ -337,11 +339,7 @@ fn take_time_keys(
     keys: &mut Keys,
 ) -> Result<(), OpError> {
     keys.clear();
-    if bound < from {
-        return Ok(());
-    }
-    let lo = encode_time(from);
-    let hi = (bound < Millis::MAX).then(|| encode_time(bound.saturating_add(1)));
+    let Some((lo, hi)) = time_range(from, bound) else { return Ok(()) };
     state.drain_range(t.times, kg, &lo, hi.as_ref().map(|h| &h[..]), &mut |k, _| keys.push(k))?;
     Ok(())
 }
