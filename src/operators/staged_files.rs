@@ -51,13 +51,21 @@ pub fn remove_leftovers(
 ) -> io::Result<()> {
     for entry in fs::read_dir(dir)?.flatten() {
         let Some((s, seq)) = parse(&entry.file_name().to_string_lossy()) else { continue };
-        let ours = s == subtask && seq < below;
-        let orphaned = s >= parallelism && s % parallelism == subtask;
-        if ours || orphaned {
+        if is_leftover((s, seq), subtask, below, parallelism) {
             fs::remove_file(entry.path())?;
         }
     }
     Ok(())
+}
+
+/// Whether the file numbered `(s, seq)` is one no checkpoint will publish,
+/// for `subtask` of `parallelism` after a restore marked at `below`: its
+/// own below the mark, or an old subtask's beyond the parallelism that
+/// maps to it.
+pub fn is_leftover((s, seq): (u16, u64), subtask: u16, below: u64, parallelism: u16) -> bool {
+    let ours = s == subtask && seq < below;
+    let orphaned = s >= parallelism && s % parallelism == subtask;
+    ours || orphaned
 }
 
 #[cfg(test)]

@@ -306,10 +306,8 @@ impl ParquetSink {
 
     fn remove_leftovers(&self, below: u64, parallelism: u16) -> Result<(), String> {
         for name in self.target.staged()? {
-            let Some((s, seq)) = parse_hidden(&name) else { continue };
-            let ours = s == self.subtask && seq < below;
-            let orphaned = s >= parallelism && s % parallelism == self.subtask;
-            if ours || orphaned {
+            let Some(numbered) = parse_hidden(&name) else { continue };
+            if crate::operators::staged_files::is_leftover(numbered, self.subtask, below, parallelism) {
                 self.target.discard(&name)?;
             }
         }
