@@ -1,6 +1,7 @@
 //! Cargo features of this build: `rocksdb` (`state.backend: rocksdb`),
 //! `kafka` (Kafka sources and sinks), `s3` (checkpoints, savepoints or
-//! sink output on `s3://`) and `parquet` (the Parquet sink). What a build without one says when something needs it; the
+//! sink output on `s3://`), `parquet` (the Parquet sink) and `postgres` (the
+//! PostgreSQL sink). What a build without one says when something needs it; the
 //! validation of a pipeline's needs is `config::features`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,6 +10,7 @@ pub enum Feature {
     Kafka,
     S3,
     Parquet,
+    Postgres,
 }
 
 impl Feature {
@@ -18,6 +20,7 @@ impl Feature {
             Feature::Kafka => "kafka",
             Feature::S3 => "s3",
             Feature::Parquet => "parquet",
+            Feature::Postgres => "postgres",
         }
     }
 }
@@ -29,6 +32,7 @@ pub struct Features {
     pub kafka: bool,
     pub s3: bool,
     pub parquet: bool,
+    pub postgres: bool,
 }
 
 impl Features {
@@ -38,6 +42,7 @@ impl Features {
         kafka: cfg!(feature = "kafka"),
         s3: cfg!(feature = "s3"),
         parquet: cfg!(feature = "parquet"),
+        postgres: cfg!(feature = "postgres"),
     };
 
     pub fn has(self, f: Feature) -> bool {
@@ -46,6 +51,7 @@ impl Features {
             Feature::Kafka => self.kafka,
             Feature::S3 => self.s3,
             Feature::Parquet => self.parquet,
+            Feature::Postgres => self.postgres,
         }
     }
 }

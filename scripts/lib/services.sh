@@ -1,7 +1,8 @@
 # Sourced by scripts/test.sh and scripts/chaos.sh: start the test broker
-# (scripts/kafka-broker.sh) and the S3 test server (scripts/s3-server.sh),
+# (scripts/kafka-broker.sh), the S3 test server (scripts/s3-server.sh) and
+# PostgreSQL (scripts/postgres.sh),
 # each on a fresh data directory, unless the environment already names one
-# (KAFKA_BOOTSTRAP; AWS_ENDPOINT_URL or WEIR_S3_ENDPOINT). Each is stopped
+# (KAFKA_BOOTSTRAP; AWS_ENDPOINT_URL or WEIR_S3_ENDPOINT; WEIR_PG_URL). Each is stopped
 # and its directory removed when the sourcing script exits, whatever its
 # outcome. Run from the repository's root.
 cleanups=()
@@ -20,4 +21,11 @@ if [ -z "${AWS_ENDPOINT_URL:-}" ] && [ -z "${WEIR_S3_ENDPOINT:-}" ]; then
   cleanups+=('scripts/s3-server.sh stop --data-dir "$s3_dir"; rm -rf "$s3_dir"')
   eval "$(scripts/s3-server.sh start --data-dir "$s3_dir")"
   echo "Test S3 server: $AWS_ENDPOINT_URL (data in $s3_dir)"
+fi
+if [ -z "${WEIR_PG_URL:-}" ]; then
+  pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-pg-test.XXXXXX")
+  cleanups+=('scripts/postgres.sh stop --data-dir "$pg_dir"; rm -rf "$pg_dir"')
+  eval "$(scripts/postgres.sh start --data-dir "$pg_dir")"
+  export WEIR_PG_URL PGPASSWORD
+  echo "Test PostgreSQL: $WEIR_PG_URL (data in $pg_dir)"
 fi

@@ -48,6 +48,7 @@ pub(crate) fn check(cx: &mut Cx, cluster: &ClusterSpec, checkpoint: Option<&Chec
             NodeKind::Join(_) => cx.err(here, format!("a join cannot run in a cluster ({n} instances) yet: its two hash edges are not carried over repartition topics; run one instance")),
             NodeKind::Sink(SinkSpec::File { .. }) => cx.err(here, format!("a file sink cannot run in a cluster ({n} instances): every instance would write the same part files; write to a Kafka topic instead")),
             NodeKind::Sink(SinkSpec::Parquet(_)) => cx.err(here, format!("a parquet sink cannot run in a cluster ({n} instances) yet: the clean-up of a crashed run's staged files assumes one process; write to a Kafka topic, or run one instance")),
+            NodeKind::Sink(SinkSpec::Postgres(_)) => cx.err(here, format!("a postgres sink cannot run in a cluster ({n} instances) yet: the clean-up of a crashed run's prepared transactions assumes one process; write to a Kafka topic, or run one instance")),
             NodeKind::Sink(SinkSpec::Kafka(k)) if matches!(k.on_error, OnError::DeadLetter(_)) => cx.err(&child(here, "dead_letter"), dead_letter(n)),
             _ => {}
         }

@@ -67,6 +67,11 @@ pub(crate) fn compile(parsed: &Parsed, loc: &Locator, features: Features, errors
         items.iter().zip(&kinds).filter_map(|(it, k)| Some(super::cluster::ClusterNode { path: &it.path, kind: k.as_ref()? })).collect();
     super::cluster::check(&mut cx, &cluster, checkpoint.as_ref(), &in_cluster);
     check_kafka_transactions(&mut cx, &items, &kinds, checkpoint.as_ref());
+    for (it, kind) in items.iter().zip(&kinds) {
+        if let (Some(NodeKind::Sink(SinkSpec::Postgres(pg))), Some(name)) = (kind, it.name) {
+            super::postgres::check_gid_length(&mut cx, &child(&it.path, "name"), &raw.name, name, pg);
+        }
+    }
     for (at, message) in features::unmet(&needs(&state, checkpoint.as_ref(), savepoint_dir.as_deref(), &items, &kinds), features) {
         cx.err(at, message);
     }
@@ -427,6 +432,11 @@ fn needs(
         let role = match kind {
             Some(NodeKind::Source(s)) if matches!(s.kind, SourceKind::Kafka(_)) => "source",
             Some(NodeKind::Sink(SinkSpec::Kafka(_))) => "sink",
+            Some(NodeKind::Sink(SinkSpec::Postgres(_))) => {
+                let what = format!("sink `{}`: type: postgres", it.name.unwrap_or_default());
+                needs.push(Need { at: child(&it.path, "type"), what, feature: Feature::Postgres });
+                continue;
+            }
             _ => continue,
         };
         let what = format!("{role} `{}`: type: kafka", it.name.unwrap_or_default());
@@ -534,6 +544,11 @@ fn places(
             }
             Some(NodeKind::Sink(SinkSpec::Kafka(k))) => {
                 if let OnError::DeadLetter(path) = &k.on_error {
+                    out.push(dead_letter(path, "sink"));
+                }
+            }
+            Some(NodeKind::Sink(SinkSpec::Postgres(pg))) => {
+                if let OnError::DeadLetter(path) = &pg.on_error {
                     out.push(dead_letter(path, "sink"));
                 }
             }

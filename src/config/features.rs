@@ -29,8 +29,8 @@ mod tests {
     use super::*;
     use crate::config::load::load_with_features;
 
-    const ALL: Features = Features { rocksdb: true, kafka: true, s3: true, parquet: true };
-    const NONE: Features = Features { rocksdb: false, kafka: false, s3: false, parquet: false };
+    const ALL: Features = Features { rocksdb: true, kafka: true, s3: true, parquet: true, postgres: true };
+    const NONE: Features = Features { rocksdb: false, kafka: false, s3: false, parquet: false, postgres: false };
 
     const ROCKS: &str = "name: p
 state:
@@ -66,15 +66,15 @@ sinks:
     #[test]
     fn rocksdb_backend_without_the_feature_is_refused_at_the_backend() {
         assert_eq!(
-            messages(ROCKS, Features { rocksdb: false, kafka: true, s3: true, parquet: true }),
+            messages(ROCKS, Features { rocksdb: false, kafka: true, s3: true, parquet: true, postgres: true }),
             ["pipeline.yaml:3:12: state.backend: rocksdb needs a weir built with the `rocksdb` feature (cargo build --release --features rocksdb)"]
         );
-        assert!(messages(ROCKS, Features { rocksdb: true, kafka: false, s3: true, parquet: true }).is_empty());
+        assert!(messages(ROCKS, Features { rocksdb: true, kafka: false, s3: true, parquet: true, postgres: true }).is_empty());
     }
 
     #[test]
     fn kafka_source_and_sink_without_the_feature_are_refused_at_their_type() {
-        let got = messages(KAFKA, Features { rocksdb: true, kafka: false, s3: true, parquet: true });
+        let got = messages(KAFKA, Features { rocksdb: true, kafka: false, s3: true, parquet: true, postgres: true });
         assert_eq!(
             got,
             [
@@ -82,7 +82,7 @@ sinks:
                 "pipeline.yaml:10:11: sink `out`: type: kafka needs a weir built with the `kafka` feature (cargo build --release --features kafka)",
             ]
         );
-        assert!(messages(KAFKA, Features { rocksdb: false, kafka: true, s3: true, parquet: true }).is_empty());
+        assert!(messages(KAFKA, Features { rocksdb: false, kafka: true, s3: true, parquet: true, postgres: true }).is_empty());
     }
 
     const S3: &str = "name: p
@@ -100,13 +100,35 @@ sinks:
     #[test]
     fn storage_on_s3_without_the_feature_is_refused_at_the_url() {
         assert_eq!(
-            messages(S3, Features { rocksdb: true, kafka: true, s3: false, parquet: true }),
+            messages(S3, Features { rocksdb: true, kafka: true, s3: false, parquet: true, postgres: true }),
             [
                 "pipeline.yaml:4:12: checkpoint.storage: s3://bucket/chk needs a weir built with the `s3` feature (cargo build --release --features s3)",
                 "pipeline.yaml:6:8: savepoint.dir: s3://bucket/sp needs a weir built with the `s3` feature (cargo build --release --features s3)",
             ]
         );
-        assert!(messages(S3, Features { rocksdb: false, kafka: false, s3: true, parquet: true }).is_empty());
+        assert!(messages(S3, Features { rocksdb: false, kafka: false, s3: true, parquet: true, postgres: true }).is_empty());
+    }
+
+    const POSTGRES: &str = "name: p
+sources:
+  - {name: in, type: datagen, fields: {user: {kind: key, cardinality: 10}}}
+sinks:
+  - name: out
+    input: in
+    type: postgres
+    url: postgres://weir@127.0.0.1:5432/db
+    table: t
+    columns: {u: user}
+    delivery: at_least_once
+";
+
+    #[test]
+    fn postgres_sink_without_the_feature_is_refused_at_its_type() {
+        assert_eq!(
+            messages(POSTGRES, Features { postgres: false, ..ALL }),
+            ["pipeline.yaml:7:11: sink `out`: type: postgres needs a weir built with the `postgres` feature (cargo build --release --features postgres)"]
+        );
+        assert!(messages(POSTGRES, Features { postgres: true, ..NONE }).is_empty());
     }
 
     #[test]

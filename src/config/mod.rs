@@ -20,6 +20,7 @@ mod outputs;
 mod overrides;
 mod parquet;
 pub mod pipeline;
+mod postgres;
 pub mod raw;
 mod specs;
 
@@ -28,6 +29,7 @@ pub use limits::{MAX_PIPELINE_BYTES, MAX_WINDOWS_PER_RECORD};
 pub use load::{load_file, load_file_as, load_str, Instance};
 pub use parquet::{ParquetColumn, ParquetCompression, ParquetSinkSpec, ParquetType, StorageOptions, TimeBucket, TimeUnit};
 pub use pipeline::*;
+pub use postgres::gid_prefix;
 pub use specs::parse_metrics_address;
 
 use std::fmt;

@@ -473,6 +473,32 @@ pub enum SinkSpec {
     Blackhole { rate_limit: Option<f64> },
     Kafka(KafkaSinkSpec),
     Parquet(super::parquet::ParquetSinkSpec),
+    Postgres(PostgresSinkSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct PostgresSinkSpec {
+    /// The connection URL as written (no password: that is read from `password_env`).
+    pub url: String,
+    pub password_env: String,
+    /// `table` or `schema.table`, unquoted.
+    pub table: String,
+    pub mode: PostgresMode,
+    /// Column name → the field path its value is read from, in column order.
+    pub columns: Vec<(String, crate::format::path::FieldPath)>,
+    pub batch_size: usize,
+    pub delivery: Delivery,
+    pub server_timeout: Duration,
+    pub on_error: OnError,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostgresMode {
+    Append,
+    /// `INSERT … ON CONFLICT (key) DO UPDATE`: the key's columns.
+    Upsert {
+        key: Vec<String>,
+    },
 }
 
 /// Output field of a windowed aggregate: the window's start (epoch ms).

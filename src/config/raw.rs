@@ -449,6 +449,38 @@ pub enum RawSink {
         #[serde(default)]
         storage_options: Option<std::collections::BTreeMap<String, String>>,
     },
+    Postgres {
+        name: String,
+        input: String,
+        /// `postgres://user@host:port/db`; the password comes from `password_env`.
+        url: String,
+        /// The environment variable holding the password (default `PGPASSWORD`).
+        #[serde(default)]
+        password_env: Option<String>,
+        /// `table` or `schema.table`.
+        table: String,
+        #[serde(default)]
+        mode: Option<RawPostgresMode>,
+        /// Upsert: the columns of the conflict target (a unique index or primary key).
+        #[serde(default)]
+        key: Option<Vec<String>>,
+        /// Column name → field path of the record, in column order.
+        #[serde(default)]
+        columns: IndexMap<String, String>,
+        /// Rows per COPY (default 1000).
+        #[serde(default)]
+        batch_size: Option<u64>,
+        #[serde(default)]
+        delivery: Option<RawDelivery>,
+        /// How long the server may be unreachable at start before the run fails (default 30s).
+        #[serde(default)]
+        server_timeout: Option<String>,
+        /// What to do with a record that lacks a mapped field or has one of the wrong type.
+        #[serde(default)]
+        on_error: Option<RawOnError>,
+        #[serde(default)]
+        dead_letter: Option<String>,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -522,6 +554,13 @@ pub enum RawTimeBucket {
     Hour,
 }
 
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawPostgresMode {
+    Append,
+    Upsert,
+}
+
 impl RawSource {
     /// The source's `name`, whatever its type.
     pub fn name(&self) -> &str {
@@ -571,7 +610,8 @@ impl RawSink {
             | RawSink::Stdout { name, .. }
             | RawSink::Blackhole { name, .. }
             | RawSink::Kafka { name, .. }
-            | RawSink::Parquet { name, .. } => name,
+            | RawSink::Parquet { name, .. }
+            | RawSink::Postgres { name, .. } => name,
         }
     }
 
@@ -582,7 +622,8 @@ impl RawSink {
             | RawSink::Stdout { input, .. }
             | RawSink::Blackhole { input, .. }
             | RawSink::Kafka { input, .. }
-            | RawSink::Parquet { input, .. } => input,
+            | RawSink::Parquet { input, .. }
+            | RawSink::Postgres { input, .. } => input,
         }
     }
 }

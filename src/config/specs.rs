@@ -55,7 +55,7 @@ impl Cx<'_> {
 
     /// A duration at `base.key` within `range`, reported with the range
     /// when it is outside.
-    fn duration_in(&mut self, base: &[Seg], key: &str, text: &str, range: DurationRange) -> Option<Duration> {
+    pub(super) fn duration_in(&mut self, base: &[Seg], key: &str, text: &str, range: DurationRange) -> Option<Duration> {
         let at = child(base, key);
         let d = self.duration(&at, text)?;
         if range.whole_ms && d.subsec_nanos() % 1_000_000 != 0 {
@@ -107,13 +107,13 @@ impl Cx<'_> {
         Some(r)
     }
 
-    fn batch_size(&mut self, base: &[Seg], n: Option<u64>) -> Option<usize> {
+    pub(super) fn batch_size(&mut self, base: &[Seg], n: Option<u64>) -> Option<usize> {
         let n = n?;
         self.count(&child(base, "batch_size"), "batch_size", n, BATCH_SIZE).then_some(n as usize)
     }
 
     /// A count at `at` within `min..=max`.
-    fn count(&mut self, at: &[Seg], key: &str, n: u64, (min, max): (u64, u64)) -> bool {
+    pub(super) fn count(&mut self, at: &[Seg], key: &str, n: u64, (min, max): (u64, u64)) -> bool {
         let ok = (min..=max).contains(&n);
         if !ok {
             self.err(at, format!("`{key}` must be between {min} and {max}, got {n}"));
@@ -618,7 +618,7 @@ fn event_time_spec(cx: &mut Cx, at: &[Seg], raw: &RawEventTime) -> EventTimeSpec
     EventTimeSpec { field, max_out_of_orderness, idle_timeout }
 }
 
-fn on_error_spec(cx: &mut Cx, at: &[Seg], on_error: Option<RawOnError>, dead_letter: Option<&str>) -> OnError {
+pub(super) fn on_error_spec(cx: &mut Cx, at: &[Seg], on_error: Option<RawOnError>, dead_letter: Option<&str>) -> OnError {
     match (on_error.unwrap_or(RawOnError::Fail), dead_letter) {
         (RawOnError::DeadLetter, Some(path)) => {
             cx.not_empty(at, "dead_letter", path, "the file bad records are written to");
@@ -1089,6 +1089,36 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawSink) -> SinkSpec {
                 generation: 0,
             })
         }
+        RawSink::Postgres {
+            url,
+            password_env,
+            table,
+            mode,
+            key,
+            columns,
+            batch_size,
+            delivery,
+            server_timeout,
+            on_error,
+            dead_letter,
+            ..
+        } => SinkSpec::Postgres(super::postgres::sink(
+            cx,
+            at,
+            &super::postgres::RawPostgres {
+                url,
+                password_env: password_env.as_deref(),
+                table,
+                mode: *mode,
+                key: key.as_deref(),
+                columns,
+                batch_size: *batch_size,
+                delivery: *delivery,
+                server_timeout: server_timeout.as_deref(),
+                on_error: *on_error,
+                dead_letter: dead_letter.as_deref(),
+            },
+        )),
     }
 }
 
@@ -1170,6 +1200,10 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], name: &str, kind: &NodeKind, input: 
         }
         NodeKind::Sink(SinkSpec::Kafka(k)) => {
             check_fields(cx, &child(at, "key"), &k.key, input_name, upstream);
+            unknown
+        }
+        NodeKind::Sink(SinkSpec::Postgres(pg)) => {
+            super::postgres::check_flow(cx, at, pg, input_name, upstream);
             unknown
         }
         // Two inputs: `compile::check_flow` calls `join::flow` instead.

@@ -17,5 +17,7 @@ pub mod file;
 pub mod kafka;
 #[cfg(feature = "parquet")]
 pub mod parquet;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod source;
 pub mod stdout;

@@ -29,6 +29,8 @@ mod metrics;
 #[cfg(feature = "parquet")]
 mod parquet;
 mod plan;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod restart;
 #[cfg(feature = "kafka")]
 mod rollout;

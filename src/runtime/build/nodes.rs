@@ -176,6 +176,19 @@ pub(super) fn chain_op(
             let sink = crate::connectors::parquet::ParquetSink::new(&node.name, spec, subtask, transactional, slots, dead_letter);
             Box::new(sink.map_err(err)?)
         }
+        #[cfg(not(feature = "postgres"))]
+        NodeKind::Sink(SinkSpec::Postgres(_)) => return Err(err(crate::features::missing_reason(crate::features::Feature::Postgres))),
+        #[cfg(feature = "postgres")]
+        NodeKind::Sink(SinkSpec::Postgres(spec)) => {
+            let dead_letter = match &spec.on_error {
+                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
+                _ => None,
+            };
+            let checkpoints = plan.pipeline.checkpoint.is_some();
+            let sink =
+                crate::connectors::postgres::PostgresSink::open(&node.name, &plan.pipeline.name, spec, subtask, checkpoints, dead_letter);
+            Box::new(sink.map_err(err)?)
+        }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
     let state = backends.state(plan, id, subtask, op.as_ref())?;

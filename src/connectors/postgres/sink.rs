@@ -1,0 +1,447 @@
+//! The PostgreSQL sink operator.
+//!
+//! **Exactly once** (checkpoints on, `delivery: exactly_once`): the rows of
+//! a checkpoint interval go into one open transaction; at the barrier it is
+//! prepared as `weir-PIPELINE/SINK/RUN-SUBTASK-CHECKPOINT` (`gid`) and the
+//! name staged in state under the checkpoint's id; when the checkpoint
+//! completes, every transaction staged up to it is committed
+//! (`COMMIT PREPARED`). A restore commits what the restored checkpoint
+//! staged (a name no longer prepared was committed before the crash) and
+//! rolls back every other prepared transaction of this sink that maps to
+//! this subtask (`gid::leftover`): none of those is covered by a checkpoint.
+//!
+//! A prepared transaction keeps its row locks until it is committed, and
+//! the commit comes from this same thread: in upsert mode, the next
+//! transaction's upsert of a key the prepared one wrote would wait for a
+//! commit that can never come. So while a prepared transaction of this
+//! subtask is pending, upsert rows are **held** in memory; at a barrier
+//! (the previous checkpoint not complete yet, or a savepoint, which commits
+//! nothing) the held rows are kept in state, covered by that checkpoint.
+//! Once the pending transactions commit, the held rows covered by a
+//! completed checkpoint are written and committed at once (their state
+//! entries then deleted), the rest go into the open transaction. A crash
+//! between that commit and the next checkpoint restores them from state
+//! and writes them again: an upsert of the same values, which changes
+//! nothing. Append mode never holds (an insert waits for no one, unless
+//! a unique index is hit twice, which fails after the commit anyway; a
+//! `lock_timeout` turns any wait on a lock into an error).
+//!
+//! **At least once** (`delivery: at_least_once`): the open transaction is
+//! committed at each barrier; a restore writes again what followed the
+//! last completed checkpoint. **Without checkpoints**, each batch commits
+//! on its own.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use postgres::types::ToSql;
+use postgres::Statement;
+
+use super::conn::Conn;
+use super::gid::{leftover, Gid, Leftover};
+use super::row::{self, Column, Row};
+use super::server::{describe, Server};
+use super::{sql, table};
+use crate::config::{gid_prefix, Delivery, PostgresMode, PostgresSinkSpec};
+use crate::faults;
+use crate::operators::dead_letter::reject;
+use crate::operators::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
+use crate::state::{TableKind, TableSpec};
+use crate::types::Record;
+
+/// Prepared transactions: gid → the checkpoint that staged it.
+const STAGED: usize = 0;
+/// Held rows kept in state: `RUN-SEQ` → the encoded row.
+const HELD: usize = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// PREPARE at the barrier, COMMIT PREPARED when it completes.
+    TwoPhase,
+    /// COMMIT at the barrier.
+    AtBarrier,
+    /// Each batch on its own (no checkpoints).
+    PerBatch,
+}
+
+/// A row held back while a prepared transaction is pending; `seq` once it
+/// is kept in state (its key there), with the checkpoint that kept it.
+struct Held {
+    row: Row,
+    kept: Option<(String, u64)>,
+}
+
+pub struct PostgresSink {
+    name: String,
+    table: String,
+    conn: Conn,
+    insert: Statement,
+    columns: Vec<Column>,
+    batch_size: usize,
+    on_error: crate::config::OnError,
+    commit: Commit,
+    upsert: bool,
+    prefix: String,
+    run: String,
+    subtask: u16,
+    /// Rows not sent yet.
+    batch: Vec<Row>,
+    /// A transaction is open (BEGIN sent), holding `txn_rows` rows.
+    in_txn: bool,
+    txn_rows: u64,
+    /// Transactions this instance prepared and has not committed: gid → rows.
+    pending: HashMap<String, u64>,
+    held: Vec<Held>,
+    next_held_seq: u64,
+    /// Whether the prepared transactions of earlier runs were cleaned up.
+    swept: bool,
+    dead_letter: Option<DeadLetter>,
+}
+
+fn db_err(what: &str, conn: &Conn) -> impl Fn(postgres::Error) -> String {
+    let (what, server) = (what.to_string(), conn.name.clone());
+    move |e| format!("{what} (PostgreSQL at {server}): {}", describe(&e))
+}
+
+impl PostgresSink {
+    /// Connect, check the server and the table, prepare the insert.
+    pub fn open(
+        name: &str,
+        pipeline: &str,
+        spec: &PostgresSinkSpec,
+        subtask: u16,
+        checkpoints: bool,
+        dead_letter: Option<DeadLetter>,
+    ) -> Result<Self, String> {
+        let server = Server::new(&spec.url, &spec.password_env)?;
+        let conn = Conn::open(&server, spec.server_timeout)?;
+        let commit = match (checkpoints, spec.delivery) {
+            (false, _) => Commit::PerBatch,
+            (true, Delivery::ExactlyOnce) => Commit::TwoPhase,
+            (true, Delivery::AtLeastOnce) => Commit::AtBarrier,
+        };
+        let lock_timeout = format!("SET lock_timeout = {}", spec.server_timeout.as_millis().max(1));
+        conn.call(move |c| c.batch_execute(&lock_timeout)).and_then(|r| r.map_err(db_err("setting lock_timeout", &conn)))?;
+        if commit == Commit::TwoPhase {
+            let allowed = conn.call(|c| c.query_one("SHOW max_prepared_transactions", &[]).map(|r| r.get::<_, String>(0)));
+            let allowed = allowed.and_then(|r| r.map_err(db_err("reading max_prepared_transactions", &conn)))?;
+            if allowed.trim() == "0" {
+                return Err(format!(
+                    "PostgreSQL at {} does not allow prepared transactions (max_prepared_transactions = 0), which `delivery: exactly_once` needs: \
+                     set max_prepared_transactions to at least the sink's parallelism (postgresql.conf, then restart the server), or use `delivery: at_least_once`",
+                    conn.name
+                ));
+            }
+        }
+        let s = spec.clone();
+        let described = conn.call(move |c| table::columns(c, &s))??;
+        let (columns, types) = described;
+        let key = match &spec.mode {
+            PostgresMode::Upsert { key } => Some(key.clone()),
+            PostgresMode::Append => None,
+        };
+        let text = sql::insert(&spec.table, &types, key.as_deref());
+        let insert = conn
+            .call(move |c| c.prepare(&text))
+            .and_then(|r| r.map_err(db_err(&format!("preparing the insert into `{}`", spec.table), &conn)))?;
+        Ok(PostgresSink {
+            name: name.to_string(),
+            table: spec.table.clone(),
+            conn,
+            insert,
+            columns,
+            batch_size: spec.batch_size,
+            on_error: spec.on_error.clone(),
+            commit,
+            upsert: key.is_some(),
+            prefix: gid_prefix(pipeline, name),
+            run: crate::run_id::draw_short(),
+            subtask,
+            batch: Vec::new(),
+            in_txn: false,
+            txn_rows: 0,
+            pending: HashMap::new(),
+            held: Vec::new(),
+            next_held_seq: 0,
+            swept: commit != Commit::TwoPhase,
+            dead_letter,
+        })
+    }
+
+    fn err(&self, what: &str) -> impl Fn(postgres::Error) -> OpError {
+        let f = db_err(what, &self.conn);
+        move |e| OpError::Data(f(e))
+    }
+
+    /// Run `f` on the connection; the connection's loss is an error too.
+    fn call<R: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
+    ) -> Result<R, OpError> {
+        self.conn.call(f).map_err(OpError::Data)?.map_err(self.err(what))
+    }
+
+    /// Send the batched rows (into the open transaction, opened if need be).
+    fn flush(&mut self, ctx: &mut Context<'_>) -> OpResult {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.batch);
+        let n = rows.len() as u64;
+        let begin = self.commit != Commit::PerBatch && !self.in_txn;
+        let (stmt, width) = (self.insert.clone(), self.columns.len());
+        let what = format!("writing {n} rows to table `{}`", self.table);
+        self.call(&what, move |c| {
+            if begin {
+                c.batch_execute("BEGIN")?;
+            }
+            let mut arrays: Vec<Vec<Option<String>>> = (0..width).map(|_| Vec::with_capacity(rows.len())).collect();
+            for row in rows {
+                for (i, v) in row.into_iter().enumerate() {
+                    arrays[i].push(v);
+                }
+            }
+            let params: Vec<&(dyn ToSql + Sync)> = arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+            c.execute(&stmt, &params)
+        })?;
+        if self.commit == Commit::PerBatch {
+            OperatorMetrics::add(&ctx.metrics.records_committed, n);
+        } else {
+            self.in_txn = true;
+            self.txn_rows += n;
+        }
+        self.gauges(ctx);
+        Ok(())
+    }
+
+    fn push(&mut self, row: Row, ctx: &mut Context<'_>) -> OpResult {
+        self.batch.push(row);
+        if self.batch.len() >= self.batch_size {
+            self.flush(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn gauges(&self, ctx: &Context<'_>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        ctx.metrics.transactions_open.store(u64::from(self.in_txn), Relaxed);
+        ctx.metrics.transactions_pending.store(self.pending.len() as u64, Relaxed);
+    }
+
+    /// The gids of this database's prepared transactions.
+    fn prepared(&self) -> Result<HashSet<String>, OpError> {
+        let rows = self.call("listing prepared transactions", |c| c.query(sql::PREPARED, &[]))?;
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+    }
+
+    /// Commit every transaction staged for a checkpoint <= `id`.
+    fn commit_due(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        let due = crate::operators::staged_files::due(ctx, STAGED, id)?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let prepared = self.prepared()?;
+        faults::get().crash_point("before_sink_commit");
+        let started = Instant::now();
+        for (gid, _, kg) in &due {
+            if prepared.contains(gid) {
+                let text = sql::commit_prepared(gid);
+                self.call(&format!("committing {gid}"), move |c| c.batch_execute(&text))?;
+                match self.pending.remove(gid) {
+                    Some(rows) => OperatorMetrics::add(&ctx.metrics.records_committed, rows),
+                    None => tracing::info!(gid = %gid, checkpoint = id, "Committed a prepared transaction of the restored checkpoint."),
+                }
+            } else {
+                // Staged only once prepared, and rolled back only when no
+                // checkpoint covers it: so it was committed before a crash.
+                tracing::info!(gid = %gid, checkpoint = id, "Prepared transaction already committed.");
+                self.pending.remove(gid);
+            }
+            ctx.state.delete(STAGED, *kg, gid.as_bytes())?;
+        }
+        tracing::debug!(checkpoint = id, transactions = due.len(), ms = started.elapsed().as_millis() as u64, "PostgreSQL commit.");
+        self.gauges(ctx);
+        Ok(())
+    }
+
+    /// Roll back the prepared transactions of earlier runs that map to this
+    /// subtask and that no checkpoint restored (`restored`: the checkpoint
+    /// a restore just read, when leftovers it may cover must stay until
+    /// every subtask has restored).
+    fn sweep(&mut self, parallelism: u16, restored: Option<u64>) -> OpResult {
+        for gid in self.prepared()? {
+            let Some(g) = Gid::parse(&self.prefix, &gid) else { continue };
+            if leftover(&g, &self.run, self.subtask, parallelism, restored) == Leftover::RollBack {
+                tracing::info!(gid = %gid, "Rolling back a prepared transaction no checkpoint covers.");
+                let text = sql::rollback_prepared(&gid);
+                match self.conn.call(move |c| c.batch_execute(&text)).map_err(OpError::Data)? {
+                    Ok(()) => {}
+                    // Gone meanwhile (another subtask's sweep): nothing to do.
+                    Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {}
+                    Err(e) => return Err(self.err(&format!("rolling back {gid}"))(e)),
+                }
+            }
+        }
+        self.swept = true;
+        Ok(())
+    }
+
+    /// Keep in state the held rows no checkpoint covers yet, under `id`.
+    fn keep_held(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        let kg = ctx.state.key_groups().start;
+        for h in self.held.iter_mut().filter(|h| h.kept.is_none()) {
+            let key = format!("{}-{:016}", self.run, self.next_held_seq);
+            self.next_held_seq += 1;
+            ctx.state.put(HELD, kg, key.as_bytes(), &row::encode(&h.row))?;
+            h.kept = Some((key, id));
+        }
+        Ok(())
+    }
+
+    /// No transaction is pending any more: write the held rows. Those a
+    /// completed checkpoint (<= `id`) covers are committed at once, the
+    /// rest go into the open transaction.
+    fn release_held(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        let covered = self.held.iter().take_while(|h| h.kept.as_ref().is_some_and(|(_, c)| *c <= id)).count();
+        let held = std::mem::take(&mut self.held);
+        let kg = ctx.state.key_groups().start;
+        let mut rest = held.into_iter();
+        if covered > 0 && !self.in_txn {
+            let done: Vec<Held> = rest.by_ref().take(covered).collect();
+            for h in &done {
+                self.push(h.row.clone(), ctx)?;
+            }
+            self.flush(ctx)?;
+            self.call("committing held rows", |c| c.batch_execute("COMMIT"))?;
+            OperatorMetrics::add(&ctx.metrics.records_committed, self.txn_rows);
+            (self.in_txn, self.txn_rows) = (false, 0);
+            for h in &done {
+                let (key, _) = h.kept.as_ref().expect("covered rows are kept");
+                ctx.state.delete(HELD, kg, key.as_bytes())?;
+            }
+        }
+        for h in rest {
+            if let Some((key, _)) = &h.kept {
+                ctx.state.delete(HELD, kg, key.as_bytes())?;
+            }
+            self.push(h.row, ctx)?;
+        }
+        self.gauges(ctx);
+        Ok(())
+    }
+
+    /// The rows a restored checkpoint held, in the order they came, removed from state.
+    fn take_restored_held(&self, ctx: &mut Context<'_>) -> Result<Vec<Row>, OpError> {
+        let mut found = Vec::new();
+        for kg in ctx.state.key_groups() {
+            ctx.state.scan_all(HELD, kg, &mut |k, v| {
+                found.push((kg, k.to_vec(), v.to_vec()));
+                std::ops::ControlFlow::Continue(())
+            })?;
+        }
+        found.sort();
+        let mut rows = Vec::with_capacity(found.len());
+        for (kg, key, value) in found {
+            let row = row::decode(&value, self.columns.len())
+                .ok_or_else(|| OpError::Data(format!("sink `{}`: a held row in the restored state is damaged", self.name)))?;
+            rows.push(row);
+            ctx.state.delete(HELD, kg, &key)?;
+        }
+        Ok(rows)
+    }
+}
+
+impl Operator for PostgresSink {
+    fn tables(&self) -> Vec<TableSpec> {
+        vec![TableSpec { name: "prepared", kind: TableKind::Point }, TableSpec { name: "held", kind: TableKind::Point }]
+    }
+
+    fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        if !self.swept {
+            self.sweep(ctx.info.parallelism, None)?;
+        }
+        let hold = self.upsert && !self.pending.is_empty();
+        for r in batch {
+            match row::extract(&r.raw, &self.columns) {
+                Ok(row) if hold => self.held.push(Held { row, kept: None }),
+                Ok(row) => self.push(row, ctx)?,
+                Err(reason) => {
+                    let place = format!("sink `{}`", self.name);
+                    reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), &r.raw, &reason, ctx.metrics)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        if !self.swept {
+            self.sweep(ctx.info.parallelism, None)?;
+        }
+        self.flush(ctx)?;
+        match self.commit {
+            Commit::TwoPhase => {
+                if self.in_txn {
+                    let gid = Gid { run: self.run.clone(), subtask: self.subtask, checkpoint: id }.text(&self.prefix);
+                    let text = sql::prepare(&gid);
+                    self.call(&format!("preparing {gid}"), move |c| c.batch_execute(&text))?;
+                    ctx.state.put(STAGED, ctx.state.key_groups().start, gid.as_bytes(), &id.to_be_bytes())?;
+                    self.pending.insert(gid, self.txn_rows);
+                    (self.in_txn, self.txn_rows) = (false, 0);
+                }
+                self.keep_held(id, ctx)?;
+            }
+            Commit::AtBarrier if self.in_txn => {
+                self.call("committing", |c| c.batch_execute("COMMIT"))?;
+                OperatorMetrics::add(&ctx.metrics.records_committed, self.txn_rows);
+                (self.in_txn, self.txn_rows) = (false, 0);
+            }
+            Commit::AtBarrier | Commit::PerBatch => {}
+        }
+        self.gauges(ctx);
+        Ok(())
+    }
+
+    fn on_checkpoint_complete(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        if self.commit != Commit::TwoPhase {
+            return Ok(());
+        }
+        self.commit_due(id, ctx)?;
+        // Every subtask has restored by now: what is left of earlier runs is nobody's.
+        self.sweep(ctx.info.parallelism, None)?;
+        if self.pending.is_empty() && !self.held.is_empty() {
+            self.release_held(id, ctx)?;
+        }
+        Ok(())
+    }
+
+    fn on_restore(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
+        if self.commit != Commit::TwoPhase {
+            return Ok(());
+        }
+        self.commit_due(id, ctx)?;
+        self.sweep(ctx.info.parallelism, Some(id))?;
+        for row in self.take_restored_held(ctx)? {
+            self.push(row, ctx)?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, ctx: &mut Context<'_>) -> OpResult {
+        match self.commit {
+            Commit::PerBatch => self.flush(ctx),
+            // What is open is committed by the final checkpoint, or written
+            // again from the restored position; closing rolls it back.
+            Commit::TwoPhase | Commit::AtBarrier => {
+                self.batch.clear();
+                if self.in_txn {
+                    let _ = self.conn.call(|c| c.batch_execute("ROLLBACK"));
+                    self.in_txn = false;
+                }
+                self.gauges(ctx);
+                Ok(())
+            }
+        }
+    }
+}
