@@ -18,8 +18,10 @@ minimal=false
 # prometheus (and its promtool) for the test that lets a real Prometheus
 # scrape weir's metrics endpoint (scripts/prometheus.sh); tmux for the tests
 # that run weir in a real terminal and read its screen (tests/e2e/terminal.rs);
-# systemd for `systemd-analyze verify` of deploy/systemd/ (tests/e2e/restart.rs).
-packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux systemd)
+# systemd for `systemd-analyze verify` of deploy/systemd/ (tests/e2e/restart.rs);
+# postgresql (server and psql) for the PostgreSQL sink's tests, which start
+# their own server (scripts/postgres.sh).
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux systemd postgresql)
 # The quickstart's build (no RocksDB, Kafka or S3) needs a C toolchain only.
 $minimal && packages=(build-essential pkg-config)
 
@@ -37,6 +39,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   # own (scripts/prometheus.sh), so one we just installed is switched off.
   if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
     $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+  # Likewise the cluster Debian's package creates and starts on :5432.
+  if [[ " ${missing[*]} " == *" postgresql "* ]]; then
+    command -v systemctl >/dev/null 2>&1 && $sudo systemctl disable --now postgresql >/dev/null 2>&1 || true
+    command -v pg_lsclusters >/dev/null 2>&1 && pg_lsclusters -h | while read -r version cluster _; do
+      $sudo pg_ctlcluster "$version" "$cluster" stop >/dev/null 2>&1 || true
+    done
   fi
 fi
 

@@ -35,6 +35,13 @@ fn uses_kafka(doc: &Value) -> bool {
     ["sources", "sinks"].iter().any(|l| items(doc, l).iter().any(|s| s["type"] == "kafka"))
 }
 
+/// PostgreSQL examples need a server and a table: tests/e2e/postgres.rs
+/// runs pipelines/postgres.yaml against the test server
+/// (`a_clean_upsert_run_writes_the_reference_rows_and_leaves_nothing_prepared`).
+fn uses_postgres(doc: &Value) -> bool {
+    items(doc, "sinks").iter().any(|s| s["type"] == "postgres")
+}
+
 fn is_unbounded(doc: &Value) -> bool {
     items(doc, "sources").iter().any(|s| s["type"] == "datagen" && s.get("rows").is_none())
 }
@@ -55,6 +62,10 @@ fn every_example_runs_and_writes_output() {
         let doc: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).expect("example is YAML");
         if uses_kafka(&doc) {
             assert_eq!(name, "pipelines/kafka.yaml", "a new Kafka example needs its own run in tests/e2e/kafka.rs");
+            continue;
+        }
+        if uses_postgres(&doc) {
+            assert_eq!(name, "pipelines/postgres.yaml", "a new PostgreSQL example needs its own run in tests/e2e/postgres.rs");
             continue;
         }
         let dir = tmp();
