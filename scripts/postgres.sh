@@ -76,7 +76,13 @@ case "$cmd" in
     start)
         mkdir -p "$DATA_DIR"
         if [ ! -f "$CLUSTER/PG_VERSION" ]; then
-            [ "$(id -u)" -eq 0 ] && { chmod 755 "$DATA_DIR"; chown postgres: "$DATA_DIR"; }
+            if [ "$(id -u)" -eq 0 ]; then
+                chmod 755 "$DATA_DIR"; chown postgres: "$DATA_DIR"
+                runuser -u postgres -- test -x "$DATA_DIR" || {
+                    echo "postgres.sh: the postgres user cannot reach $DATA_DIR (a parent directory is closed to it); use a directory it can reach" >&2
+                    exit 1
+                }
+            fi
             pwfile=$DATA_DIR/pwfile
             echo "$PASSWORD" >"$pwfile"
             [ "$(id -u)" -eq 0 ] && chown postgres: "$pwfile"

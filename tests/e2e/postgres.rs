@@ -119,7 +119,16 @@ fn crash_loop(what: &str, mode_append: bool, backend: Backend, restore_p: u32) {
     server.create_windows_table(&table, !mode_append);
     let dir = tmp();
     let state = dir.path().join("state");
-    let mode = |w: Weir| if mode_append { append(w) } else { w };
+    // Small batches: rows are in the open transaction when a checkpoint
+    // completes and its prepared one is committed.
+    let mode = |w: Weir| {
+        let w = w.set("sinks.db.batch_size", "7");
+        if mode_append {
+            append(w)
+        } else {
+            w
+        }
+    };
     let mut rng = Rng::from_env(what);
     let mut kills = 0;
     for i in 0..8 {

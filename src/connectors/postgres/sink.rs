@@ -74,7 +74,11 @@ struct Held {
 pub struct PostgresSink {
     name: String,
     table: String,
+    /// The rows' transactions.
     conn: Conn,
+    /// COMMIT PREPARED and ROLLBACK PREPARED, which cannot run inside the
+    /// transaction `conn` may have open: a second connection.
+    control: Conn,
     insert: Statement,
     columns: Vec<Column>,
     batch_size: usize,
@@ -115,6 +119,7 @@ impl PostgresSink {
     ) -> Result<Self, String> {
         let server = Server::new(&spec.url, &spec.password_env)?;
         let conn = Conn::open(&server, spec.server_timeout)?;
+        let control = Conn::open(&server, spec.server_timeout)?;
         let commit = match (checkpoints, spec.delivery) {
             (false, _) => Commit::PerBatch,
             (true, Delivery::ExactlyOnce) => Commit::TwoPhase,
@@ -148,6 +153,7 @@ impl PostgresSink {
             name: name.to_string(),
             table: spec.table.clone(),
             conn,
+            control,
             insert,
             columns,
             batch_size: spec.batch_size,
@@ -173,13 +179,22 @@ impl PostgresSink {
         move |e| OpError::Data(f(e))
     }
 
-    /// Run `f` on the connection; the connection's loss is an error too.
+    /// Run `f` on the rows' connection; the connection's loss is an error too.
     fn call<R: Send + 'static>(
         &self,
         what: &str,
         f: impl FnOnce(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R, OpError> {
         self.conn.call(f).map_err(OpError::Data)?.map_err(self.err(what))
+    }
+
+    /// Run `f` on the control connection.
+    fn control<R: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
+    ) -> Result<R, OpError> {
+        self.control.call(f).map_err(OpError::Data)?.map_err(self.err(what))
     }
 
     /// Send the batched rows (into the open transaction, opened if need be).
@@ -231,7 +246,7 @@ impl PostgresSink {
 
     /// The gids of this database's prepared transactions.
     fn prepared(&self) -> Result<HashSet<String>, OpError> {
-        let rows = self.call("listing prepared transactions", |c| c.query(sql::PREPARED, &[]))?;
+        let rows = self.control("listing prepared transactions", |c| c.query(sql::PREPARED, &[]))?;
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 
@@ -247,7 +262,7 @@ impl PostgresSink {
         for (gid, _, kg) in &due {
             if prepared.contains(gid) {
                 let text = sql::commit_prepared(gid);
-                self.call(&format!("committing {gid}"), move |c| c.batch_execute(&text))?;
+                self.control(&format!("committing {gid}"), move |c| c.batch_execute(&text))?;
                 match self.pending.remove(gid) {
                     Some(rows) => OperatorMetrics::add(&ctx.metrics.records_committed, rows),
                     None => tracing::info!(gid = %gid, checkpoint = id, "Committed a prepared transaction of the restored checkpoint."),
@@ -275,7 +290,7 @@ impl PostgresSink {
             if leftover(&g, &self.run, self.subtask, parallelism, restored) == Leftover::RollBack {
                 tracing::info!(gid = %gid, "Rolling back a prepared transaction no checkpoint covers.");
                 let text = sql::rollback_prepared(&gid);
-                match self.conn.call(move |c| c.batch_execute(&text)).map_err(OpError::Data)? {
+                match self.control.call(move |c| c.batch_execute(&text)).map_err(OpError::Data)? {
                     Ok(()) => {}
                     // Gone meanwhile (another subtask's sweep): nothing to do.
                     Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {}
