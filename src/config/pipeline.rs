@@ -484,8 +484,9 @@ pub struct PostgresSinkSpec {
     /// `table` or `schema.table`, unquoted.
     pub table: String,
     pub mode: PostgresMode,
-    /// Column name → the field path its value is read from, in column order.
-    pub columns: Vec<(String, crate::format::path::FieldPath)>,
+    /// Column name → the field path its value is read from (None: `$`,
+    /// the whole record), in column order.
+    pub columns: Vec<(String, Option<crate::format::path::FieldPath>)>,
     pub batch_size: usize,
     pub delivery: Delivery,
     pub server_timeout: Duration,

@@ -112,7 +112,11 @@ fn check_url(cx: &mut Cx, at: &[Seg], url: &str) {
     }
 }
 
-fn columns(cx: &mut Cx, at: &[Seg], raw: &IndexMap<String, String>) -> Vec<(String, FieldPath)> {
+/// What a column maps to that stands for the whole record (a field named
+/// `$` is written quoted: `"$"`).
+pub const WHOLE_RECORD: &str = "$";
+
+fn columns(cx: &mut Cx, at: &[Seg], raw: &IndexMap<String, String>) -> Vec<(String, Option<FieldPath>)> {
     if raw.is_empty() {
         cx.err(at, "`columns` is empty: map at least one column to a field, e.g. `columns: {user_id: user.id}`");
     }
@@ -122,8 +126,12 @@ fn columns(cx: &mut Cx, at: &[Seg], raw: &IndexMap<String, String>) -> Vec<(Stri
         if column.is_empty() {
             cx.err_key(&here, "empty column name in `columns`");
         }
+        if path == WHOLE_RECORD {
+            out.push((column.clone(), None));
+            continue;
+        }
         match FieldPath::parse(path) {
-            Ok(p) => out.push((column.clone(), p)),
+            Ok(p) => out.push((column.clone(), Some(p))),
             Err(e) => cx.err(&here, format!("column `{column}`: `{path}` is not a field path: {e}")),
         }
     }
@@ -153,6 +161,7 @@ fn upsert_key(cx: &mut Cx, at: &[Seg], key: Option<&[String]>, columns: &IndexMa
 pub(crate) fn check_flow(cx: &mut Cx, at: &[Seg], spec: &PostgresSinkSpec, input: &str, upstream: &Flow) {
     let Some(known) = &upstream.fields else { return };
     for (column, path) in &spec.columns {
+        let Some(path) = path else { continue };
         if !known.iter().any(|k| k == path.head() || k == path.text()) {
             let here = child(&child(at, "columns"), column);
             cx.err(&here, format!("field `{}` is not in the output of `{input}`, which has: {}", path.head(), known.join(", ")));

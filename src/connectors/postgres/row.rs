@@ -58,7 +58,8 @@ impl ColumnKind {
 #[derive(Debug, Clone)]
 pub struct Column {
     pub name: String,
-    pub path: FieldPath,
+    /// None: the whole record (`$`).
+    pub path: Option<FieldPath>,
     pub kind: ColumnKind,
     /// Part of the upsert key: NULL is refused (it never conflicts).
     pub key: bool,
@@ -109,13 +110,18 @@ pub fn extract(json: &str, columns: &[Column]) -> Result<Row, String> {
     let raw: &RawValue = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
     let mut row = Vec::with_capacity(columns.len());
     for c in columns {
-        let found = descend(raw, c.path.segments()).map_err(|e| format!("not JSON: {e}"))?;
+        let field = c.path.as_ref().map_or("$", |p| p.text());
+        let found = descend(raw, c.path.as_ref().map_or(&[], |p| p.segments())).map_err(|e| format!("not JSON: {e}"))?;
         let Some(value) = found else {
-            return Err(format!("no field `{}` for column `{}`", c.path.text(), c.name));
+            return Err(format!("no field `{field}` for column `{}`", c.name));
         };
-        let text = convert(value.get(), c.kind).map_err(|why| format!("column `{}` (field `{}`): {why}", c.name, c.path.text()))?;
+        let text = match (&c.path, c.kind) {
+            // The whole record into a text column: its JSON text.
+            (None, ColumnKind::Text) => Some(value.get().to_string()),
+            _ => convert(value.get(), c.kind).map_err(|why| format!("column `{}` (field `{field}`): {why}", c.name))?,
+        };
         if c.key && text.is_none() {
-            return Err(format!("key column `{}` (field `{}`) is null", c.name, c.path.text()));
+            return Err(format!("key column `{}` (field `{field}`) is null", c.name));
         }
         row.push(text);
     }
@@ -186,7 +192,8 @@ mod tests {
     use super::*;
 
     fn col(name: &str, path: &str, kind: ColumnKind) -> Column {
-        Column { name: name.into(), path: FieldPath::parse(path).unwrap(), kind, key: false }
+        let path = (path != "$").then(|| FieldPath::parse(path).unwrap());
+        Column { name: name.into(), path, kind, key: false }
     }
 
     fn int4() -> ColumnKind {
@@ -250,6 +257,14 @@ mod tests {
         assert!(extract(r#"{"at":1.5}"#, &at).unwrap_err().contains("whole milliseconds"));
         assert!(extract(r#"{"at":9223372036854775807}"#, &at).unwrap_err().contains("out of range"));
         assert!(extract(r#"{"at":true}"#, &at).unwrap_err().contains("expected a timestamp"));
+    }
+
+    #[test]
+    fn the_whole_record_fills_a_json_or_text_column() {
+        let cols = [col("doc", "$", ColumnKind::Json), col("line", "$", ColumnKind::Text), col("id", "id", ColumnKind::Number)];
+        let json = r#"{"id":1,"u":{"a":[1,2]}}"#;
+        assert_eq!(extract(json, &cols).unwrap(), vec![Some(json.to_string()), Some(json.to_string()), Some("1".to_string())]);
+        assert!(extract(json, &[col("n", "$", ColumnKind::Number)]).unwrap_err().contains("column `n` (field `$`): expected a number"));
     }
 
     #[test]

@@ -17,12 +17,16 @@
 //! subtask is pending, upsert rows are **held** in memory; at a barrier
 //! (the previous checkpoint not complete yet, or a savepoint, which commits
 //! nothing) the held rows are kept in state, covered by that checkpoint.
-//! Once the pending transactions commit, the held rows covered by a
-//! completed checkpoint are written and committed at once (their state
-//! entries then deleted), the rest go into the open transaction. A crash
-//! between that commit and the next checkpoint restores them from state
-//! and writes them again: an upsert of the same values, which changes
-//! nothing. Append mode never holds (an insert waits for no one, unless
+//! Once the pending transactions commit, the held rows go into the open
+//! transaction (their state entries deleted: the next checkpoint covers
+//! them as part of that transaction). Only after the end of the input,
+//! when no next checkpoint will come, are the held rows a completed
+//! checkpoint covers committed at once; a crash between that commit and
+//! the end restores them from state and writes them again: an upsert of
+//! the same values, which changes nothing. (Committing at once in the
+//! middle of a run would let a deposed process, stopped just before that
+//! commit, overwrite newer values of the process that took over; at the
+//! end there are no newer values.) Append mode never holds (an insert waits for no one, unless
 //! a unique index is hit twice, which fails after the commit anyway; a
 //! `lock_timeout` turns any wait on a lock into an error).
 //!
@@ -99,6 +103,8 @@ pub struct PostgresSink {
     next_held_seq: u64,
     /// Whether the prepared transactions of earlier runs were cleaned up.
     swept: bool,
+    /// Every input ended: no checkpoint follows the final one.
+    ending: bool,
     dead_letter: Option<DeadLetter>,
 }
 
@@ -170,6 +176,7 @@ impl PostgresSink {
             held: Vec::new(),
             next_held_seq: 0,
             swept: commit != Commit::TwoPhase,
+            ending: false,
             dead_letter,
         })
     }
@@ -314,11 +321,14 @@ impl PostgresSink {
         Ok(())
     }
 
-    /// No transaction is pending any more: write the held rows. Those a
-    /// completed checkpoint (<= `id`) covers are committed at once, the
-    /// rest go into the open transaction.
+    /// No transaction is pending any more: write the held rows into the
+    /// open transaction; after the end of input, those a completed
+    /// checkpoint (<= `id`) covers are committed at once.
     fn release_held(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let covered = self.held.iter().take_while(|h| h.kept.as_ref().is_some_and(|(_, c)| *c <= id)).count();
+        let covered = match self.ending {
+            true => self.held.iter().take_while(|h| h.kept.as_ref().is_some_and(|(_, c)| *c <= id)).count(),
+            false => 0,
+        };
         let held = std::mem::take(&mut self.held);
         let kg = ctx.state.key_groups().start;
         let mut rest = held.into_iter();
@@ -387,6 +397,11 @@ impl Operator for PostgresSink {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn on_end_of_input(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
+        self.ending = true;
         Ok(())
     }
 
