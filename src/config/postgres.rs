@@ -105,10 +105,11 @@ fn check_url(cx: &mut Cx, at: &[Seg], url: &str) {
         return;
     };
     let authority = rest.split(['/', '?']).next().unwrap_or("");
-    if let Some((user_info, _)) = authority.rsplit_once('@') {
-        if user_info.contains(':') {
-            cx.err(at, "the URL holds a password: put it in the environment variable `password_env` names (default PGPASSWORD) instead");
-        }
+    let in_user_info = authority.rsplit_once('@').is_some_and(|(user_info, _)| user_info.contains(':'));
+    let query = rest.split_once('?').map_or("", |(_, q)| q);
+    let in_query = query.split('&').any(|kv| kv.split('=').next().is_some_and(|k| k.eq_ignore_ascii_case("password")));
+    if in_user_info || in_query {
+        cx.err(at, "the URL holds a password: put it in the environment variable `password_env` names (default PGPASSWORD) instead");
     }
 }
 

@@ -85,6 +85,12 @@ impl Case {
                 super::kafka::create_topic(&b, seed, krng.range(1, 3) as i32).unwrap_or_else(|e| panic!("KAFKA_BOOTSTRAP={b}: {e}"));
             shape.add_kafka_sink(&mut krng, b, topic);
         }
+        // A PostgreSQL sink, on dice of its own (older seeds draw as before).
+        let mut prng = Rng::new(seed ^ 0x7067_7067);
+        if let Some(url) = super::postgres::server().filter(|_| prng.chance(0.4)) {
+            let table = super::postgres::create_table(&url, seed).unwrap_or_else(|e| panic!("WEIR_PG_URL={url}: {e}"));
+            shape.add_postgres_sink(&mut prng, url, table);
+        }
         // A file source read through Kafka: its files produced into a topic,
         // one partition per file.
         let files = shape.file_sources();
@@ -299,6 +305,20 @@ impl Case {
                         continue;
                     }
                 },
+                SinkKind::Postgres { url, table, .. } => {
+                    match super::postgres::prepared(url, &self.shape.name) {
+                        Ok(left) if left.is_empty() => {}
+                        Ok(left) => f.problems.push(format!("sink {}: left prepared: {left:?}", sink.name)),
+                        Err(e) => f.problems.push(format!("sink {}: {e}", sink.name)),
+                    }
+                    match super::postgres::read(url, table) {
+                        Ok(lines) => lines,
+                        Err(e) => {
+                            f.problems.push(format!("sink {}: {e}", sink.name));
+                            continue;
+                        }
+                    }
+                }
                 _ => read_in_commit_order(&self.dir.join(sink_rel(&sink.name)), &self.dir.join("consumed").join(&sink.name)),
             };
             let what = format!("sink {} (reads {})", sink.name, sink.input);

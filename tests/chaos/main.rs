@@ -22,6 +22,8 @@
 //! AWS_ENDPOINT_URL (or WEIR_S3_ENDPOINT) with the AWS credentials: an S3
 //! server; half the cases then keep their checkpoints there and draw
 //! restores on new machines, stale owners and network faults.
+//! WEIR_PG_URL (password in PGPASSWORD): a PostgreSQL server; cases then
+//! may add a PostgreSQL sink appending each record to a table of its own.
 
 mod case;
 mod check;
@@ -31,6 +33,7 @@ mod faults;
 mod input;
 mod kafka;
 mod oracle;
+mod postgres;
 mod proc;
 mod run;
 mod s3;

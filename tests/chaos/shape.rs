@@ -165,6 +165,13 @@ pub enum SinkKind {
         brokers: String,
         topic: String,
     },
+    /// Each record's JSON text appended to a table of its own, exactly once
+    /// (at least once in an at-least-once pipeline), in batches of `batch`.
+    Postgres {
+        url: String,
+        table: String,
+        batch: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -372,6 +379,14 @@ impl Shape {
     pub fn add_kafka_sink(&mut self, rng: &mut Rng, brokers: String, topic: String) {
         if let Some(node) = self.random_node_with_room(rng) {
             self.sinks.push(Sink { name: "kout".into(), input: node, kind: SinkKind::Kafka { brokers, topic } });
+        }
+    }
+
+    /// A PostgreSQL sink appending to `table`, on some node that has room.
+    pub fn add_postgres_sink(&mut self, rng: &mut Rng, url: String, table: String) {
+        if let Some(node) = self.random_node_with_room(rng) {
+            let batch = rng.range(1, 50);
+            self.sinks.push(Sink { name: "pgout".into(), input: node, kind: SinkKind::Postgres { url, table, batch } });
         }
     }
 
@@ -601,6 +616,14 @@ impl Shape {
                 }
                 SinkKind::Blackhole { rate } => {
                     let _ = writeln!(y, "  - {{name: {}, type: blackhole, input: {}, rate_limit: {rate}}}", s.name, s.input);
+                }
+                SinkKind::Postgres { url, table, batch } => {
+                    let delivery = if self.exactly_once() { "exactly_once" } else { "at_least_once" };
+                    let _ = writeln!(
+                        y,
+                        "  - {{name: {}, type: postgres, input: {}, url: '{url}', table: {table}, columns: {{line: $}}, batch_size: {batch}, delivery: {delivery}}}",
+                        s.name, s.input
+                    );
                 }
             }
         }

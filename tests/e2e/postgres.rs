@@ -352,3 +352,49 @@ fn exactly_once_is_refused_at_start_when_the_server_allows_no_prepared_transacti
         .ok();
     assert_reference_rows("at least once", server, "pg_no_2pc");
 }
+
+/// A running aggregate's updates upserted by its key: batches hold several
+/// updates of one key (the statement keeps the last), across kills; the
+/// table ends with each user's totals over the whole input.
+#[test]
+fn running_updates_upserted_by_key_end_with_each_keys_totals_across_kills() {
+    let Some(server) = Server::configured("pg running") else { return };
+    server.query(r#"DROP TABLE IF EXISTS pg_running; CREATE TABLE pg_running ("user" text PRIMARY KEY, n bigint, total bigint)"#);
+    let dir = tmp();
+    let yaml = dir.path().join("p.yaml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "name: pg-running\nparallelism: 2\nstate: {{dir: {}}}\ncheckpoint: {{interval: 120ms}}\nsources:\n  - {{name: events, type: file, path: testdata/inputs/events/*.jsonl, rate_limit: 700}}\noperators:\n  - {{name: unique, type: dedup, input: events, key: [id], ttl: 1h}}\n  - {{name: per_user, type: aggregate, input: unique, key: [user], emit_interval: 50ms, aggregates: [{{fn: count, as: n}}, {{fn: sum, field: amount, as: total}}]}}\nsinks:\n  - {{name: db, type: postgres, input: per_user, url: \"{}\", table: pg_running, mode: upsert, key: [user], batch_size: 40, columns: {{user: user, n: n, total: total}}}}\n",
+            dir.path().join("state").display(),
+            server.url
+        ),
+    )
+    .unwrap();
+    let yaml = yaml.display().to_string();
+    let mut rng = Rng::from_env("pg running");
+    for i in 0..5 {
+        let mut c = weir(&["run", "--no-progress", &yaml]).env("PGPASSWORD", &server.password);
+        if i > 0 {
+            c = c.arg("--restore").arg("latest");
+        }
+        let mut run = c.spawn();
+        if !kill_after(&mut run, rng.millis(300, 900)) {
+            run.wait_for(RUN_TIMEOUT).expect_code(0);
+            break;
+        }
+    }
+    weir(&["run", "--no-progress", &yaml, "--restore", "latest"])
+        .set("sources.events.rate_limit", "1000000000")
+        .env("PGPASSWORD", &server.password)
+        .ok();
+    let mut want = std::collections::BTreeMap::<String, (i64, i64)>::new();
+    for o in reference_output() {
+        let e = want.entry(o["user"].as_str().unwrap().to_string()).or_default();
+        e.0 += o["n"].as_i64().unwrap();
+        e.1 += o["total"].as_i64().unwrap();
+    }
+    let want: Vec<String> = want.iter().map(|(u, (n, t))| format!("{u}|{n}|{t}")).collect();
+    assert_eq!(server.query(r#"SELECT "user", n, total FROM pg_running ORDER BY "user""#), want);
+    assert!(server.prepared("pg-running").is_empty());
+}

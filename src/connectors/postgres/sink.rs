@@ -57,6 +57,9 @@ use crate::types::Record;
 const STAGED: usize = 0;
 /// Held rows kept in state: `RUN-SEQ` → the encoded row.
 const HELD: usize = 1;
+/// Prepared transactions: gid → its transaction id (xid8, as text), to
+/// tell a committed one from one rolled back when it is no longer prepared.
+const XIDS: usize = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Commit {
@@ -103,6 +106,11 @@ pub struct PostgresSink {
     next_held_seq: u64,
     /// Whether the prepared transactions of earlier runs were cleaned up.
     swept: bool,
+    /// After a restore: earlier runs' prepared transactions that another
+    /// subtask's restored state may name, rolled back (if still there) at
+    /// the first completion, once every subtask has restored. Only these:
+    /// a transaction first seen later is not ours to judge.
+    later: Vec<String>,
     /// Every input ended: no checkpoint follows the final one.
     ending: bool,
     dead_letter: Option<DeadLetter>,
@@ -176,6 +184,7 @@ impl PostgresSink {
             held: Vec::new(),
             next_held_seq: 0,
             swept: commit != Commit::TwoPhase,
+            later: Vec::new(),
             ending: false,
             dead_letter,
         })
@@ -266,7 +275,10 @@ impl PostgresSink {
         let prepared = self.prepared()?;
         faults::get().crash_point("before_sink_commit");
         let started = Instant::now();
-        for (gid, _, kg) in &due {
+        for (gid, staged_in, kg) in &due {
+            if !prepared.contains(gid) {
+                self.check_committed(gid, *staged_in, *kg, ctx)?;
+            }
             if prepared.contains(gid) {
                 let text = sql::commit_prepared(gid);
                 self.control(&format!("committing {gid}"), move |c| c.batch_execute(&text))?;
@@ -275,16 +287,38 @@ impl PostgresSink {
                     None => tracing::info!(gid = %gid, checkpoint = id, "Committed a prepared transaction of the restored checkpoint."),
                 }
             } else {
-                // Staged only once prepared, and rolled back only when no
-                // checkpoint covers it: so it was committed before a crash.
                 tracing::info!(gid = %gid, checkpoint = id, "Prepared transaction already committed.");
                 self.pending.remove(gid);
             }
             ctx.state.delete(STAGED, *kg, gid.as_bytes())?;
+            ctx.state.delete(XIDS, *kg, gid.as_bytes())?;
         }
         tracing::debug!(checkpoint = id, transactions = due.len(), ms = started.elapsed().as_millis() as u64, "PostgreSQL commit.");
         self.gauges(ctx);
         Ok(())
+    }
+
+    /// A staged transaction is no longer prepared: it must have been
+    /// committed (before a crash). Its fate, by its transaction id, when
+    /// the server still knows it: one rolled back (by another process of
+    /// this pipeline and sink, or by hand) lost rows, which is said loudly.
+    fn check_committed(&self, gid: &str, staged_in: u64, kg: crate::types::KeyGroup, ctx: &mut Context<'_>) -> OpResult {
+        let mut xid = Vec::new();
+        if !ctx.state.get(XIDS, kg, gid.as_bytes(), &mut xid)? {
+            return Ok(());
+        }
+        let xid = String::from_utf8_lossy(&xid).into_owned();
+        let status = self.control("reading a transaction's status", move |c| {
+            c.query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid]).map(|r| r.get::<_, Option<String>>(0))
+        })?;
+        match status.as_deref() {
+            Some("aborted") => Err(OpError::Data(format!(
+                "sink `{}`: the prepared transaction {gid} of checkpoint {staged_in} was rolled back by someone else, and its rows with it \
+                 (two runs of pipeline and sink names alike writing to one database? each must have its own names)",
+                self.name
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Roll back the prepared transactions of earlier runs that map to this
@@ -294,19 +328,25 @@ impl PostgresSink {
     fn sweep(&mut self, parallelism: u16, restored: Option<u64>) -> OpResult {
         for gid in self.prepared()? {
             let Some(g) = Gid::parse(&self.prefix, &gid) else { continue };
-            if leftover(&g, &self.run, self.subtask, parallelism, restored) == Leftover::RollBack {
-                tracing::info!(gid = %gid, "Rolling back a prepared transaction no checkpoint covers.");
-                let text = sql::rollback_prepared(&gid);
-                match self.control.call(move |c| c.batch_execute(&text)).map_err(OpError::Data)? {
-                    Ok(()) => {}
-                    // Gone meanwhile (another subtask's sweep): nothing to do.
-                    Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {}
-                    Err(e) => return Err(self.err(&format!("rolling back {gid}"))(e)),
-                }
+            match leftover(&g, &self.run, self.subtask, parallelism, restored) {
+                Leftover::RollBack => self.roll_back(&gid)?,
+                Leftover::RollBackLater => self.later.push(gid),
+                Leftover::Keep => {}
             }
         }
         self.swept = true;
         Ok(())
+    }
+
+    fn roll_back(&self, gid: &str) -> OpResult {
+        tracing::info!(gid = %gid, "Rolling back a prepared transaction no checkpoint covers.");
+        let text = sql::rollback_prepared(gid);
+        match self.control.call(move |c| c.batch_execute(&text)).map_err(OpError::Data)? {
+            Ok(()) => Ok(()),
+            // Gone meanwhile (committed by the subtask whose state named it).
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => Ok(()),
+            Err(e) => Err(self.err(&format!("rolling back {gid}"))(e)),
+        }
     }
 
     /// Keep in state the held rows no checkpoint covers yet, under `id`.
@@ -379,7 +419,11 @@ impl PostgresSink {
 
 impl Operator for PostgresSink {
     fn tables(&self) -> Vec<TableSpec> {
-        vec![TableSpec { name: "prepared", kind: TableKind::Point }, TableSpec { name: "held", kind: TableKind::Point }]
+        vec![
+            TableSpec { name: "prepared", kind: TableKind::Point },
+            TableSpec { name: "held", kind: TableKind::Point },
+            TableSpec { name: "xids", kind: TableKind::Point },
+        ]
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, _out: &mut Vec<Record>) -> OpResult {
@@ -415,8 +459,14 @@ impl Operator for PostgresSink {
                 if self.in_txn {
                     let gid = Gid { run: self.run.clone(), subtask: self.subtask, checkpoint: id }.text(&self.prefix);
                     let text = sql::prepare(&gid);
-                    self.call(&format!("preparing {gid}"), move |c| c.batch_execute(&text))?;
-                    ctx.state.put(STAGED, ctx.state.key_groups().start, gid.as_bytes(), &id.to_be_bytes())?;
+                    let xid = self.call(&format!("preparing {gid}"), move |c| {
+                        let xid = c.query_one("SELECT pg_current_xact_id()::text", &[])?.get::<_, String>(0);
+                        c.batch_execute(&text)?;
+                        Ok(xid)
+                    })?;
+                    let kg = ctx.state.key_groups().start;
+                    ctx.state.put(STAGED, kg, gid.as_bytes(), &id.to_be_bytes())?;
+                    ctx.state.put(XIDS, kg, gid.as_bytes(), xid.as_bytes())?;
                     self.pending.insert(gid, self.txn_rows);
                     (self.in_txn, self.txn_rows) = (false, 0);
                 }
@@ -438,8 +488,10 @@ impl Operator for PostgresSink {
             return Ok(());
         }
         self.commit_due(id, ctx)?;
-        // Every subtask has restored by now: what is left of earlier runs is nobody's.
-        self.sweep(ctx.info.parallelism, None)?;
+        // Every subtask has restored by now: what the restore left for later is nobody's.
+        for gid in std::mem::take(&mut self.later) {
+            self.roll_back(&gid)?;
+        }
         if self.pending.is_empty() && !self.held.is_empty() {
             self.release_held(id, ctx)?;
         }
@@ -447,11 +499,12 @@ impl Operator for PostgresSink {
     }
 
     fn on_restore(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        if self.commit != Commit::TwoPhase {
-            return Ok(());
-        }
+        // Whatever the delivery now: a checkpoint taken exactly once may
+        // name prepared transactions and hold rows.
         self.commit_due(id, ctx)?;
-        self.sweep(ctx.info.parallelism, Some(id))?;
+        if self.commit == Commit::TwoPhase {
+            self.sweep(ctx.info.parallelism, Some(id))?;
+        }
         for row in self.take_restored_held(ctx)? {
             self.push(row, ctx)?;
         }

@@ -4,7 +4,9 @@
 //! A batch is one statement whatever its size: each column's values go as
 //! one `text[]` parameter, `unnest` turns them back into rows and each is
 //! cast to its column's type. With upsert, `ON CONFLICT (key) DO UPDATE`
-//! sets every other mapped column (`DO NOTHING` when the key is all of them).
+//! sets every other mapped column (`DO NOTHING` when the key is all of
+//! them), and a batch keeps only the last row of each key (`DISTINCT ON`
+//! the cast key, latest first): one statement may not update a row twice.
 
 /// `name` as a quoted identifier (taken as written: case kept).
 pub fn ident(name: &str) -> String {
@@ -30,15 +32,29 @@ pub fn insert(target: &str, columns: &[(String, String)], upsert_key: Option<&[S
     let names: Vec<String> = columns.iter().map(|(n, _)| ident(n)).collect();
     let casts: Vec<String> = columns.iter().map(|(n, ty)| format!("CAST(u.{} AS {ty})", ident(n))).collect();
     let params: Vec<String> = (1..=columns.len()).map(|i| format!("${i}::text[]")).collect();
+    let Some(key) = upsert_key else {
+        return format!(
+            "INSERT INTO {} ({}) SELECT {} FROM unnest({}) AS u({})",
+            table(target),
+            names.join(", "),
+            casts.join(", "),
+            params.join(", "),
+            names.join(", ")
+        );
+    };
+    let cast_of = |k: &String| columns.iter().position(|(n, _)| n == k).map(|i| casts[i].clone()).unwrap_or_default();
+    let key_casts: Vec<String> = key.iter().map(cast_of).collect();
     let mut sql = format!(
-        "INSERT INTO {} ({}) SELECT {} FROM unnest({}) AS u({})",
+        "INSERT INTO {} ({}) SELECT DISTINCT ON ({}) {} FROM unnest({}) WITH ORDINALITY AS u({}, \"weir ord\") ORDER BY {}, \"weir ord\" DESC",
         table(target),
         names.join(", "),
+        key_casts.join(", "),
         casts.join(", "),
         params.join(", "),
-        names.join(", ")
+        names.join(", "),
+        key_casts.join(", ")
     );
-    if let Some(key) = upsert_key {
+    {
         let keys: Vec<String> = key.iter().map(|k| ident(k)).collect();
         let set: Vec<String> =
             columns.iter().filter(|(n, _)| !key.contains(n)).map(|(n, _)| format!("{} = EXCLUDED.{}", ident(n), ident(n))).collect();
@@ -98,6 +114,11 @@ mod tests {
         let key = ["id".to_string()];
         let sql = insert("s.t", &cols(&[("id", "integer"), ("n", "bigint"), ("v", "text")]), Some(&key));
         assert!(sql.ends_with(r#" ON CONFLICT ("id") DO UPDATE SET "n" = EXCLUDED."n", "v" = EXCLUDED."v""#), "{sql}");
+        assert!(
+            sql.contains(r#"SELECT DISTINCT ON (CAST(u."id" AS integer)) CAST(u."id" AS integer), "#)
+                && sql.contains(r#" WITH ORDINALITY AS u("id", "n", "v", "weir ord") ORDER BY CAST(u."id" AS integer), "weir ord" DESC"#),
+            "the last row of each key: {sql}"
+        );
         let all = ["id".to_string(), "n".to_string()];
         let sql = insert("t", &cols(&[("id", "integer"), ("n", "bigint")]), Some(&all));
         assert!(sql.ends_with(r#" ON CONFLICT ("id", "n") DO NOTHING"#), "{sql}");
