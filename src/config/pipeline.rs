@@ -487,6 +487,10 @@ pub struct PostgresSinkSpec {
     /// Column name → the field path its value is read from (None: `$`,
     /// the whole record), in column order.
     pub columns: Vec<(String, Option<crate::format::path::FieldPath>)>,
+    /// Upsert: the fields the key columns read (empty in append mode, or
+    /// when a key column is the whole record). The sink's input is
+    /// partitioned by them, so one subtask writes each key.
+    pub key_fields: Vec<String>,
     pub batch_size: usize,
     pub delivery: Delivery,
     pub server_timeout: Duration,

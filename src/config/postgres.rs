@@ -84,7 +84,15 @@ pub(crate) fn sink(cx: &mut Cx, at: &[Seg], raw: &RawPostgres<'_>) -> PostgresSi
     if password_env.is_empty() {
         cx.err(&child(at, "password_env"), "`password_env` is empty: expected the name of an environment variable, e.g. `PGPASSWORD`");
     }
+    let key_fields = match &mode {
+        PostgresMode::Upsert { key } => {
+            let field = |k: &String| columns.iter().find(|(c, _)| c == k).and_then(|(_, p)| p.as_ref()).map(|p| p.text().to_string());
+            key.iter().map(field).collect::<Option<Vec<String>>>().unwrap_or_default()
+        }
+        PostgresMode::Append => Vec::new(),
+    };
     PostgresSinkSpec {
+        key_fields,
         url: raw.url.to_string(),
         password_env,
         table: raw.table.to_string(),

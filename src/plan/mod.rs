@@ -225,6 +225,10 @@ fn key_of(kind: &NodeKind) -> Option<&[String]> {
     match kind {
         NodeKind::Dedup(d) => Some(&d.key),
         NodeKind::Aggregate(a) => Some(&a.key),
+        // An upsert sink: one subtask per key, or two would wait on each
+        // other's row locks (and a rescale would move held rows away from
+        // their key's records).
+        NodeKind::Sink(crate::config::SinkSpec::Postgres(pg)) if !pg.key_fields.is_empty() => Some(&pg.key_fields),
         _ => None,
     }
 }
@@ -291,6 +295,9 @@ fn field_needs_one(p: &Pipeline, id: NodeId) -> Option<(NodeId, Vec<(String, Fie
         }
         NodeKind::Sink(crate::config::SinkSpec::Kafka(k)) => {
             merge_needs(&mut needs, k.key.iter().map(|k| (k.clone(), FieldNeed::default())).collect())
+        }
+        NodeKind::Sink(crate::config::SinkSpec::Postgres(pg)) if !pg.key_fields.is_empty() => {
+            merge_needs(&mut needs, pg.key_fields.iter().map(|k| (k.clone(), FieldNeed::default())).collect())
         }
         // Parsed once at the source, not again by the sink.
         NodeKind::Sink(crate::config::SinkSpec::Parquet(s)) => {
@@ -420,6 +427,21 @@ operators:
 sinks:
   - {name: out, type: blackhole, input: per_user}
 "#;
+
+    #[test]
+    fn an_upsert_sink_reads_its_input_hashed_by_its_key_unless_keyed_alike() {
+        let pg = |input: &str, key: &str| {
+            PIPELINE.replace(
+                "  - {name: out, type: blackhole, input: per_user}",
+                &format!("  - {{name: out, type: blackhole, input: per_user}}\n  - {{name: db, type: postgres, input: {input}, url: \"postgres://u@h/d\", table: t, mode: upsert, key: [k], columns: {{k: {key}}}}}"),
+            )
+        };
+        let p = plan(&pg("per_user", "user"));
+        assert_eq!(p.edges[5], Some(Edge::Forward), "the aggregate is keyed by user already");
+        let p = plan(&pg("src", "id"));
+        let id = p.schemas[0].iter().position(|f| f == "id").unwrap();
+        assert_eq!(p.edges[5], Some(Edge::Hash { key: vec![id] }), "one subtask writes each key");
+    }
 
     #[test]
     fn hash_edges_only_where_the_key_changes_and_forward_edges_chain() {

@@ -51,7 +51,7 @@ use crate::faults;
 use crate::operators::dead_letter::reject;
 use crate::operators::{Context, DeadLetter, OpError, OpResult, Operator, OperatorMetrics};
 use crate::state::{TableKind, TableSpec};
-use crate::types::Record;
+use crate::types::{encode_key, key_group_of, KeyGroup, Record};
 
 /// Prepared transactions: gid → the checkpoint that staged it.
 const STAGED: usize = 0;
@@ -71,10 +71,12 @@ enum Commit {
     PerBatch,
 }
 
-/// A row held back while a prepared transaction is pending; `seq` once it
-/// is kept in state (its key there), with the checkpoint that kept it.
+/// A row held back while a prepared transaction is pending, under its
+/// key's key group; its state key once it is kept in state, with the
+/// checkpoint that kept it.
 struct Held {
     row: Row,
+    kg: KeyGroup,
     kept: Option<(String, u64)>,
 }
 
@@ -104,6 +106,10 @@ pub struct PostgresSink {
     pending: HashMap<String, u64>,
     held: Vec<Held>,
     next_held_seq: u64,
+    /// Where records hold the upsert key's values (None: not known, held
+    /// rows go to the first key group).
+    key_slots: Option<Vec<usize>>,
+    key_bytes: Vec<u8>,
     /// Whether the prepared transactions of earlier runs were cleaned up.
     swept: bool,
     /// After a restore: earlier runs' prepared transactions that another
@@ -183,11 +189,32 @@ impl PostgresSink {
             pending: HashMap::new(),
             held: Vec::new(),
             next_held_seq: 0,
+            key_slots: None,
+            key_bytes: Vec::new(),
             swept: commit != Commit::TwoPhase,
             later: Vec::new(),
             ending: false,
             dead_letter,
         })
+    }
+
+    pub fn with_key_slots(mut self, slots: Option<Vec<usize>>) -> Self {
+        self.key_slots = slots;
+        self
+    }
+
+    /// The key group of `r`'s upsert key, as the hash edge before the sink
+    /// routes it (the first owned one when unknown).
+    fn key_group(&mut self, r: &Record, ctx: &Context<'_>) -> KeyGroup {
+        let owned = ctx.state.key_groups();
+        let Some(slots) = self.key_slots.as_ref().filter(|s| s.iter().all(|&i| i < r.fields.len())) else { return owned.start };
+        encode_key(&r.fields, slots, &mut self.key_bytes);
+        let kg = key_group_of(&self.key_bytes, ctx.info.max_parallelism);
+        if owned.contains(&kg) {
+            kg
+        } else {
+            owned.start
+        }
     }
 
     fn err(&self, what: &str) -> impl Fn(postgres::Error) -> OpError {
@@ -351,11 +378,10 @@ impl PostgresSink {
 
     /// Keep in state the held rows no checkpoint covers yet, under `id`.
     fn keep_held(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let kg = ctx.state.key_groups().start;
         for h in self.held.iter_mut().filter(|h| h.kept.is_none()) {
             let key = format!("{}-{:016}", self.run, self.next_held_seq);
             self.next_held_seq += 1;
-            ctx.state.put(HELD, kg, key.as_bytes(), &row::encode(&h.row))?;
+            ctx.state.put(HELD, h.kg, key.as_bytes(), &row::encode(&h.row))?;
             h.kept = Some((key, id));
         }
         Ok(())
@@ -370,7 +396,6 @@ impl PostgresSink {
             false => 0,
         };
         let held = std::mem::take(&mut self.held);
-        let kg = ctx.state.key_groups().start;
         let mut rest = held.into_iter();
         if covered > 0 && !self.in_txn {
             let done: Vec<Held> = rest.by_ref().take(covered).collect();
@@ -383,12 +408,12 @@ impl PostgresSink {
             (self.in_txn, self.txn_rows) = (false, 0);
             for h in &done {
                 let (key, _) = h.kept.as_ref().expect("covered rows are kept");
-                ctx.state.delete(HELD, kg, key.as_bytes())?;
+                ctx.state.delete(HELD, h.kg, key.as_bytes())?;
             }
         }
         for h in rest {
             if let Some((key, _)) = &h.kept {
-                ctx.state.delete(HELD, kg, key.as_bytes())?;
+                ctx.state.delete(HELD, h.kg, key.as_bytes())?;
             }
             self.push(h.row, ctx)?;
         }
@@ -433,7 +458,10 @@ impl Operator for PostgresSink {
         let hold = self.upsert && !self.pending.is_empty();
         for r in batch {
             match row::extract(&r.raw, &self.columns) {
-                Ok(row) if hold => self.held.push(Held { row, kept: None }),
+                Ok(row) if hold => {
+                    let kg = self.key_group(&r, ctx);
+                    self.held.push(Held { row, kg, kept: None });
+                }
                 Ok(row) => self.push(row, ctx)?,
                 Err(reason) => {
                     let place = format!("sink `{}`", self.name);

@@ -185,9 +185,11 @@ pub(super) fn chain_op(
                 _ => None,
             };
             let checkpoints = plan.pipeline.checkpoint.is_some();
+            // Where records hold the upsert key: a held row is kept under its key's key group.
+            let key_slots = spec.key_fields.iter().map(|f| input_schema.iter().position(|s| s == f)).collect::<Option<Vec<usize>>>();
             let sink =
                 crate::connectors::postgres::PostgresSink::open(&node.name, &plan.pipeline.name, spec, subtask, checkpoints, dead_letter);
-            Box::new(sink.map_err(err)?)
+            Box::new(sink.map_err(err)?.with_key_slots(key_slots.filter(|s| !s.is_empty())))
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
     };
