@@ -431,3 +431,46 @@ fn running_updates_upserted_by_key_end_with_each_keys_totals_across_kills() {
     assert_eq!(server.query(r#"SELECT "user", n, total FROM pg_running ORDER BY "user""#), want);
     assert!(server.prepared("pg-running").is_empty());
 }
+
+/// Values only the server can refuse (too long for a varchar, a numeric
+/// overflow, a date out of range, a NUL in jsonb) fail their own row, not
+/// the batch: skipped and counted, or failing the run with the server's reason.
+#[test]
+fn values_the_server_refuses_are_bad_records_of_their_own() {
+    let Some(server) = Server::configured("pg refused") else { return };
+    server.query("DROP TABLE IF EXISTS pg_refused; CREATE TABLE pg_refused (id int4 PRIMARY KEY, code varchar(3), price numeric(5,2), at timestamptz, doc jsonb)");
+    let dir = tmp();
+    let input = dir.path().join("in.jsonl");
+    let lines = [
+        r#"{"id":1,"code":"abc","price":1.5,"at":1700000000000,"doc":{"a":1}}"#,
+        r#"{"id":2,"code":"abcd","price":null,"at":null,"doc":null}"#,
+        r#"{"id":3,"code":null,"price":123456,"at":null,"doc":null}"#,
+        r#"{"id":4,"code":null,"price":null,"at":-99999999999999,"doc":null}"#,
+        r#"{"id":5,"code":null,"price":null,"at":null,"doc":{"a":"x\u0000y"}}"#,
+        r#"{"id":6,"code":"ok","price":null,"at":null,"doc":null}"#,
+    ];
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let yaml = dir.path().join("p.yaml");
+    let write = |on_error: &str| {
+        let text = format!(
+            "name: pg-refused\nstate: {{dir: {}}}\ncheckpoint: {{interval: 100ms}}\nsources:\n  - {{name: in, type: file, path: {}}}\nsinks:\n  - {{name: db, type: postgres, input: in, url: \"{}\", table: pg_refused, mode: upsert, key: [id], columns: {{id: id, code: code, price: price, at: at, doc: doc}}, on_error: {on_error}}}\n",
+            dir.path().join("state").display(),
+            input.display(),
+            server.url
+        );
+        std::fs::write(&yaml, text).unwrap()
+    };
+    let run = || weir(&["run", "--no-progress", &yaml.display().to_string()]).env("PGPASSWORD", &server.password).run();
+    write("skip");
+    let out = run();
+    out.expect_code(0);
+    assert_eq!(server.query("SELECT id FROM pg_refused ORDER BY id"), ["1", "6"]);
+    let text = out.stdout.clone() + &out.stderr;
+    assert!(text.contains("4 bad"), "the refused rows are counted: {text}");
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    server.query("TRUNCATE pg_refused");
+    write("fail");
+    let out = run();
+    assert!(!out.status.success());
+    out.expect_stderr_contains("the server refused the row: value too long for type character varying(3)");
+}

@@ -97,8 +97,9 @@ pub struct PostgresSink {
     prefix: String,
     run: String,
     subtask: u16,
-    /// Rows not sent yet.
+    /// Rows not sent yet, and their records' text (None: a held row).
     batch: Vec<Row>,
+    raws: Vec<Option<Box<str>>>,
     /// A transaction is open (BEGIN sent), holding `txn_rows` rows.
     in_txn: bool,
     txn_rows: u64,
@@ -120,6 +121,23 @@ pub struct PostgresSink {
     /// Every input ended: no checkpoint follows the final one.
     ending: bool,
     dead_letter: Option<DeadLetter>,
+}
+
+/// Each column's values of `rows`, as the statement's `text[]` parameters.
+fn params(rows: &[Row], width: usize) -> Vec<Vec<Option<String>>> {
+    let mut arrays: Vec<Vec<Option<String>>> = (0..width).map(|_| Vec::with_capacity(rows.len())).collect();
+    for row in rows {
+        for (i, v) in row.iter().enumerate() {
+            arrays[i].push(v.clone());
+        }
+    }
+    arrays
+}
+
+/// A value the server will not take (data exception, constraint violation):
+/// the row's fault, not the connection's.
+fn is_data_error(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("22") || c.code().starts_with("23"))
 }
 
 fn db_err(what: &str, conn: &Conn) -> impl Fn(postgres::Error) -> String {
@@ -184,6 +202,7 @@ impl PostgresSink {
             run: crate::run_id::draw_short(),
             subtask,
             batch: Vec::new(),
+            raws: Vec::new(),
             in_txn: false,
             txn_rows: 0,
             pending: HashMap::new(),
@@ -241,40 +260,85 @@ impl PostgresSink {
     }
 
     /// Send the batched rows (into the open transaction, opened if need be).
+    /// Send the batched rows (into the open transaction, opened if need
+    /// be). A value the server refuses (a data exception or a constraint:
+    /// SQLSTATE classes 22 and 23) fails only its own row: the batch is
+    /// rolled back to a savepoint and sent again row by row, and the rows
+    /// the server refuses follow `on_error` like any bad record.
     fn flush(&mut self, ctx: &mut Context<'_>) -> OpResult {
         if self.batch.is_empty() {
             return Ok(());
         }
         let rows = std::mem::take(&mut self.batch);
-        let n = rows.len() as u64;
-        let begin = self.commit != Commit::PerBatch && !self.in_txn;
+        let raws = std::mem::take(&mut self.raws);
+        let n = rows.len();
+        let per_batch = self.commit == Commit::PerBatch;
+        let begin = per_batch || !self.in_txn;
         let (stmt, width) = (self.insert.clone(), self.columns.len());
         let what = format!("writing {n} rows to table `{}`", self.table);
-        self.call(&what, move |c| {
+        let (rows, refused) = self.call(&what, move |c| {
             if begin {
                 c.batch_execute("BEGIN")?;
             }
-            let mut arrays: Vec<Vec<Option<String>>> = (0..width).map(|_| Vec::with_capacity(rows.len())).collect();
-            for row in rows {
-                for (i, v) in row.into_iter().enumerate() {
-                    arrays[i].push(v);
+            c.batch_execute("SAVEPOINT weir_batch")?;
+            let mut refused = Vec::new();
+            match c.execute(&stmt, &params(&rows, width).iter().map(|a| a as &(dyn ToSql + Sync)).collect::<Vec<_>>()) {
+                Ok(_) => {}
+                Err(e) if is_data_error(&e) => {
+                    c.batch_execute("ROLLBACK TO SAVEPOINT weir_batch")?;
+                    for (i, row) in rows.iter().enumerate() {
+                        let one = params(std::slice::from_ref(row), width);
+                        c.batch_execute("SAVEPOINT weir_row")?;
+                        match c.execute(&stmt, &one.iter().map(|a| a as &(dyn ToSql + Sync)).collect::<Vec<_>>()) {
+                            Ok(_) => c.batch_execute("RELEASE SAVEPOINT weir_row")?,
+                            Err(e) if is_data_error(&e) => {
+                                c.batch_execute("ROLLBACK TO SAVEPOINT weir_row")?;
+                                refused.push((i, describe(&e)));
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
                 }
+                Err(e) => return Err(e),
             }
-            let params: Vec<&(dyn ToSql + Sync)> = arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-            c.execute(&stmt, &params)
+            c.batch_execute("RELEASE SAVEPOINT weir_batch")?;
+            if per_batch {
+                c.batch_execute("COMMIT")?;
+            }
+            Ok((rows, refused))
         })?;
-        if self.commit == Commit::PerBatch {
-            OperatorMetrics::add(&ctx.metrics.records_committed, n);
+        let written = (n - refused.len()) as u64;
+        if per_batch {
+            OperatorMetrics::add(&ctx.metrics.records_committed, written);
         } else {
             self.in_txn = true;
-            self.txn_rows += n;
+            self.txn_rows += written;
         }
         self.gauges(ctx);
+        for (i, why) in refused {
+            let raw = raws[i].clone().unwrap_or_else(|| self.row_json(&rows[i]).into());
+            let place = format!("sink `{}`", self.name);
+            let reason = format!("the server refused the row: {why}");
+            reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), &raw, &reason, ctx.metrics)?;
+        }
         Ok(())
     }
 
-    fn push(&mut self, row: Row, ctx: &mut Context<'_>) -> OpResult {
+    /// A row as JSON (column → text), for a held row refused by the server,
+    /// whose record text is not kept.
+    fn row_json(&self, row: &Row) -> String {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .columns
+            .iter()
+            .zip(row)
+            .map(|(c, v)| (c.name.clone(), v.clone().map_or(serde_json::Value::Null, serde_json::Value::String)))
+            .collect();
+        serde_json::Value::Object(map).to_string()
+    }
+
+    fn push(&mut self, row: Row, raw: Option<Box<str>>, ctx: &mut Context<'_>) -> OpResult {
         self.batch.push(row);
+        self.raws.push(raw);
         if self.batch.len() >= self.batch_size {
             self.flush(ctx)?;
         }
@@ -400,7 +464,7 @@ impl PostgresSink {
         if covered > 0 && !self.in_txn {
             let done: Vec<Held> = rest.by_ref().take(covered).collect();
             for h in &done {
-                self.push(h.row.clone(), ctx)?;
+                self.push(h.row.clone(), None, ctx)?;
             }
             self.flush(ctx)?;
             self.call("committing held rows", |c| c.batch_execute("COMMIT"))?;
@@ -415,7 +479,7 @@ impl PostgresSink {
             if let Some((key, _)) = &h.kept {
                 ctx.state.delete(HELD, h.kg, key.as_bytes())?;
             }
-            self.push(h.row, ctx)?;
+            self.push(h.row, None, ctx)?;
         }
         self.gauges(ctx);
         Ok(())
@@ -462,7 +526,7 @@ impl Operator for PostgresSink {
                     let kg = self.key_group(&r, ctx);
                     self.held.push(Held { row, kg, kept: None });
                 }
-                Ok(row) => self.push(row, ctx)?,
+                Ok(row) => self.push(row, Some(r.raw), ctx)?,
                 Err(reason) => {
                     let place = format!("sink `{}`", self.name);
                     reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), &r.raw, &reason, ctx.metrics)?;
@@ -534,7 +598,7 @@ impl Operator for PostgresSink {
             self.sweep(ctx.info.parallelism, Some(id))?;
         }
         for row in self.take_restored_held(ctx)? {
-            self.push(row, ctx)?;
+            self.push(row, None, ctx)?;
         }
         Ok(())
     }
@@ -546,6 +610,7 @@ impl Operator for PostgresSink {
             // again from the restored position; closing rolls it back.
             Commit::TwoPhase | Commit::AtBarrier => {
                 self.batch.clear();
+                self.raws.clear();
                 if self.in_txn {
                     let _ = self.conn.call(|c| c.batch_execute("ROLLBACK"));
                     self.in_txn = false;

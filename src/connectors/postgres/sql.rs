@@ -65,8 +65,12 @@ pub fn insert(target: &str, columns: &[(String, String)], upsert_key: Option<&[S
 }
 
 /// The columns of `target` with their type (as the server writes it), type
-/// name and category, to check the mapping against. `$1`: the quoted name.
-pub const TABLE_COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, t.typcategory::text \
+/// name and category, to check the mapping against, and the type without
+/// its modifier to cast to: an explicit cast to `varchar(3)` would cut a
+/// longer value short, where the insert's own assignment refuses it.
+/// `$1`: the quoted name.
+pub const TABLE_COLUMNS: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typname::text, t.typcategory::text, \
+     format_type(a.atttypid, NULL) \
      FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
      WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped";
 
