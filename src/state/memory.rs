@@ -15,6 +15,7 @@ use std::ops::{Bound, Range};
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
 use super::{snapshot, BufferPool, KeyedState, ScanFn, StateError, StateSnapshot, StateStats, TableId, TableKind, TableSpec};
+use crate::codec::Enc;
 use crate::types::KeyGroup;
 
 /// Bytes stored inline; 22 keeps `Bytes` at 24 bytes, like a boxed slice plus tag.
@@ -547,36 +548,53 @@ impl MemoryState {
         }
     }
 
-    /// At least the size of the canonical snapshot of `tables` (see
-    /// `snapshot::write`: 4-byte lengths before each key and value), so the
-    /// snapshot is written into one allocation instead of doubling and
-    /// copying a buffer of the whole state. Pages reserved but not written
-    /// are never touched, so the slack costs no memory.
-    fn snapshot_bound(&self, tables: &[TableSpec]) -> usize {
-        let mut n = 2;
-        for (t, spec) in tables.iter().enumerate() {
-            n += 4 + spec.name.len() + 4;
-            let Some(table) = self.tables.get(t) else { continue };
-            for map in &table.groups {
-                n += 2 + 8;
-                n += match map {
-                    Map::Tiny(m) => m.len() * (8 + 11),
-                    Map::Small(m) => m.len() * (8 + 15),
-                    Map::Line(m) => m.len() * (8 + LINE),
-                    Map::Point(m) => m
-                        .iter()
-                        .map(|e| {
-                            8 + match e {
-                                Entry::Inline { .. } => ENTRY_INLINE,
-                                Entry::Heap { data, .. } => data.len(),
-                            }
-                        })
-                        .sum(),
-                    Map::Ordered(m) => m.iter().map(|(k, v)| 8 + k.as_slice().len() + v.as_slice().len()).sum(),
-                };
+    /// The exact size of the canonical snapshot of `tables` (see
+    /// `snapshot::write`: 4-byte lengths before each key and value), from
+    /// the counts kept as entries change: no pass over the entries.
+    fn snapshot_size(&self, tables: &[TableSpec]) -> usize {
+        let headers: usize = tables.iter().map(|spec| 4 + spec.name.len() + 4 + self.key_groups.len() * (2 + 8)).sum();
+        2 + headers + 8 * self.stats.keys as usize + self.stats.bytes as usize
+    }
+
+    /// `snapshot::write` of this state's own tables, walking the maps
+    /// directly instead of through a `scan_all` callback per entry.
+    fn write_snapshot(&self, out: &mut Vec<u8>) {
+        fn put<'a>(out: &mut Vec<u8>, entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+            for (k, v) in entries {
+                out.put_bytes(k);
+                out.put_bytes(v);
             }
         }
-        n
+        out.put_u16(self.tables.len() as u16);
+        for table in &self.tables {
+            out.put_str(table.spec.name);
+            out.put_u32(table.groups.len() as u32);
+            for (kg, map) in self.key_groups.clone().zip(&table.groups) {
+                out.put_u16(kg);
+                match map {
+                    Map::Tiny(m) => {
+                        out.put_u64(m.len() as u64);
+                        put(out, m.iter().map(|e| (e.key(), e.value())));
+                    }
+                    Map::Small(m) => {
+                        out.put_u64(m.len() as u64);
+                        put(out, m.iter().map(|e| (e.key(), e.value())));
+                    }
+                    Map::Line(m) => {
+                        out.put_u64(m.len() as u64);
+                        put(out, m.iter().map(|e| (e.key(), e.value())));
+                    }
+                    Map::Point(m) => {
+                        out.put_u64(m.len() as u64);
+                        put(out, m.iter().map(|e| (e.key(), e.value())));
+                    }
+                    Map::Ordered(m) => {
+                        out.put_u64(m.len() as u64);
+                        put(out, m.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -878,14 +896,23 @@ impl KeyedState for MemoryState {
     }
 
     fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
-        let bound = self.snapshot_bound(tables);
+        let size = self.snapshot_size(tables);
         let mut out = self.pool.take();
-        if out.capacity() < bound {
-            // Room to grow, so the next snapshots fit too; untouched pages cost nothing.
+        if out.capacity() < size {
+            // Twice the size: while the state grows, the next snapshots
+            // still fit and write pages this one touched. The first touch
+            // of a page (a fault, zeroing) costs more than writing the
+            // snapshot into it; pages never touched cost nothing.
             drop(out);
-            out = Vec::with_capacity(bound + bound / 4);
+            out = Vec::with_capacity(2 * size);
         }
-        snapshot::write(self, tables, &mut out)?;
+        // The operator's tables are this state's tables: walk them directly.
+        let own = tables.len() == self.tables.len() && tables.iter().zip(&self.tables).all(|(a, b)| *a == b.spec);
+        if own {
+            self.write_snapshot(&mut out);
+        } else {
+            snapshot::write(self, tables, &mut out)?;
+        }
         Ok(StateSnapshot::Pooled(out, self.pool.clone()))
     }
 }
@@ -1148,7 +1175,7 @@ mod tests {
             }
             assert_eq!(all, model);
             let bytes = s.snapshot(&T).unwrap().finish().unwrap();
-            assert!(bytes.len() <= s.snapshot_bound(&T), "the bound is an upper bound");
+            assert_eq!(bytes.len(), s.snapshot_size(&T), "the size is exact");
         }
     }
 
@@ -1217,6 +1244,76 @@ mod tests {
         snapshot::read(&mut crate::codec::Dec::new(&bytes), &T, &mut back).unwrap();
         assert_eq!(back.stats(), Some(expected(&model)), "a restore counts what it loads");
         assert_eq!(MemoryState::new(&[], 0..2).stats(), None, "no tables, nothing to report");
+    }
+
+    /// A snapshot holds the state as it was when taken: writes, overwrites
+    /// and deletes after it (into the buffer it gave back, too) change the
+    /// next snapshot, never the kept one. Every map kind, several key
+    /// groups; the bytes are those of the generic `snapshot::write`.
+    #[test]
+    fn a_snapshot_keeps_its_contents_and_the_next_has_the_later_ones() {
+        type Model = std::collections::BTreeMap<(usize, u16, Vec<u8>), Vec<u8>>;
+        let dump = |s: &MemoryState| {
+            let mut all = Model::new();
+            for t in 0..T.len() {
+                for kg in s.key_groups() {
+                    s.scan_all(t, kg, &mut |k, v| {
+                        all.insert((t, kg, k.to_vec()), v.to_vec());
+                        ControlFlow::Continue(())
+                    })
+                    .unwrap();
+                }
+            }
+            all
+        };
+        let restored = |bytes: &[u8]| {
+            let mut back = MemoryState::new(&T, 0..4);
+            snapshot::read(&mut crate::codec::Dec::new(bytes), &T, &mut back).unwrap();
+            back
+        };
+        let mut s = MemoryState::new(&T, 0..4);
+        // Value sizes per key group keep group 0 `Tiny`, make 1 `Small`, 2 `Line` and 3 `Point`.
+        let value = |kg: u16, i: u32| vec![i as u8; [0, 9, 40, 80][kg as usize]];
+        for i in 0..2000u32 {
+            let kg = (i % 4) as u16;
+            s.put(0, kg, &i.to_be_bytes(), &value(kg, i)).unwrap();
+            s.put(1, kg, &i.to_be_bytes(), &value(kg, i)).unwrap();
+        }
+        assert!(matches!(&s.tables[0].groups[..], [Map::Tiny(_), Map::Small(_), Map::Line(_), Map::Point(_)]));
+        let (first, pool) = s.snapshot(&T).unwrap().finish_pooled().unwrap();
+        let mut generic = Vec::new();
+        snapshot::write(&s, &T, &mut generic).unwrap();
+        assert_eq!(first, generic, "the canonical format");
+        assert_eq!(first.len(), s.snapshot_size(&T), "of the size the counts give");
+        let (kept, then) = (first.clone(), dump(&s));
+        pool.expect("pooled").give(first);
+        // After the snapshot: deletes, overwrites (longer and shorter) and inserts.
+        for i in (0..2000u32).step_by(3) {
+            let kg = (i % 4) as u16;
+            assert!(s.delete(0, kg, &i.to_be_bytes()).unwrap() && s.delete(1, kg, &i.to_be_bytes()).unwrap());
+        }
+        for i in (1..2000u32).step_by(3) {
+            let kg = (i % 4) as u16;
+            s.put(0, kg, &i.to_be_bytes(), &value(kg, i + 1)[..value(kg, 0).len() / 2]).unwrap();
+            s.put(1, kg, &i.to_be_bytes(), &[9; 50]).unwrap();
+        }
+        for i in 2000..5000u32 {
+            s.put(1, (i % 4) as u16, &i.to_be_bytes(), b"new").unwrap();
+        }
+        let now = dump(&s);
+        assert_ne!(now, then);
+        assert_eq!(dump(&restored(&kept)), then, "the kept snapshot restores as it was taken");
+        let second = s.snapshot(&T).unwrap().finish().unwrap();
+        generic.clear();
+        snapshot::write(&s, &T, &mut generic).unwrap();
+        assert_eq!((second.len(), &second), (s.snapshot_size(&T), &generic));
+        let back = restored(&second);
+        assert_eq!((dump(&back), back.stats()), (now, s.stats()), "the later snapshot has the later contents");
+        // Tables other than the state's own take the generic path.
+        let fewer = s.snapshot(&T[..1]).unwrap().finish().unwrap();
+        generic.clear();
+        snapshot::write(&s, &T[..1], &mut generic).unwrap();
+        assert_eq!(fewer, generic);
     }
 
     #[test]
