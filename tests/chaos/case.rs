@@ -88,8 +88,10 @@ impl Case {
         // A PostgreSQL sink, on dice of its own (older seeds draw as before).
         let mut prng = Rng::new(seed ^ 0x7067_7067);
         if let Some(url) = super::postgres::server().filter(|_| prng.chance(0.4)) {
-            let table = super::postgres::create_table(&url, seed).unwrap_or_else(|e| panic!("WEIR_PG_URL={url}: {e}"));
-            shape.add_postgres_sink(&mut prng, url, table);
+            if let Some((node, upsert)) = shape.postgres_target(&mut prng) {
+                let table = super::postgres::create_table(&url, seed, upsert).unwrap_or_else(|e| panic!("WEIR_PG_URL={url}: {e}"));
+                shape.add_postgres_sink(&mut prng, node, upsert, url, table);
+            }
         }
         // A file source read through Kafka: its files produced into a topic,
         // one partition per file.

@@ -1,7 +1,8 @@
 //! PostgreSQL in a case, when `WEIR_PG_URL` names a server (password in
 //! `PGPASSWORD`; scripts/test.sh and scripts/chaos.sh start one): a table
 //! of the case's own that a PostgreSQL sink appends each record's JSON
-//! text to, read back with psql for the oracle.
+//! text to (or upserts it into by `user`, for a running aggregate's
+//! updates), read back with psql for the oracle.
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -23,11 +24,13 @@ fn psql(url: &str, sql: &str) -> Result<Vec<String>, String> {
     Ok(String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.is_empty()).map(str::to_string).collect())
 }
 
-/// A fresh table for one case's sink: one text column, the record.
-pub fn create_table(url: &str, seed: u64) -> Result<String, String> {
+/// A fresh table for one case's sink: a text column, the record (and with
+/// `upsert`, its key `user`).
+pub fn create_table(url: &str, seed: u64, upsert: bool) -> Result<String, String> {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let table = format!("chaos_{seed}_{}_{nanos}", std::process::id());
-    psql(url, &format!("CREATE TABLE {table} (line text NOT NULL)"))?;
+    let key = if upsert { r#""user" text PRIMARY KEY, "# } else { "" };
+    psql(url, &format!("CREATE TABLE {table} ({key}line text NOT NULL)"))?;
     Ok(table)
 }
 

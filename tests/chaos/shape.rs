@@ -165,12 +165,15 @@ pub enum SinkKind {
         brokers: String,
         topic: String,
     },
-    /// Each record's JSON text appended to a table of its own, exactly once
-    /// (at least once in an at-least-once pipeline), in batches of `batch`.
+    /// Each record's JSON text written to a table of its own, exactly once
+    /// (at least once in an at-least-once pipeline), in batches of `batch`:
+    /// appended, or upserted by `user` (a running aggregate's updates: the
+    /// table ends with each key's final record).
     Postgres {
         url: String,
         table: String,
         batch: u64,
+        upsert: bool,
     },
 }
 
@@ -382,12 +385,18 @@ impl Shape {
         }
     }
 
-    /// A PostgreSQL sink appending to `table`, on some node that has room.
-    pub fn add_postgres_sink(&mut self, rng: &mut Rng, url: String, table: String) {
-        if let Some(node) = self.random_node_with_room(rng) {
-            let batch = rng.range(1, 50);
-            self.sinks.push(Sink { name: "pgout".into(), input: node, kind: SinkKind::Postgres { url, table, batch } });
-        }
+    /// Where a PostgreSQL sink goes: some node that has room, and whether
+    /// it upserts (a running aggregate's updates, by `user`).
+    pub fn postgres_target(&self, rng: &mut Rng) -> Option<(String, bool)> {
+        let node = self.random_node_with_room(rng)?;
+        let upsert = self.emits(&node) == Emits::Updates;
+        Some((node, upsert))
+    }
+
+    /// A PostgreSQL sink on `node` writing `table` (see `postgres_target`).
+    pub fn add_postgres_sink(&mut self, rng: &mut Rng, node: String, upsert: bool, url: String, table: String) {
+        let batch = rng.range(1, 50);
+        self.sinks.push(Sink { name: "pgout".into(), input: node, kind: SinkKind::Postgres { url, table, batch, upsert } });
     }
 
     /// File sources that could be read through Kafka instead.
@@ -617,11 +626,15 @@ impl Shape {
                 SinkKind::Blackhole { rate } => {
                     let _ = writeln!(y, "  - {{name: {}, type: blackhole, input: {}, rate_limit: {rate}}}", s.name, s.input);
                 }
-                SinkKind::Postgres { url, table, batch } => {
+                SinkKind::Postgres { url, table, batch, upsert } => {
                     let delivery = if self.exactly_once() { "exactly_once" } else { "at_least_once" };
+                    let mapping = match upsert {
+                        true => "mode: upsert, key: [user], columns: {user: user, line: $}",
+                        false => "columns: {line: $}",
+                    };
                     let _ = writeln!(
                         y,
-                        "  - {{name: {}, type: postgres, input: {}, url: '{url}', table: {table}, columns: {{line: $}}, batch_size: {batch}, delivery: {delivery}}}",
+                        "  - {{name: {}, type: postgres, input: {}, url: '{url}', table: {table}, {mapping}, batch_size: {batch}, delivery: {delivery}}}",
                         s.name, s.input
                     );
                 }
