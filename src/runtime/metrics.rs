@@ -13,7 +13,8 @@ pub struct NodeMetrics {
     pub subtasks: Vec<Arc<OperatorMetrics>>,
     /// Load, watermarks and channel fill, by subtask (runtime/gauges.rs).
     pub gauges: Vec<Arc<super::gauges::SubtaskGauges>>,
-    /// A sink that counts the records it committed (file and Kafka sinks).
+    /// A sink that counts the records it committed (file, Kafka, Parquet
+    /// and PostgreSQL sinks).
     pub commits: bool,
     /// The node it reads (its index among the nodes), for naming a bottleneck.
     pub input: Option<usize>,
@@ -302,10 +303,10 @@ pub struct Details {
     pub source_extents: Vec<(String, u16, crate::connectors::source::Extent)>,
     /// The file sinks, whose subtasks count the part files they publish.
     pub file_sinks: Vec<String>,
-    /// The sinks that count records committed: file and Kafka sinks.
+    /// The sinks that count records committed: file, Kafka, Parquet and PostgreSQL sinks.
     pub committing_sinks: Vec<String>,
-    /// The Kafka sinks with `delivery: exactly_once` (transactions).
-    pub transactional_kafka_sinks: Vec<String>,
+    /// The Kafka and PostgreSQL sinks with `delivery: exactly_once` (transactions).
+    pub transactional_sinks: Vec<String>,
     /// Each Kafka source subtask's consumer statistics: (source, subtask, stats).
     pub kafka_sources: Vec<(String, u16, Arc<crate::connectors::source::ClientStats>)>,
 }

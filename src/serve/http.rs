@@ -684,30 +684,30 @@ fn records_committed(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), st
     )
 }
 
-/// Exactly-once Kafka sinks: open and pending transactions.
+/// Exactly-once Kafka and PostgreSQL sinks: open and pending transactions.
 fn kafka_transactions(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
     use prometheus_client::metrics::MetricType;
-    if e.details.transactional_kafka_sinks.is_empty() {
+    if e.details.transactional_sinks.is_empty() {
         return Ok(());
     }
     type Pick = fn(&crate::operators::OperatorMetrics) -> &std::sync::atomic::AtomicU64;
     let families: [(&str, &str, MetricType, Pick); 2] = [
         (
             "weir_sink_transactions_open",
-            "1 while a sink subtask's Kafka transaction is open (records sent, not committed).",
+            "1 while a sink subtask's Kafka or PostgreSQL transaction is open (records sent, not committed).",
             MetricType::Gauge,
             |m| &m.transactions_open,
         ),
         (
             "weir_sink_transactions_pending",
-            "1 while a sink subtask's transaction waits for its checkpoint to complete.",
+            "Transactions a sink subtask staged that wait for their checkpoint to complete.",
             MetricType::Gauge,
             |m| &m.transactions_pending,
         ),
     ];
     for (name, help, kind, pick) in families {
         let mut m = enc.encode_descriptor(name, help, None, kind)?;
-        for node in e.nodes.iter().filter(|n| e.details.transactional_kafka_sinks.contains(&n.name)) {
+        for node in e.nodes.iter().filter(|n| e.details.transactional_sinks.contains(&n.name)) {
             for (i, sub) in node.subtasks.iter().enumerate() {
                 let subtask = i.to_string();
                 let labels = [("pipeline", e.pipeline.as_str()), ("operator", node.name.as_str()), ("subtask", subtask.as_str())];

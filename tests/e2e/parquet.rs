@@ -182,7 +182,7 @@ fn a_record_that_does_not_fit_the_schema_fails_the_run_naming_column_and_value_o
     let want = canonical(vec![r#"{"id": 1, "price": "1.50"}"#.into(), r#"{"id": 5, "price": null}"#.into()]);
     assert_same_multiset("skipped bad records", got, want);
     let all = format!("{}{}", o.stdout, o.stderr);
-    assert!(all.contains("lake 5 in (3 dropped: 3 bad)"), "the summary counts the three: {all}");
+    assert!(all.contains("lake 5 in (2 committed) (3 dropped: 3 bad)"), "the summary counts the three: {all}");
 }
 
 #[test]

@@ -104,8 +104,13 @@ fn a_clean_upsert_run_writes_the_reference_rows_and_leaves_nothing_prepared() {
     let Some(server) = Server::configured("pg clean") else { return };
     server.create_windows_table("pg_clean", true);
     let dir = tmp();
-    cmd(&server, "pg-clean", "pg_clean", Backend::Memory, 2, &dir.path().join("state")).set("sources.events.rate_limit", "1000000000").ok();
+    let o = cmd(&server, "pg-clean", "pg_clean", Backend::Memory, 2, &dir.path().join("state"))
+        .set("sources.events.rate_limit", "1000000000")
+        .ok();
     assert_reference_rows("clean run", &server, "pg_clean");
+    let n = expected_rows().len();
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(all.contains(&format!("db {n} in ({n} committed)")), "every row counted as committed: {all}");
     assert!(server.prepared("pg-clean").is_empty());
 }
 

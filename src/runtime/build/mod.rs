@@ -126,7 +126,8 @@ fn node_metrics(plan: &Plan) -> Vec<NodeMetrics> {
         plan.pipeline.nodes.iter().map(|n| NodeMetrics { input: n.input, ..NodeMetrics::new(&n.name, kind_name(&n.kind), p) }).collect();
     for (m, n) in metrics.iter_mut().zip(&plan.pipeline.nodes) {
         // The sinks that count what they made durable and visible.
-        m.commits = matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. } | SinkSpec::Kafka(_)));
+        m.commits =
+            matches!(n.kind, NodeKind::Sink(SinkSpec::File { .. } | SinkSpec::Kafka(_) | SinkSpec::Parquet(_) | SinkSpec::Postgres(_)));
     }
     for chain in &plan.chains {
         for i in 0..p as usize {
@@ -389,8 +390,12 @@ impl Builder<'_> {
             d.column_families = nodes.iter().filter(|n| uses_rocksdb(&n.kind)).map(|n| n.name.clone()).collect();
         }
         let named = |f: &dyn Fn(&NodeKind) -> bool| nodes.iter().filter(|n| f(&n.kind)).map(|n| n.name.clone()).collect::<Vec<_>>();
-        d.transactional_kafka_sinks =
-            named(&|k| matches!(k, NodeKind::Sink(SinkSpec::Kafka(k)) if k.delivery == crate::config::Delivery::ExactlyOnce));
+        // Kafka and PostgreSQL sinks, exactly once: open and pending transactions.
+        d.transactional_sinks = named(&|k| match k {
+            NodeKind::Sink(SinkSpec::Kafka(k)) => k.delivery == crate::config::Delivery::ExactlyOnce,
+            NodeKind::Sink(SinkSpec::Postgres(p)) => p.delivery == crate::config::Delivery::ExactlyOnce,
+            _ => false,
+        });
         d.file_sinks = named(&|k| matches!(k, NodeKind::Sink(SinkSpec::File { .. })));
         d.committing_sinks = self.metrics.iter().filter(|m| m.commits).map(|m| m.name.clone()).collect();
         Built {
