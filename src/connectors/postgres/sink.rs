@@ -123,15 +123,24 @@ pub struct PostgresSink {
     dead_letter: Option<DeadLetter>,
 }
 
-/// Each column's values of `rows`, as the statement's `text[]` parameters.
-fn params(rows: &[Row], width: usize) -> Vec<Vec<Option<String>>> {
+/// Each column's values of `rows` (moved), the statement's `text[]` parameters.
+fn columns_of(rows: Vec<Row>, width: usize) -> Vec<Vec<Option<String>>> {
     let mut arrays: Vec<Vec<Option<String>>> = (0..width).map(|_| Vec::with_capacity(rows.len())).collect();
     for row in rows {
-        for (i, v) in row.iter().enumerate() {
-            arrays[i].push(v.clone());
+        for (i, v) in row.into_iter().enumerate() {
+            arrays[i].push(v);
         }
     }
     arrays
+}
+
+/// Row `i` of `columns`, as one-row parameters.
+fn row_of(columns: &[Vec<Option<String>>], i: usize) -> Vec<Vec<Option<String>>> {
+    columns.iter().map(|c| vec![c[i].clone()]).collect()
+}
+
+fn as_params(arrays: &[Vec<Option<String>>]) -> Vec<&(dyn ToSql + Sync)> {
+    arrays.iter().map(|a| a as &(dyn ToSql + Sync)).collect()
 }
 
 /// A value the server will not take (data exception, constraint violation):
@@ -247,7 +256,7 @@ impl PostgresSink {
         what: &str,
         f: impl FnOnce(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R, OpError> {
-        self.conn.call(f).map_err(OpError::Data)?.map_err(self.err(what))
+        self.on(&self.conn, what, f)
     }
 
     /// Run `f` on the control connection.
@@ -256,10 +265,18 @@ impl PostgresSink {
         what: &str,
         f: impl FnOnce(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R, OpError> {
-        self.control.call(f).map_err(OpError::Data)?.map_err(self.err(what))
+        self.on(&self.control, what, f)
     }
 
-    /// Send the batched rows (into the open transaction, opened if need be).
+    fn on<R: Send + 'static>(
+        &self,
+        conn: &Conn,
+        what: &str,
+        f: impl FnOnce(&mut postgres::Client) -> Result<R, postgres::Error> + Send + 'static,
+    ) -> Result<R, OpError> {
+        conn.call(f).map_err(OpError::Data)?.map_err(self.err(what))
+    }
+
     /// Send the batched rows (into the open transaction, opened if need
     /// be). A value the server refuses (a data exception or a constraint:
     /// SQLSTATE classes 22 and 23) fails only its own row: the batch is
@@ -276,20 +293,20 @@ impl PostgresSink {
         let begin = per_batch || !self.in_txn;
         let (stmt, width) = (self.insert.clone(), self.columns.len());
         let what = format!("writing {n} rows to table `{}`", self.table);
-        let (rows, refused) = self.call(&what, move |c| {
+        let (columns, refused) = self.call(&what, move |c| {
             if begin {
                 c.batch_execute("BEGIN")?;
             }
             c.batch_execute("SAVEPOINT weir_batch")?;
             let mut refused = Vec::new();
-            match c.execute(&stmt, &params(&rows, width).iter().map(|a| a as &(dyn ToSql + Sync)).collect::<Vec<_>>()) {
+            let columns = columns_of(rows, width);
+            match c.execute(&stmt, &as_params(&columns)) {
                 Ok(_) => {}
                 Err(e) if is_data_error(&e) => {
                     c.batch_execute("ROLLBACK TO SAVEPOINT weir_batch")?;
-                    for (i, row) in rows.iter().enumerate() {
-                        let one = params(std::slice::from_ref(row), width);
+                    for i in 0..n {
                         c.batch_execute("SAVEPOINT weir_row")?;
-                        match c.execute(&stmt, &one.iter().map(|a| a as &(dyn ToSql + Sync)).collect::<Vec<_>>()) {
+                        match c.execute(&stmt, &as_params(&row_of(&columns, i))) {
                             Ok(_) => c.batch_execute("RELEASE SAVEPOINT weir_row")?,
                             Err(e) if is_data_error(&e) => {
                                 c.batch_execute("ROLLBACK TO SAVEPOINT weir_row")?;
@@ -305,7 +322,7 @@ impl PostgresSink {
             if per_batch {
                 c.batch_execute("COMMIT")?;
             }
-            Ok((rows, refused))
+            Ok((columns, refused))
         })?;
         let written = (n - refused.len()) as u64;
         if per_batch {
@@ -316,7 +333,7 @@ impl PostgresSink {
         }
         self.gauges(ctx);
         for (i, why) in refused {
-            let raw = raws[i].clone().unwrap_or_else(|| self.row_json(&rows[i]).into());
+            let raw = raws[i].clone().unwrap_or_else(|| self.row_json(&row_of(&columns, i)).into());
             let place = format!("sink `{}`", self.name);
             let reason = format!("the server refused the row: {why}");
             reject(&self.on_error, self.dead_letter.as_ref(), (&self.name, &place), &raw, &reason, ctx.metrics)?;
@@ -324,14 +341,14 @@ impl PostgresSink {
         Ok(())
     }
 
-    /// A row as JSON (column → text), for a held row refused by the server,
-    /// whose record text is not kept.
-    fn row_json(&self, row: &Row) -> String {
+    /// A row (its one-row columns) as JSON, column → text, for a held row
+    /// refused by the server, whose record text is not kept.
+    fn row_json(&self, one: &[Vec<Option<String>>]) -> String {
         let map: serde_json::Map<String, serde_json::Value> = self
             .columns
             .iter()
-            .zip(row)
-            .map(|(c, v)| (c.name.clone(), v.clone().map_or(serde_json::Value::Null, serde_json::Value::String)))
+            .zip(one)
+            .map(|(c, v)| (c.name.clone(), v[0].clone().map_or(serde_json::Value::Null, serde_json::Value::String)))
             .collect();
         serde_json::Value::Object(map).to_string()
     }
@@ -462,17 +479,17 @@ impl PostgresSink {
         let held = std::mem::take(&mut self.held);
         let mut rest = held.into_iter();
         if covered > 0 && !self.in_txn {
-            let done: Vec<Held> = rest.by_ref().take(covered).collect();
-            for h in &done {
-                self.push(h.row.clone(), None, ctx)?;
+            let mut done = Vec::with_capacity(covered);
+            for h in rest.by_ref().take(covered) {
+                done.push((h.kg, h.kept.expect("covered rows are kept").0));
+                self.push(h.row, None, ctx)?;
             }
             self.flush(ctx)?;
             self.call("committing held rows", |c| c.batch_execute("COMMIT"))?;
             OperatorMetrics::add(&ctx.metrics.records_committed, self.txn_rows);
             (self.in_txn, self.txn_rows) = (false, 0);
-            for h in &done {
-                let (key, _) = h.kept.as_ref().expect("covered rows are kept");
-                ctx.state.delete(HELD, h.kg, key.as_bytes())?;
+            for (kg, key) in &done {
+                ctx.state.delete(HELD, *kg, key.as_bytes())?;
             }
         }
         for h in rest {

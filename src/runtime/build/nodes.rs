@@ -44,10 +44,7 @@ pub(super) fn source(
                 .iter()
                 .map(|f| fs::metadata(f).map(|m| (f.clone(), m.len())).map_err(|e| err(format!("{}: {e}", f.display()))))
                 .collect::<Result<Vec<_>, _>>()?;
-            let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &spec.on_error)?;
             let parser = JsonParser::new(plan.projections[id].clone(), event_field)
                 .with_extras(plan.extras[id].values.clone(), plan.extras[id].presence.clone());
             let splits = splits_for(&sized, plan.pipeline.parallelism, subtask, spec.event_time.is_some());
@@ -64,10 +61,7 @@ pub(super) fn source(
         SourceKind::Kafka(_) => Err(err(crate::features::missing_reason(crate::features::Feature::Kafka))),
         #[cfg(feature = "kafka")]
         SourceKind::Kafka(k) => {
-            let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &spec.on_error)?;
             // A repartition topic's records carry their event time (stamp.rs).
             let event_field = if k.message_timestamp || k.repartition.is_some() { None } else { event_field };
             let parser = JsonParser::new(plan.projections[id].clone(), event_field)
@@ -123,17 +117,11 @@ pub(super) fn chain_op(
             Box::new(join.with_dead_letter(dead_letter))
         }
         NodeKind::Filter(spec) => {
-            let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &spec.on_error)?;
             Box::new(Filter::new(&node.name, spec, &plan.input_layout(id), dead_letter))
         }
         NodeKind::Map(spec) => {
-            let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &spec.on_error)?;
             Box::new(Map::new(&node.name, spec, plan.projections[id].clone(), &plan.input_layout(id), &plan.extras[id], dead_letter))
         }
         NodeKind::Sink(SinkSpec::File { dir, max_file_bytes }) => {
@@ -153,10 +141,7 @@ pub(super) fn chain_op(
                 Some(c) => default_transaction_timeout(c.interval, c.timeout),
                 None => std::time::Duration::from_secs(60),
             };
-            let dead_letter = match &k.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &k.on_error)?;
             let (name, pipeline) = (&node.name, &plan.pipeline.name);
             let sink = KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?;
             Box::new(sink.with_checkpoints(plan.pipeline.checkpoint.is_some()))
@@ -165,10 +150,7 @@ pub(super) fn chain_op(
         NodeKind::Sink(SinkSpec::Parquet(_)) => return Err(err(crate::features::missing_reason(crate::features::Feature::Parquet))),
         #[cfg(feature = "parquet")]
         NodeKind::Sink(SinkSpec::Parquet(spec)) => {
-            let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &spec.on_error)?;
             let transactional = plan.pipeline.checkpoint.is_some();
             // Where the records already hold each column's value (parsed
             // at the source, or an aggregate's output); else the sink parses.
@@ -180,10 +162,7 @@ pub(super) fn chain_op(
         NodeKind::Sink(SinkSpec::Postgres(_)) => return Err(err(crate::features::missing_reason(crate::features::Feature::Postgres))),
         #[cfg(feature = "postgres")]
         NodeKind::Sink(SinkSpec::Postgres(spec)) => {
-            let dead_letter = match &spec.on_error {
-                OnError::DeadLetter(path) => Some(dead_letters.open(plan, id, subtask, path)?),
-                _ => None,
-            };
+            let dead_letter = dead_letters.for_errors(plan, id, subtask, &spec.on_error)?;
             let checkpoints = plan.pipeline.checkpoint.is_some();
             // Where records hold the upsert key: a held row is kept under its key's key group.
             let key_slots = spec.key_fields.iter().map(|f| input_schema.iter().position(|s| s == f)).collect::<Option<Vec<usize>>>();
@@ -208,6 +187,14 @@ pub(super) struct DeadLetterWiring {
 }
 
 impl DeadLetterWiring {
+    /// The dead letter an `on_error` names, if it names one.
+    fn for_errors(&mut self, plan: &Plan, id: NodeId, subtask: u16, on_error: &OnError) -> Result<Option<DeadLetter>, BuildError> {
+        match on_error {
+            OnError::DeadLetter(path) => self.open(plan, id, subtask, path).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     fn open(&mut self, plan: &Plan, id: NodeId, subtask: u16, path: &std::path::Path) -> Result<DeadLetter, BuildError> {
         let node = &plan.pipeline.nodes[id];
         let err = |e: std::io::Error| BuildError { node: node.name.clone(), reason: format!("{}: {e}", path.display()) };
