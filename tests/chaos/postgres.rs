@@ -40,6 +40,19 @@ pub fn read(url: &str, table: &str) -> Result<Vec<String>, String> {
     psql(url, &format!("SELECT line FROM {table}"))
 }
 
+/// Roll back whatever pipeline `name` left prepared, once its case is
+/// checked: a sink an edit removed leaves its prepared transactions behind
+/// (weir no longer knows its server; docs/pipeline-reference.md says so),
+/// and on a shared server they would fill `max_prepared_transactions` for
+/// every later case.
+pub fn clean_up(url: &str, name: &str) -> Result<usize, String> {
+    let left = prepared(url, name)?;
+    for gid in &left {
+        psql(url, &format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")))?;
+    }
+    Ok(left.len())
+}
+
 /// The prepared transactions a case's pipeline `name` left behind.
 pub fn prepared(url: &str, name: &str) -> Result<Vec<String>, String> {
     psql(url, &format!("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir-{name}/%'"))
