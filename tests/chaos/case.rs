@@ -341,13 +341,6 @@ impl Case {
                 }
             }
         }
-        if let Some(url) = super::postgres::server() {
-            match super::postgres::clean_up(&url, &self.shape.name) {
-                Ok(0) => {}
-                Ok(n) => self.log.note(format!("rolled back {n} prepared transactions of a removed PostgreSQL sink")),
-                Err(e) => f.problems.push(format!("cleaning up prepared transactions: {e}")),
-            }
-        }
         let sink_dirs: Vec<PathBuf> = self.shape.file_sinks().map(|k| self.dir.join(sink_rel(&k.name))).collect();
         f.orphans(&sink_dirs, &self.state_dir());
         if !f.problems.is_empty() {

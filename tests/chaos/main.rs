@@ -66,6 +66,14 @@ fn chaos() {
         let case_started = Instant::now();
         let mut case = case::Case::new(seed, &root);
         case.run();
+        // A failed case (or a sink an edit removed) leaves prepared
+        // transactions on the shared server: roll them back, so that they
+        // do not fill its max_prepared_transactions for later cases.
+        if let Some(url) = postgres::server() {
+            if let Err(e) = postgres::clean_up(&url, &case.shape.name) {
+                eprintln!("chaos seed {seed}: cleaning up prepared transactions: {e}");
+            }
+        }
         let verdict = match &case.failure {
             None => {
                 if std::env::var_os("CHAOS_KEEP").is_none() {

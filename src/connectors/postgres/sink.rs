@@ -53,6 +53,10 @@ use crate::operators::{Context, DeadLetter, OpError, OpResult, Operator, Operato
 use crate::state::{TableKind, TableSpec};
 use crate::types::{encode_key, key_group_of, KeyGroup, Record};
 
+/// Transactions an append sink subtask may have prepared and pending before
+/// it holds new rows back (each one takes a `max_prepared_transactions` slot).
+const MAX_PENDING_APPEND: usize = 2;
+
 /// Prepared transactions: gid → the checkpoint that staged it.
 const STAGED: usize = 0;
 /// Held rows kept in state: `RUN-SEQ` → the encoded row.
@@ -472,7 +476,8 @@ impl PostgresSink {
     /// open transaction; after the end of input, those a completed
     /// checkpoint (<= `id`) covers are committed at once.
     fn release_held(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
-        let covered = match self.ending {
+        // Committing at once relies on an upsert written twice changing nothing.
+        let covered = match self.ending && self.upsert {
             true => self.held.iter().take_while(|h| h.kept.as_ref().is_some_and(|(_, c)| *c <= id)).count(),
             false => 0,
         };
@@ -492,13 +497,20 @@ impl PostgresSink {
                 ctx.state.delete(HELD, *kg, key.as_bytes())?;
             }
         }
-        for h in rest {
+        self.held = rest.collect();
+        self.move_held_into_batch(ctx)?;
+        self.gauges(ctx);
+        Ok(())
+    }
+
+    /// Every held row into the batch (the open transaction), its state entry deleted.
+    fn move_held_into_batch(&mut self, ctx: &mut Context<'_>) -> OpResult {
+        for h in std::mem::take(&mut self.held) {
             if let Some((key, _)) = &h.kept {
                 ctx.state.delete(HELD, h.kg, key.as_bytes())?;
             }
             self.push(h.row, None, ctx)?;
         }
-        self.gauges(ctx);
         Ok(())
     }
 
@@ -536,7 +548,10 @@ impl Operator for PostgresSink {
         if !self.swept {
             self.sweep(ctx.info.parallelism, None)?;
         }
-        let hold = self.upsert && !self.pending.is_empty();
+        // Upsert: behind any pending transaction (its row locks). Append:
+        // once MAX_PENDING_APPEND are pending, so that checkpoints that keep
+        // failing do not prepare a transaction per barrier without bound.
+        let hold = !self.pending.is_empty() && (self.upsert || self.pending.len() >= MAX_PENDING_APPEND);
         for r in batch {
             match row::extract(&r.raw, &self.columns) {
                 Ok(row) if hold => {
@@ -561,6 +576,12 @@ impl Operator for PostgresSink {
     fn on_checkpoint(&mut self, id: u64, ctx: &mut Context<'_>) -> OpResult {
         if !self.swept {
             self.sweep(ctx.info.parallelism, None)?;
+        }
+        if self.commit == Commit::TwoPhase && !self.upsert && self.ending {
+            // The final barrier of an append sink: what it held goes into
+            // this checkpoint's transaction (no checkpoint follows to cover
+            // it, and an append written twice would be doubled).
+            self.move_held_into_batch(ctx)?;
         }
         self.flush(ctx)?;
         match self.commit {
