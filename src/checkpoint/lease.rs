@@ -353,6 +353,16 @@ pub struct Ownership {
 }
 
 impl Ownership {
+    /// Ok while this process may write as the owner: the same test every
+    /// write to the storage passes (lost, or not renewed for two thirds of
+    /// the lease), for writes to other systems that must not outlive it.
+    pub fn check(&self) -> Result<(), OwnerError> {
+        match self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).why_not() {
+            None => Ok(()),
+            Some(why) => Err(OwnerError::Lost { root: self.shared.storage.root(), why }),
+        }
+    }
+
     /// The error, once the lease is lost for good (taken over, or no
     /// renewal got through for a whole lease); a lease merely late in
     /// renewing may still recover and is not lost.
@@ -600,5 +610,26 @@ mod tests {
         assert!(lease.ownership().lost().is_some_and(|e| e.to_string().contains("took it over")), "lost for good");
         drop(lease);
         assert!(storage.get(OWNER_KEY).is_ok(), "a lost lease leaves the new owner's record alone");
+    }
+}
+
+/// How a sink fences what it stages in another system (a PostgreSQL
+/// prepared transaction) against a deposed owner of the same checkpoint
+/// storage: the generation of this start goes into every name it stages
+/// (`checkpoint::generation`; 0 on local storage, which one process owns
+/// by its `flock`), so the current owner can tell a deposed owner's
+/// leftovers from its own and never has its own touched; and the ownership
+/// is checked before each one is staged, so a process that woke up deposed
+/// stages nothing more.
+#[derive(Debug, Clone, Default)]
+pub struct Fence {
+    pub generation: super::generation::Generation,
+    pub ownership: Option<Ownership>,
+}
+
+impl Fence {
+    /// Ok while this process may stage as the owner (always without a lease).
+    pub fn check(&self) -> Result<(), OwnerError> {
+        self.ownership.as_ref().map_or(Ok(()), Ownership::check)
     }
 }

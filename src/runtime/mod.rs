@@ -164,7 +164,8 @@ impl Engine {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (completed_tx, completed_rx) = watch::channel(start.restored.as_ref().map_or(0, |r| r.id));
         let (done_tx, done_rx) = watch::channel(false);
-        let wiring = build::CheckpointWiring { layout: layout.clone(), events: events_tx, completed: completed_rx, done: done_rx };
+        let fence = checkpoint::lease::Fence { generation: start.storage_generation, ownership: start.ownership.clone() };
+        let wiring = build::CheckpointWiring { layout: layout.clone(), events: events_tx, completed: completed_rx, done: done_rx, fence };
         let restored_id = start.restored.as_ref().map_or(0, |r| r.id);
         let built = build::build(plan, &stop_rx, Some(&wiring), start.restored.as_mut())?;
         let checkpoint_metrics = std::sync::Arc::new(metrics::CheckpointMetrics::default());

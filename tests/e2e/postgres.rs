@@ -87,7 +87,7 @@ pub fn assert_reference_rows(what: &str, server: &Server, table: &str) {
 }
 
 /// The example, writing `table` as pipeline `name`.
-fn cmd(server: &Server, name: &str, table: &str, backend: Backend, p: u32, state: &Path) -> Weir {
+pub(super) fn cmd(server: &Server, name: &str, table: &str, backend: Backend, p: u32, state: &Path) -> Weir {
     backend
         .apply(
             weir_run(PIPELINE, p).set("name", name).set("state.dir", state).set("sinks.db.url", &server.url).set("sinks.db.table", table),

@@ -659,6 +659,78 @@ fn one_process_owns_a_prefix_and_a_stale_owner_is_taken_over_and_fenced() {
     assert!(again.stderr.contains("Took the checkpoint storage over from a weir process of this host that is gone."), "{}", again.stderr);
 }
 
+/// A PostgreSQL sink on S3 checkpoints across a take-over: the deposed
+/// owner (SIGSTOP, then continued) fails and commits nothing; what it had
+/// prepared for a checkpoint the new owner restored is committed once; a
+/// transaction an older generation prepared after the new owner's restore
+/// (drawn here by hand: the deposed owner's late PREPARE) is rolled back by
+/// the new owner's next completion, and one of a newer generation (the new
+/// owner is then itself deposed) is never touched.
+#[test]
+fn a_stale_owners_late_postgres_transactions_are_rolled_back_and_a_newer_owners_are_kept() {
+    let Some(bucket) = Bucket::new("pg-stale") else { return };
+    let Some(server) = super::postgres::Server::configured("pg stale owner") else { return };
+    let (name, table) = ("pg-stale", "pg_stale");
+    server.create_windows_table(table, true);
+    let (a, b) = (Job::new(), Job::new());
+    let on = |job: &Job, rate: &str| {
+        bucket
+            .apply(super::postgres::cmd(&server, name, table, Backend::Memory, 2, &job.state))
+            .set("checkpoint.storage_lease", "1s")
+            .set("sources.events.rate_limit", rate)
+    };
+    let mut owner = on(&a, "300").spawn();
+    assert!(owner.wait_log_count("Checkpoint complete.", 2, RUN_TIMEOUT), "{}", owner.stderr());
+    let pid = owner.pid();
+    signal(pid, "STOP");
+    let stopped = std::time::Instant::now();
+    let mut taker = loop {
+        let mut t = on(&b, "500").arg("--restore").arg("latest").spawn();
+        if t.wait_log("Pipeline started.", RUN_TIMEOUT) {
+            break t;
+        }
+        let o = t.wait(RUN_TIMEOUT);
+        assert!(o.code() == Some(2) && o.stderr.contains("is in use by weir process"), "{}", o.stderr);
+        assert!(stopped.elapsed() < Duration::from_secs(20), "never taken over");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(taker.wait_log("Checkpoint complete.", RUN_TIMEOUT), "{}", taker.stderr());
+    // The taker's generation, from the transactions it prepares.
+    let generation_of = |gid: &str| gid.rsplit_once("-g").and_then(|(_, g)| g.parse::<u64>().ok());
+    let mut generation = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let g = server.prepared(name).iter().filter_map(|gid| generation_of(gid)).max();
+            generation = g;
+            g.is_some()
+        }),
+        "the new owner prepared no transaction named with its generation: {:?}",
+        server.prepared(name)
+    );
+    let generation = generation.unwrap();
+    assert!(generation >= 2, "the new owner is generation {generation}, the first owner's is older");
+    let prepare = |gid: &str| server.query(&format!("BEGIN; PREPARE TRANSACTION '{gid}'"));
+    let (late, newer) =
+        (format!("weir-{name}/db/aaaaaaaa-1-999-g{}", generation - 1), format!("weir-{name}/db/cccccccc-1-999-g{}", generation + 1));
+    prepare(&late);
+    prepare(&newer);
+    assert!(!taker.exited(), "the new owner ended before the late transactions were drawn: make the input slower");
+    signal(pid, "CONT");
+    let o = owner.wait(RUN_TIMEOUT);
+    assert_eq!(o.code(), Some(1), "the deposed owner:\n{}", o.stderr);
+    assert!(o.stderr.contains("does not own the checkpoint storage now"), "{}", o.stderr);
+    let done = taker.wait(RUN_TIMEOUT);
+    assert_eq!(done.code(), Some(0), "the new owner:\n{}", done.stderr);
+    assert!(
+        done.stderr.contains(&late) && done.stderr.contains("a deposed owner"),
+        "the late transaction's roll-back is logged:\n{}",
+        done.stderr
+    );
+    assert_eq!(server.prepared(name), vec![newer.clone()], "only the newer generation's transaction is left");
+    server.query(&format!("ROLLBACK PREPARED '{newer}'"));
+    super::postgres::assert_reference_rows("a take-over on S3", &server, table);
+}
+
 /// `checkpoint.storage_lease` is checked like every duration, and only
 /// with `storage` (no server needed).
 #[test]

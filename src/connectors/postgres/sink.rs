@@ -9,6 +9,11 @@
 //! staged (a name no longer prepared was committed before the crash) and
 //! rolls back every other prepared transaction of this sink that maps to
 //! this subtask (`gid::leftover`): none of those is covered by a checkpoint.
+//! On S3 checkpoints the names carry the start's generation
+//! (`checkpoint::lease::Fence`): a process deposed by a take-over checks its
+//! ownership before each PREPARE, never judges a newer generation's
+//! transactions, and the new owner rolls back at each completion what an
+//! older one still prepared after it looked.
 //!
 //! A prepared transaction keeps its row locks until it is committed, and
 //! the commit comes from this same thread: in upsert mode, the next
@@ -42,10 +47,11 @@ use postgres::types::ToSql;
 use postgres::Statement;
 
 use super::conn::Conn;
-use super::gid::{leftover, Gid, Leftover};
+use super::gid::{deposed, leftover, Gid, Judge, Leftover};
 use super::row::{self, Column, Row};
 use super::server::{describe, Server};
 use super::{sql, table};
+use crate::checkpoint::lease::Fence;
 use crate::config::{gid_prefix, Delivery, PostgresMode, PostgresSinkSpec};
 use crate::faults;
 use crate::operators::dead_letter::reject;
@@ -124,6 +130,9 @@ pub struct PostgresSink {
     later: Vec<String>,
     /// Every input ended: no checkpoint follows the final one.
     ending: bool,
+    /// The generation in this run's gids, and its ownership, checked before
+    /// each PREPARE (`checkpoint::lease::Fence`).
+    fence: Fence,
     dead_letter: Option<DeadLetter>,
 }
 
@@ -225,9 +234,20 @@ impl PostgresSink {
             key_bytes: Vec::new(),
             swept: commit != Commit::TwoPhase,
             later: Vec::new(),
+            fence: Fence::default(),
             ending: false,
             dead_letter,
         })
+    }
+
+    /// Stage under `fence`'s generation, and only while it owns the storage.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    fn judge(&self, parallelism: u16) -> Judge<'_> {
+        Judge { run: &self.run, generation: self.fence.generation, subtask: self.subtask, parallelism }
     }
 
     pub fn with_key_slots(mut self, slots: Option<Vec<usize>>) -> Self {
@@ -440,13 +460,25 @@ impl PostgresSink {
     fn sweep(&mut self, parallelism: u16, restored: Option<u64>) -> OpResult {
         for gid in self.prepared()? {
             let Some(g) = Gid::parse(&self.prefix, &gid) else { continue };
-            match leftover(&g, &self.run, self.subtask, parallelism, restored) {
+            match leftover(&g, self.judge(parallelism), restored) {
                 Leftover::RollBack => self.roll_back(&gid)?,
                 Leftover::RollBackLater => self.later.push(gid),
                 Leftover::Keep => {}
             }
         }
         self.swept = true;
+        Ok(())
+    }
+
+    /// Roll back what deposed owners (older generations) prepared after
+    /// this run's restore looked: woken up late, they may still prepare.
+    fn sweep_deposed(&mut self, parallelism: u16) -> OpResult {
+        for gid in self.prepared()? {
+            if Gid::parse(&self.prefix, &gid).is_some_and(|g| deposed(&g, self.judge(parallelism))) {
+                tracing::warn!(gid = %gid, "Rolling back a transaction a deposed owner of the checkpoint storage prepared late.");
+                self.roll_back(&gid)?;
+            }
+        }
         Ok(())
     }
 
@@ -587,7 +619,11 @@ impl Operator for PostgresSink {
         match self.commit {
             Commit::TwoPhase => {
                 if self.in_txn {
-                    let gid = Gid { run: self.run.clone(), subtask: self.subtask, checkpoint: id }.text(&self.prefix);
+                    // A process that woke up deposed stages nothing more
+                    // (its open transaction is rolled back when it closes).
+                    self.fence.check().map_err(|e| OpError::Data(format!("sink `{}`: {e}", self.name)))?;
+                    let gid = Gid { run: self.run.clone(), subtask: self.subtask, checkpoint: id, generation: self.fence.generation }
+                        .text(&self.prefix);
                     let text = sql::prepare(&gid);
                     let xid = self.call(&format!("preparing {gid}"), move |c| {
                         let xid = c.query_one("SELECT pg_current_xact_id()::text", &[])?.get::<_, String>(0);
@@ -621,6 +657,9 @@ impl Operator for PostgresSink {
         // Every subtask has restored by now: what the restore left for later is nobody's.
         for gid in std::mem::take(&mut self.later) {
             self.roll_back(&gid)?;
+        }
+        if self.fence.generation > 0 {
+            self.sweep_deposed(ctx.info.parallelism)?;
         }
         if self.pending.is_empty() && !self.held.is_empty() {
             self.release_held(id, ctx)?;

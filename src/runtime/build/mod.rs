@@ -75,6 +75,8 @@ pub struct CheckpointWiring {
     pub events: mpsc::UnboundedSender<Event>,
     pub completed: watch::Receiver<u64>,
     pub done: watch::Receiver<bool>,
+    /// The generation and ownership this run stages external transactions under.
+    pub fence: crate::checkpoint::lease::Fence,
 }
 
 /// Per chain, per subtask: what a task is built from.
@@ -97,7 +99,10 @@ pub fn build(
         wiring,
         metrics: node_metrics(plan),
         dead_letters: DeadLetterWiring { letters: DeadLetters::default(), transactional: wiring.is_some(), commits: Vec::new() },
-        restored_parallelism: restored.as_deref().map(|r| r.parallelism),
+        start: StartFacts {
+            restored_parallelism: restored.as_deref().map(|r| r.parallelism),
+            fence: wiring.map(|w| w.fence.clone()).unwrap_or_default(),
+        },
         alignment: alignment_mode(plan),
         backends,
         rendezvous,
@@ -225,6 +230,14 @@ struct TaskParts {
     restored: Option<Restored>,
 }
 
+/// What the operators of this run need to know of how it started.
+pub(super) struct StartFacts {
+    /// The parallelism of the restored checkpoint (None: not restored).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(super) restored_parallelism: Option<u16>,
+    pub(super) fence: crate::checkpoint::lease::Fence,
+}
+
 /// What building the tasks shares, and what it has built so far.
 struct Builder<'a> {
     plan: &'a Plan,
@@ -232,7 +245,7 @@ struct Builder<'a> {
     wiring: Option<&'a CheckpointWiring>,
     metrics: Vec<NodeMetrics>,
     dead_letters: DeadLetterWiring,
-    restored_parallelism: Option<u16>,
+    start: StartFacts,
     alignment: Option<AlignmentMode>,
     backends: Backends,
     rendezvous: Vec<Arc<Rendezvous>>,
@@ -271,7 +284,7 @@ impl Builder<'_> {
         };
         let mut ops = rest
             .iter()
-            .map(|&id| chain_op(plan, id, i, &self.metrics, &mut self.dead_letters, &self.backends, self.restored_parallelism))
+            .map(|&id| chain_op(plan, id, i, &self.metrics, &mut self.dead_letters, &self.backends, &self.start))
             .collect::<Result<Vec<_>, _>>()?;
         // Dead-letter commits run last, after every writer of the task.
         ops.append(&mut self.dead_letters.commits);

@@ -87,7 +87,7 @@ pub(super) fn chain_op(
     metrics: &[NodeMetrics],
     dead_letters: &mut DeadLetterWiring,
     backends: &Backends,
-    restored_parallelism: Option<u16>,
+    start: &super::StartFacts,
 ) -> Result<ChainOp, BuildError> {
     let node = &plan.pipeline.nodes[id];
     let err = |reason: String| BuildError { node: node.name.clone(), reason };
@@ -130,7 +130,7 @@ pub(super) fn chain_op(
         NodeKind::Sink(SinkSpec::Stdout) => Box::<StdoutSink>::default(),
         #[cfg(not(feature = "kafka"))]
         NodeKind::Sink(SinkSpec::Kafka(_)) => {
-            let _ = restored_parallelism; // only the Kafka sink needs it
+            let _ = start; // only the Kafka and PostgreSQL sinks need it
             return Err(err(crate::features::missing_reason(crate::features::Feature::Kafka)));
         }
         #[cfg(feature = "kafka")]
@@ -143,7 +143,8 @@ pub(super) fn chain_op(
             };
             let dead_letter = dead_letters.for_errors(plan, id, subtask, &k.on_error)?;
             let (name, pipeline) = (&node.name, &plan.pipeline.name);
-            let sink = KafkaSink::open(k, pipeline, name, subtask, p, restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?;
+            let sink =
+                KafkaSink::open(k, pipeline, name, subtask, p, start.restored_parallelism, key, txn_timeout, dead_letter).map_err(err)?;
             Box::new(sink.with_checkpoints(plan.pipeline.checkpoint.is_some()))
         }
         #[cfg(not(feature = "parquet"))]
@@ -167,7 +168,8 @@ pub(super) fn chain_op(
             // Where records hold the upsert key: a held row is kept under its key's key group.
             let key_slots = spec.key_fields.iter().map(|f| input_schema.iter().position(|s| s == f)).collect::<Option<Vec<usize>>>();
             let sink =
-                crate::connectors::postgres::PostgresSink::open(&node.name, &plan.pipeline.name, spec, subtask, checkpoints, dead_letter);
+                crate::connectors::postgres::PostgresSink::open(&node.name, &plan.pipeline.name, spec, subtask, checkpoints, dead_letter)
+                    .map(|s| s.with_fence(start.fence.clone()));
             Box::new(sink.map_err(err)?.with_key_slots(key_slots.filter(|s| !s.is_empty())))
         }
         NodeKind::Sink(SinkSpec::Blackhole { rate_limit }) => Box::new(Blackhole::new(rate_limit.map(|r| r / p as f64))),
