@@ -20,8 +20,9 @@ minimal=false
 # that run weir in a real terminal and read its screen (tests/e2e/terminal.rs);
 # systemd for `systemd-analyze verify` of deploy/systemd/ (tests/e2e/restart.rs);
 # postgresql (server and psql) for the PostgreSQL sink's tests, which start
-# their own server (scripts/postgres.sh).
-packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux systemd postgresql)
+# their own server (scripts/postgres.sh); chromium (headless) for the test
+# that loads the web page in a real browser (tests/e2e/web.rs).
+packages=(build-essential pkg-config libclang-dev procps python3 python3-venv patch prometheus tmux systemd postgresql chromium)
 # The quickstart's build (no RocksDB, Kafka or S3) needs a C toolchain only.
 $minimal && packages=(build-essential pkg-config)
 

@@ -16,6 +16,7 @@ const LAYERS: &[&str] = &[
     "blocking",
     "pacing",
     "run_id",
+    "recent",
     // Bytes at rest, the pipeline as written and as planned.
     "checkpoint",
     "format",

@@ -24,6 +24,7 @@ pub mod operators;
 pub mod pacing;
 pub mod plan;
 pub mod protocol;
+pub mod recent;
 pub mod restore;
 pub mod run_id;
 pub mod runtime;

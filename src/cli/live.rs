@@ -228,6 +228,7 @@ mod tests {
                 failed: 0,
                 last: Some(LastCheckpoint { id: 7, age_secs: 0.4, duration_ms: 30, bytes: 12_288 }),
                 restored_from: Some(3),
+                ..Checkpoints::default()
             }),
             backpressure: 0.8,
             backpressured: Some("agg".into()),
@@ -245,12 +246,14 @@ mod tests {
                 backpressured: 0.8,
                 input_watermark: Some(1_796_118_166_289),
                 output_watermark: Some(MAX_WATERMARK),
+                ..OperatorStatus::default()
             }],
             kafka_lag: vec![SourceLag {
                 operator: "orders".into(),
                 records: 12_345,
                 worst: Some(PartitionLag { topic: "orders".into(), partition: 3, records: 9_000 }),
             }],
+            warnings: Vec::new(),
         }
     }
 

@@ -4,6 +4,7 @@ mod ending;
 mod inspect;
 mod live;
 mod progress;
+mod recent_log;
 mod restart;
 mod run;
 mod savepoint;
@@ -292,11 +293,16 @@ pub fn init_logging(cli: &Cli) {
         }
         Err(_) => EnvFilter::new(format!("weir={}", cli.log_level)),
     };
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(progress::LogWriter).with_target(false);
+    // Every warning and error is also kept for the status document.
     let _ = match cli.log_format {
-        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).finish().with(recent_log::RecentLayer).try_init(),
         // The event's fields at the top level, next to `message`.
-        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
+        LogFormat::Json => {
+            fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).finish().with(recent_log::RecentLayer).try_init()
+        }
     };
 }
 

@@ -552,7 +552,7 @@ impl Driver {
                 in_flight_bytes: s.in_flight_bytes,
             });
         } else {
-            self.setup.metrics.savepoints_completed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.setup.metrics.on_savepoint_completed(id, duration);
         }
         macro_rules! completed {
             ($level:expr) => {
@@ -782,7 +782,7 @@ impl Driver {
             AbortOutcome::Fail { id, reason, .. } => (*id, reason.clone(), false),
         };
         tracing::warn!(checkpoint = id, %reason, reason_class = why.label(), "Checkpoint aborted.");
-        self.setup.metrics.on_failed(savepoint, why);
+        self.setup.metrics.on_failed(id, savepoint, why, &reason);
         if let (Some(sum), false) = (self.summary.as_mut(), savepoint) {
             sum.failed();
         }

@@ -18,6 +18,8 @@ pub struct NodeMetrics {
     pub commits: bool,
     /// The node it reads (its index among the nodes), for naming a bottleneck.
     pub input: Option<usize>,
+    /// A join's right input.
+    pub right: Option<usize>,
 }
 
 /// A point-in-time sum over a node's subtasks.
@@ -43,6 +45,7 @@ impl NodeMetrics {
             gauges: (0..parallelism).map(|_| Arc::default()).collect(),
             commits: false,
             input: None,
+            right: None,
         }
     }
 
@@ -131,6 +134,8 @@ pub struct CheckpointMetrics {
     pub duration_histogram: Histogram,
     pub size_histogram: Histogram,
     pub alignment_histogram: Histogram,
+    /// The latest that ended, for the status document.
+    pub history: super::checkpoint_history::History,
 }
 
 /// Bucket bounds of the duration histograms, in microseconds: 5 ms to 10 min.
@@ -260,11 +265,47 @@ impl CheckpointMetrics {
         self.alignment_histogram.observe(&DURATION_BOUNDS_US, us(c.alignment));
         self.size_histogram.observe(&SIZE_BOUNDS, c.bytes);
         self.completed.fetch_add(1, Ordering::Relaxed);
+        self.history.push(super::checkpoint_history::Entry {
+            id: c.id,
+            kind: "checkpoint".into(),
+            status: "completed".into(),
+            ended_ms: super::checkpoint_history::now_ms(),
+            duration_ms: ms(c.duration),
+            sync_ms: ms(c.sync),
+            async_ms: ms(c.write),
+            alignment_ms: ms(c.alignment),
+            bytes: c.bytes,
+            reused_bytes: c.reused_bytes,
+            in_flight_bytes: c.in_flight_bytes,
+            ..Default::default()
+        });
         *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     }
 
-    /// A checkpoint (`savepoint` false) or savepoint aborted for `reason`.
-    pub fn on_failed(&self, savepoint: bool, reason: FailureReason) {
+    /// A savepoint completed.
+    pub fn on_savepoint_completed(&self, id: u64, duration: std::time::Duration) {
+        self.savepoints_completed.fetch_add(1, Ordering::Relaxed);
+        self.history.push(super::checkpoint_history::Entry {
+            id,
+            kind: "savepoint".into(),
+            status: "completed".into(),
+            ended_ms: super::checkpoint_history::now_ms(),
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            ..Default::default()
+        });
+    }
+
+    /// Checkpoint (`savepoint` false) or savepoint `id` aborted for `reason`, said as `text`.
+    pub fn on_failed(&self, id: u64, savepoint: bool, reason: FailureReason, text: &str) {
+        self.history.push(super::checkpoint_history::Entry {
+            id,
+            kind: if savepoint { "savepoint" } else { "checkpoint" }.into(),
+            status: "failed".into(),
+            ended_ms: super::checkpoint_history::now_ms(),
+            reason_class: Some(reason.label().into()),
+            reason: Some(text.into()),
+            ..Default::default()
+        });
         self.failed.fetch_add(1, Ordering::Relaxed);
         match savepoint {
             true => self.savepoints_failed.fetch_add(1, Ordering::Relaxed),

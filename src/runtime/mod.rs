@@ -7,6 +7,7 @@
 pub mod build;
 pub mod chain;
 pub mod channel;
+pub mod checkpoint_history;
 pub mod checkpoint_log;
 pub mod checkpointing;
 pub mod control;

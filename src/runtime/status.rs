@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::gauges::PhaseNanos;
-use super::metrics::{CheckpointMetrics, Exported};
+use super::metrics::{CheckpointMetrics, Exported, FailureReason};
 use crate::connectors::source::Extent;
 use crate::types::{Millis, MIN_WATERMARK};
 
@@ -28,7 +28,7 @@ pub const EVERY: Duration = Duration::from_millis(250);
 pub const HIGH_BACKPRESSURE: f64 = 0.5;
 
 /// What a running pipeline is doing, at one moment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub pipeline: String,
     /// `starting` (until every task restored its state and runs), `running` or `stopping`.
@@ -58,6 +58,9 @@ pub struct Snapshot {
     /// Per Kafka source: how far behind its partitions' ends it is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kafka_lag: Vec<SourceLag>,
+    /// The process's latest warnings and errors, oldest first (`crate::recent`).
+    #[serde(default)]
+    pub warnings: Vec<crate::recent::LogLine>,
 }
 
 /// A Kafka source's lag: records of its assigned partitions past its
@@ -145,7 +148,7 @@ pub struct Progress {
     pub eta_secs: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoints {
     pub completed: u64,
     pub failed: u64,
@@ -153,6 +156,19 @@ pub struct Checkpoints {
     pub last: Option<LastCheckpoint>,
     /// The checkpoint or savepoint this run restored from.
     pub restored_from: Option<u64>,
+    /// The checkpoint or savepoint in progress.
+    #[serde(default)]
+    pub in_progress: Option<u64>,
+    /// Failed checkpoints by reason class (savepoints not counted).
+    #[serde(default)]
+    pub failed_by: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub savepoints_completed: u64,
+    #[serde(default)]
+    pub savepoints_failed: u64,
+    /// The latest that ended, newest first.
+    #[serde(default)]
+    pub history: Vec<super::checkpoint_history::Entry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,7 +179,7 @@ pub struct LastCheckpoint {
     pub bytes: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OperatorStatus {
     pub name: String,
     pub kind: String,
@@ -179,14 +195,46 @@ pub struct OperatorStatus {
     /// The lowest over its subtasks, ms (None: some have none yet).
     pub input_watermark: Option<Millis>,
     pub output_watermark: Option<Millis>,
+    /// Records it dropped (late or bad), and of those written to a dead letter.
+    #[serde(default)]
+    pub records_dropped: u64,
+    #[serde(default)]
+    pub dead_lettered: u64,
+    /// The operators it reads (a join: left, then right): the job graph's edges.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    #[serde(default)]
+    pub subtasks: Vec<SubtaskStatus>,
+}
+
+/// One subtask of an operator, as [`OperatorStatus`] sums them up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskStatus {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub in_per_sec: f64,
+    pub out_per_sec: f64,
+    pub busy: f64,
+    pub backpressured: f64,
+    pub input_watermark: Option<Millis>,
+    pub output_watermark: Option<Millis>,
 }
 
 /// One reading of every counter.
 #[derive(Debug, Clone)]
 struct Reading {
     at: Instant,
-    /// By node: records in, records out, bytes in, and each subtask's times.
-    nodes: Vec<(u64, u64, u64, Vec<PhaseNanos>)>,
+    nodes: Vec<NodeReading>,
+}
+
+#[derive(Debug, Clone)]
+struct NodeReading {
+    records_in: u64,
+    records_out: u64,
+    bytes_in: u64,
+    /// By subtask: records in and out, and its times.
+    subtasks: Vec<(u64, u64)>,
+    times: Vec<PhaseNanos>,
 }
 
 /// Turns counter readings into snapshots.
@@ -202,8 +250,14 @@ impl Sampler {
     /// Counters start at zero with the engine: the first rates are since now.
     pub fn new(exported: Exported, extent: Option<Extent>, stopping: watch::Receiver<bool>) -> Sampler {
         let started = Instant::now();
-        let zero =
-            Reading { at: started, nodes: exported.nodes.iter().map(|n| (0, 0, 0, vec![PhaseNanos::default(); n.gauges.len()])).collect() };
+        let zero = |n: &super::metrics::NodeMetrics| NodeReading {
+            records_in: 0,
+            records_out: 0,
+            bytes_in: 0,
+            subtasks: vec![(0, 0); n.subtasks.len()],
+            times: vec![PhaseNanos::default(); n.gauges.len()],
+        };
+        let zero = Reading { at: started, nodes: exported.nodes.iter().map(zero).collect() };
         Sampler { exported, extent, stopping, started, readings: VecDeque::from([zero]) }
     }
 
@@ -214,7 +268,15 @@ impl Sampler {
             .iter()
             .map(|n| {
                 let t = n.totals();
-                (t.records_in, t.records_out, t.bytes_in, n.gauges.iter().map(|g| g.times.read()).collect())
+                let subtasks =
+                    n.subtasks.iter().map(|m| (m.records_in.load(Ordering::Relaxed), m.records_out.load(Ordering::Relaxed))).collect();
+                NodeReading {
+                    records_in: t.records_in,
+                    records_out: t.records_out,
+                    bytes_in: t.bytes_in,
+                    subtasks,
+                    times: n.gauges.iter().map(|g| g.times.read()).collect(),
+                }
             })
             .collect();
         Reading { at: Instant::now(), nodes }
@@ -241,14 +303,35 @@ impl Sampler {
         let (mut backpressure, mut backpressured) = (0.0f64, None);
         let mut sink_watermark: Option<Option<Millis>> = None;
         for (k, node) in e.nodes.iter().enumerate() {
-            let (in0, out0, b0, times0) = &then.nodes[k];
-            let (in1, out1, b1, times1) = &now.nodes[k];
+            let (r0, r1) = (&then.nodes[k], &now.nodes[k]);
+            let (in0, out0, b0, times0) = (&r0.records_in, &r0.records_out, &r0.bytes_in, &r0.times);
+            let (in1, out1, b1, times1) = (&r1.records_in, &r1.records_out, &r1.bytes_in, &r1.times);
             if node.kind == "source" {
                 records += out1;
                 records_then += out0;
                 bytes += b1;
                 bytes_then += b0;
             }
+            let known = |w: Millis| (w != MIN_WATERMARK).then_some(w);
+            let per_subtask = (0..node.subtasks.len())
+                .map(|i| {
+                    let ((si0, so0), (si1, so1)) = (r0.subtasks[i], r1.subtasks[i]);
+                    let (t0, t1) = (times0.get(i).copied().unwrap_or_default(), times1.get(i).copied().unwrap_or_default());
+                    let g = &node.gauges[i];
+                    SubtaskStatus {
+                        records_in: si1,
+                        records_out: so1,
+                        in_per_sec: rate(si0, si1),
+                        out_per_sec: rate(so0, so1),
+                        busy: share(t0.busy(), t1.busy()),
+                        backpressured: share(t0.backpressured(), t1.backpressured()),
+                        input_watermark: known(g.input_watermark.load(Ordering::Relaxed)),
+                        output_watermark: known(g.output_watermark.load(Ordering::Relaxed)),
+                    }
+                })
+                .collect();
+            let totals = node.totals();
+            let inputs = [node.input, node.right].into_iter().flatten().map(|i| e.nodes[i].name.clone()).collect();
             let subtasks = times1.len().max(1) as f64;
             let busy = times0.iter().zip(times1).map(|(a, b)| share(a.busy(), b.busy())).sum::<f64>() / subtasks;
             let bp = times0.iter().zip(times1).map(|(a, b)| share(a.backpressured(), b.backpressured())).fold(0.0, f64::max);
@@ -281,6 +364,10 @@ impl Sampler {
                 backpressured: bp,
                 input_watermark,
                 output_watermark,
+                records_dropped: totals.records_dropped,
+                dead_lettered: totals.dead_lettered,
+                inputs,
+                subtasks: per_subtask,
             });
         }
         let progress = self.extent.map(|extent| progress(e, extent, (records_then, records), (bytes_then, bytes), dt));
@@ -309,6 +396,7 @@ impl Sampler {
             watermark: sink_watermark.flatten(),
             operators,
             kafka_lag: kafka_lags(e),
+            warnings: crate::recent::lines(),
         }
     }
 
@@ -356,7 +444,19 @@ fn checkpoints(c: &CheckpointMetrics) -> Checkpoints {
         bytes: load(&c.last_bytes),
     });
     let restored = load(&c.restored_id);
-    Checkpoints { completed: load(&c.completed), failed: load(&c.failed), last, restored_from: (restored > 0).then_some(restored) }
+    let in_progress = load(&c.in_progress);
+    let failed_by = FailureReason::ALL.iter().zip(&c.failed_by).map(|(r, n)| (r.label().to_string(), load(n))).collect();
+    Checkpoints {
+        completed: load(&c.completed),
+        failed: load(&c.failed),
+        last,
+        restored_from: (restored > 0).then_some(restored),
+        in_progress: (in_progress > 0).then_some(in_progress),
+        failed_by,
+        savepoints_completed: load(&c.savepoints_completed),
+        savepoints_failed: load(&c.savepoints_failed),
+        history: c.history.newest_first(),
+    }
 }
 
 #[cfg(test)]
@@ -428,6 +528,7 @@ mod tests {
             backpressured,
             input_watermark: None,
             output_watermark: None,
+            ..OperatorStatus::default()
         };
         // gen -> parse -> (slow, fast); parse is held back too, slow is the cause.
         let ops = [op("gen", 0.02, 0.97), op("parse", 0.3, 0.6), op("slow", 0.98, 0.0), op("fast", 0.1, 0.0)];

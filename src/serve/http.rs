@@ -240,7 +240,7 @@ async fn connection(mut stream: TcpStream, site: Arc<Site>, limits: Limits) {
         Ok(Ok(None)) => response(431, "text/plain", "request head too large\n", true),
         Ok(Ok(Some(head))) => match (request_line(&head), &site.status) {
             // The one route that waits (for the driver's answer).
-            (Ok((with_body, path)), Some(source)) if path == "/status" => {
+            (Ok((with_body, path)), Some(source)) if path == "/status" || path == "/api/v1/status" => {
                 let document = source.document().await;
                 let code = if matches!(document, crate::runtime::control::Response::Status { .. }) { 200 } else { 503 };
                 let json = serde_json::to_string(&document).unwrap_or_else(|_| r#"{"ok":false,"error":"encoding"}"#.into());
@@ -332,7 +332,10 @@ fn answer(site: &Site, with_body: bool, path: &str) -> Vec<u8> {
             None => response(200, "text/plain", "ready\n", with_body),
             Some(why) => response(503, "text/plain", &format!("not ready: {why}\n"), with_body),
         },
-        _ => response(404, "text/plain", "not found: try /metrics, /status, /healthz, /live or /ready\n", with_body),
+        _ => match super::web::file(path) {
+            Some((kind, text)) => response(200, kind, text, with_body),
+            None => response(404, "text/plain", "not found: try /, /metrics, /api/v1/status, /healthz, /live or /ready\n", with_body),
+        },
     }
 }
 
@@ -375,6 +378,10 @@ pub fn not_ready(e: &Exported) -> Option<String> {
     }
 }
 
+/// Every response: no sniffing, no caching, and (for the page) scripts and
+/// styles from this server only, never framed by another site.
+const SAFE: &str = "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\nContent-Security-Policy: default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'\r\n";
+
 fn response(status: u16, content_type: &str, body: &str, with_body: bool) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
@@ -389,7 +396,7 @@ fn response(status: u16, content_type: &str, body: &str, with_body: bool) -> Vec
     let mut out = String::new();
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{SAFE}\r\n",
         body.len()
     );
     if with_body {
@@ -1077,8 +1084,8 @@ mod tests {
         let e = exported(true);
         let c = e.checkpoints.clone().unwrap();
         c.on_completed(&Completed { id: 4, bytes: 1234, duration: Duration::from_millis(1500), created_ms: 2500, ..Completed::default() });
-        c.on_failed(false, FailureReason::Timeout);
-        c.on_failed(true, FailureReason::Declined);
+        c.on_failed(7, false, FailureReason::Timeout, "timed out");
+        c.on_failed(8, true, FailureReason::Declined, "declined");
         let body = text(&route(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
         #[cfg(target_os = "linux")]
         for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_start_time_seconds "] {

@@ -46,5 +46,6 @@ mod util;
 mod validate;
 mod value_aggs;
 mod values;
+mod web;
 
 use weir_test_support::{proxy, records, reference, rng, wait};

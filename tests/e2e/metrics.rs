@@ -28,7 +28,7 @@ pub fn free_port() -> u16 {
 
 /// `GET path` with a hand-written HTTP/1.1 request: (status, body), or None
 /// if nothing listens (yet).
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
+pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").ok()?;

@@ -127,8 +127,12 @@ pub fn build(
 /// Each node's metrics; operators chained into one task share its loop, so its time.
 fn node_metrics(plan: &Plan) -> Vec<NodeMetrics> {
     let p = plan.pipeline.parallelism;
-    let mut metrics: Vec<NodeMetrics> =
-        plan.pipeline.nodes.iter().map(|n| NodeMetrics { input: n.input, ..NodeMetrics::new(&n.name, kind_name(&n.kind), p) }).collect();
+    let mut metrics: Vec<NodeMetrics> = plan
+        .pipeline
+        .nodes
+        .iter()
+        .map(|n| NodeMetrics { input: n.input, right: n.right, ..NodeMetrics::new(&n.name, kind_name(&n.kind), p) })
+        .collect();
     for (m, n) in metrics.iter_mut().zip(&plan.pipeline.nodes) {
         // The sinks that count what they made durable and visible.
         m.commits =
