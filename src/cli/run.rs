@@ -111,8 +111,10 @@ fn run_with_restarts(
     let mut failed: Option<anyhow::Error> = None;
     loop {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
+        // Served on the signal thread's runtime, not the pipeline's: tasks
+        // that keep its workers busy must not make /live and /metrics hang.
         let listener = match metrics_listener {
-            Some(l) => Some(l.try_clone().context("the metrics endpoint's socket")?),
+            Some(l) => Some((l.try_clone().context("the metrics endpoint's socket")?, signals_rt.handle().clone())),
             None => None,
         };
         let restarts = budget.as_ref().map_or(0, |b| b.total);
@@ -243,7 +245,7 @@ fn run_once(
     options: &super::RunOptions,
     mut pipeline: config::Pipeline,
     restore: Option<&RestoreFrom>,
-    metrics_listener: Option<std::net::TcpListener>,
+    metrics_listener: Option<(std::net::TcpListener, tokio::runtime::Handle)>,
     stop: &StopRequest,
     restarts: u64,
 ) -> (anyhow::Result<Outcome>, Held) {
@@ -266,8 +268,8 @@ fn run_once(
             plan.pipeline.parallelism.try_into().unwrap_or(u16::MAX),
         );
         let server = match metrics_listener {
-            Some(l) => {
-                Some(http::MetricsServer::start(l, engine.exported(), Some(status.clone())).context("starting the metrics endpoint")?)
+            Some((l, on)) => {
+                Some(http::MetricsServer::start(l, &on, engine.exported(), Some(status.clone())).context("starting the metrics endpoint")?)
             }
             None => None,
         };

@@ -56,18 +56,24 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Serve on `listener` (from [`bind`]); must be called within a tokio runtime.
+    /// Serve on `on`, a runtime of its own (the pipeline's tasks may keep
+    /// every worker of theirs busy).
     pub fn start(
         listener: std::net::TcpListener,
+        on: &tokio::runtime::Handle,
         exported: Exported,
         status: Option<super::control::StatusSource>,
     ) -> Result<MetricsServer, MetricsError> {
         let address = listener.local_addr().map_err(|source| MetricsError::Bind { address: ([0, 0, 0, 0], 0).into(), source })?;
-        let listener = TcpListener::from_std(listener).map_err(|source| MetricsError::Bind { address, source })?;
+        let listener = {
+            let _on = on.enter();
+            TcpListener::from_std(listener).map_err(|source| MetricsError::Bind { address, source })?
+        };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(WeirCollector(exported.clone())));
         let site = Arc::new(Site { registry, exported, status });
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(serve(listener, site, stop_rx, Limits::default()));
+        let task = on.spawn(serve(listener, site, stop_rx, Limits::default()));
         tracing::info!(%address, "Metrics endpoint listening.");
         Ok(MetricsServer { stop, task })
     }

@@ -118,7 +118,10 @@ sinks:
     assert_eq!(get(port, "/app.js").map(|(c, _)| c), Some(200));
 
     let (drawn, first) = dom_until(&browser, &url, Duration::from_secs(30), |d| {
-        d.contains("data-renders=") && d.contains(r#"data-status="failed""#) && d.contains(r#"data-state="backpressured""#)
+        d.contains("data-renders=")
+            && d.contains(r#"data-status="failed""#)
+            && d.contains(r#"data-name="orders" data-state="backpressured""#)
+            && d.contains(r#"data-name="unique" data-state="busy""#)
     });
     screenshot(&browser, &url, "running");
     assert!(drawn, "no failed checkpoint or no backpressured node drawn:\n{first}");

@@ -48,10 +48,15 @@ function duration(secs) {
   return (h ? h + " h " : "") + (h || m ? m + " min " : "") + (s % 60) + " s";
 }
 
+// The busiest subtask's share: one stalled subtask of many shows (as in Flink).
+function busiest(op) {
+  return Math.max(op.busy, ...(op.subtasks || []).map((s) => s.busy));
+}
+
 // Flink's colors: idle blue, busy red, backpressured dark grey.
 function load(op) {
   if (op.backpressured >= 0.5) return { state: "backpressured", fill: "#4b5563", text: "#fff" };
-  const b = Math.max(0, Math.min(1, op.busy));
+  const b = Math.max(0, Math.min(1, busiest(op)));
   const mix = (x, y) => Math.round(x + (y - x) * b);
   const fill = `rgb(${mix(219, 248)},${mix(234, 113)},${mix(254, 113)})`;
   return { state: b >= 0.5 ? "busy" : "idle", fill, text: "#111" };
@@ -116,7 +121,7 @@ function drawGraph(ops) {
       [`${o.name}  ×${o.parallelism}`, "title"],
       [o.kind, ""],
       [`in ${count(o.in_per_sec)}/s · out ${count(o.out_per_sec)}/s`, ""],
-      [`busy ${pct(o.busy)} · backpressure ${pct(o.backpressured)}`, ""],
+      [`busy ${pct(busiest(o))} · backpressure ${pct(o.backpressured)}`, ""],
       [`wm ${shortTime(o.input_watermark)} → ${shortTime(o.output_watermark)}`, ""],
     ];
     lines.forEach(([t, cls], i) => g.appendChild(el("svg:text", { x: 8, y: 17 + i * 17, fill: c.text, class: cls }, t)));
