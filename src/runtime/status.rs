@@ -229,8 +229,6 @@ struct Reading {
 
 #[derive(Debug, Clone)]
 struct NodeReading {
-    records_in: u64,
-    records_out: u64,
     bytes_in: u64,
     /// By subtask: records in and out, and its times.
     subtasks: Vec<(u64, u64)>,
@@ -251,8 +249,6 @@ impl Sampler {
     pub fn new(exported: Exported, extent: Option<Extent>, stopping: watch::Receiver<bool>) -> Sampler {
         let started = Instant::now();
         let zero = |n: &super::metrics::NodeMetrics| NodeReading {
-            records_in: 0,
-            records_out: 0,
             bytes_in: 0,
             subtasks: vec![(0, 0); n.subtasks.len()],
             times: vec![PhaseNanos::default(); n.gauges.len()],
@@ -267,13 +263,10 @@ impl Sampler {
             .nodes
             .iter()
             .map(|n| {
-                let t = n.totals();
                 let subtasks =
                     n.subtasks.iter().map(|m| (m.records_in.load(Ordering::Relaxed), m.records_out.load(Ordering::Relaxed))).collect();
                 NodeReading {
-                    records_in: t.records_in,
-                    records_out: t.records_out,
-                    bytes_in: t.bytes_in,
+                    bytes_in: n.subtasks.iter().map(|m| m.bytes_in.load(Ordering::Relaxed)).sum(),
                     subtasks,
                     times: n.gauges.iter().map(|g| g.times.read()).collect(),
                 }
@@ -304,19 +297,19 @@ impl Sampler {
         let mut sink_watermark: Option<Option<Millis>> = None;
         for (k, node) in e.nodes.iter().enumerate() {
             let (r0, r1) = (&then.nodes[k], &now.nodes[k]);
-            let (in0, out0, b0, times0) = (&r0.records_in, &r0.records_out, &r0.bytes_in, &r0.times);
-            let (in1, out1, b1, times1) = (&r1.records_in, &r1.records_out, &r1.bytes_in, &r1.times);
+            let sum = |r: &NodeReading| r.subtasks.iter().fold((0u64, 0u64), |(i, o), (si, so)| (i + si, o + so));
+            let ((in0, out0), (in1, out1)) = (sum(r0), sum(r1));
             if node.kind == "source" {
                 records += out1;
                 records_then += out0;
-                bytes += b1;
-                bytes_then += b0;
+                bytes += r1.bytes_in;
+                bytes_then += r0.bytes_in;
             }
             let known = |w: Millis| (w != MIN_WATERMARK).then_some(w);
-            let per_subtask = (0..node.subtasks.len())
+            let per_subtask: Vec<SubtaskStatus> = (0..node.subtasks.len())
                 .map(|i| {
                     let ((si0, so0), (si1, so1)) = (r0.subtasks[i], r1.subtasks[i]);
-                    let (t0, t1) = (times0.get(i).copied().unwrap_or_default(), times1.get(i).copied().unwrap_or_default());
+                    let (t0, t1) = (r0.times.get(i).copied().unwrap_or_default(), r1.times.get(i).copied().unwrap_or_default());
                     let g = &node.gauges[i];
                     SubtaskStatus {
                         records_in: si1,
@@ -332,19 +325,18 @@ impl Sampler {
                 .collect();
             let totals = node.totals();
             let inputs = [node.input, node.right].into_iter().flatten().map(|i| e.nodes[i].name.clone()).collect();
-            let subtasks = times1.len().max(1) as f64;
-            let busy = times0.iter().zip(times1).map(|(a, b)| share(a.busy(), b.busy())).sum::<f64>() / subtasks;
-            let bp = times0.iter().zip(times1).map(|(a, b)| share(a.backpressured(), b.backpressured())).fold(0.0, f64::max);
+            // The operator's figures from its subtasks': mean busy, highest
+            // backpressure, lowest watermark (None while one has none).
+            let busy = per_subtask.iter().map(|s| s.busy).sum::<f64>() / per_subtask.len().max(1) as f64;
+            let bp = per_subtask.iter().map(|s| s.backpressured).fold(0.0, f64::max);
             if bp > backpressure {
                 backpressure = bp;
                 backpressured = Some(node.name.clone());
             }
-            let lowest = |pick: fn(&super::gauges::SubtaskGauges) -> Millis| {
-                let wm = node.gauges.iter().map(|g| pick(g)).min().unwrap_or(MIN_WATERMARK);
-                (wm != MIN_WATERMARK).then_some(wm)
-            };
-            let input_watermark = lowest(|g| g.input_watermark.load(Ordering::Relaxed));
-            let output_watermark = lowest(|g| g.output_watermark.load(Ordering::Relaxed));
+            let lowest =
+                |pick: fn(&SubtaskStatus) -> Option<Millis>| per_subtask.iter().map(pick).collect::<Option<Vec<_>>>()?.into_iter().min();
+            let input_watermark = lowest(|s| s.input_watermark);
+            let output_watermark = lowest(|s| s.output_watermark);
             if node.kind == "sink" {
                 let lowest = match sink_watermark {
                     None => input_watermark,
@@ -356,10 +348,10 @@ impl Sampler {
                 name: node.name.clone(),
                 kind: node.kind.to_string(),
                 parallelism: node.subtasks.len(),
-                records_in: *in1,
-                records_out: *out1,
-                in_per_sec: rate(*in0, *in1),
-                out_per_sec: rate(*out0, *out1),
+                records_in: in1,
+                records_out: out1,
+                in_per_sec: rate(in0, in1),
+                out_per_sec: rate(out0, out1),
                 busy,
                 backpressured: bp,
                 input_watermark,
