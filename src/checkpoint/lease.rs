@@ -222,6 +222,14 @@ impl State {
 }
 
 impl Shared {
+    /// Ok while this process may write as the owner.
+    fn owned(&self) -> Result<(), OwnerError> {
+        match self.state.lock().unwrap_or_else(|e| e.into_inner()).why_not() {
+            None => Ok(()),
+            Some(why) => Err(OwnerError::Lost { root: self.storage.root(), why }),
+        }
+    }
+
     fn check(&self) -> Result<(), StorageError> {
         match self.state.lock().unwrap_or_else(|e| e.into_inner()).why_not() {
             None => Ok(()),
@@ -328,10 +336,7 @@ impl Lease {
 
     /// Ok while this process owns the storage.
     pub fn check(&self) -> Result<(), OwnerError> {
-        match self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).why_not() {
-            None => Ok(()),
-            Some(why) => Err(OwnerError::Lost { root: self.shared.storage.root(), why }),
-        }
+        self.shared.owned()
     }
 
     /// The storage to write through: every write is refused once the lease is lost.
@@ -357,10 +362,7 @@ impl Ownership {
     /// write to the storage passes (lost, or not renewed for two thirds of
     /// the lease), for writes to other systems that must not outlive it.
     pub fn check(&self) -> Result<(), OwnerError> {
-        match self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).why_not() {
-            None => Ok(()),
-            Some(why) => Err(OwnerError::Lost { root: self.shared.storage.root(), why }),
-        }
+        self.shared.owned()
     }
 
     /// The error, once the lease is lost for good (taken over, or no
