@@ -122,11 +122,27 @@ fn temporal_spec(cx: &mut Cx, at: &[Seg], raw: &RawTemporal, kind: Option<RawJoi
             format!("a temporal join is `inner` or `left`, not `{name}`: its right side is a table of versions, which are not emitted on their own"),
         );
     }
+    let t_at = child(at, "temporal");
     let delete_when = raw.delete_when.as_ref().map(|source| {
-        super::specs::expression(cx, &child(&child(at, "temporal"), "delete_when"), "delete_when", source);
+        super::specs::expression(cx, &child(&t_at, "delete_when"), "delete_when", source);
         source.clone()
     });
-    TemporalSpec { delete_when }
+    let ttl = raw.ttl.as_ref().and_then(|t| super::specs::event_span(cx, &t_at, "ttl", t, true));
+    let processing_time = match raw.as_of.as_deref() {
+        None | Some("event_time") => false,
+        Some("processing_time") => true,
+        Some(other) => {
+            cx.err(&child(&t_at, "as_of"), format!("`as_of` is `event_time` or `processing_time`, not `{other}`"));
+            false
+        }
+    };
+    if processing_time && ttl.is_some() {
+        cx.err(
+            &child(&t_at, "ttl"),
+            "`ttl` is a span of event time, and `as_of: processing_time` keeps one version per key, the latest to arrive: a processing-time TTL is not built",
+        );
+    }
+    TemporalSpec { delete_when, ttl, processing_time }
 }
 
 /// A window join's windows: the aggregate's tumbling or sliding windows.
@@ -186,6 +202,11 @@ pub(crate) fn flow(cx: &mut Cx, at: &[Seg], spec: &JoinSpec, left: (&str, &Flow)
     let on = child(at, "on");
     check_fields(cx, &child(&on, "left"), &spec.left_key, left.0, left.1);
     check_fields(cx, &child(&on, "right"), &spec.right_key, right.0, right.1);
+    // A processing-time lookup needs no event time; its output has the
+    // left record's, if any.
+    if spec.temporal.as_ref().is_some_and(|t| t.processing_time) {
+        return Flow { fields: None, time: left.1.time.clone() };
+    }
     for (side, (name, flow)) in [("left", left), ("right", right)] {
         if let Time::Missing(why) = &flow.time {
             cx.err(
@@ -334,6 +355,29 @@ operators:
         assert_one(&text, &at(&text, "temporal:", "\"n ==="), "`delete_when` expression `n ===`");
         let text = join(&format!("{OK}    temporal: {{}}\n"));
         assert_one(&text, &at(&text, "interval:", "temporal:"), "not two");
+        let with_ttl = load_str(&join(&temporal.replace("{delete_when", "{ttl: 7d, delete_when")), "t.yaml", &[]).unwrap();
+        let Some(NodeKind::Join(spec)) = with_ttl.nodes.iter().find(|n| n.name == "j").map(|n| &n.kind) else { panic!("no join") };
+        assert_eq!(spec.temporal.as_ref().and_then(|t| t.ttl), Some(std::time::Duration::from_secs(7 * 86_400)));
+        let text = join(&temporal.replace("{delete_when", "{ttl: 0s, delete_when"));
+        assert_one(&text, &at(&text, "temporal:", "0s"), "`ttl` must be greater than 0");
+    }
+
+    #[test]
+    fn a_processing_time_lookup_needs_no_event_time_and_no_ttl() {
+        let lookup = "    left: plain\n    right: pays\n    on: {left: [oid], right: [oid]}\n    temporal: {as_of: processing_time}\n    kind: left\n";
+        // `plain` (no event time) is the left side; `orders` goes to a sink.
+        let join = |body: &str| join(body).replace("input: plain}", "input: orders}");
+        let p = load_str(&join(lookup), "t.yaml", &[]).unwrap();
+        let Some(NodeKind::Join(spec)) = p.nodes.iter().find(|n| n.name == "j").map(|n| &n.kind) else { panic!("no join") };
+        assert!(spec.temporal.as_ref().is_some_and(|t| t.processing_time));
+        assert_eq!(p.state_keys()["j"], "processing-time temporal join by [oid] and [oid]", "not an event-time table's state");
+        let text = join(&lookup.replace("as_of: processing_time", "as_of: processing_time, ttl: 1h"));
+        assert_one(&text, &at(&text, "temporal:", "1h"), "a processing-time TTL is not built");
+        let text = join(&lookup.replace("processing_time", "wall_clock"));
+        let want = format!("{}`as_of` is `event_time` or `processing_time`, not `wall_clock`", at(&text, "temporal:", "wall_clock"));
+        assert!(errors(&text).contains(&want), "{:?}", errors(&text));
+        let text = join(&lookup.replace("as_of: processing_time", "as_of: event_time"));
+        assert!(errors(&text).iter().any(|e| e.contains("a join needs event time on both sides")), "{:?}", errors(&text));
     }
 
     #[test]

@@ -225,6 +225,13 @@ pub struct TemporalSpec {
     /// A CEL expression (validated) true for the right records that delete
     /// their key; None: no record deletes.
     pub delete_when: Option<String>,
+    /// How long a version stays valid without a newer one: a left record
+    /// more than this after its key's version finds none (None: forever).
+    pub ttl: Option<std::time::Duration>,
+    /// `as_of: processing_time`: a left record gets the version current
+    /// when it arrives, at once (a lookup join); its output depends on
+    /// timing. False: the version valid at its event time.
+    pub processing_time: bool,
 }
 
 /// Which unmatched records a join emits.
@@ -547,7 +554,11 @@ impl Pipeline {
             // A temporal join keeps versions, not records waiting for partners.
             NodeKind::Join(j) => Some(format!(
                 "{}join by [{}] and [{}]",
-                if j.temporal.is_some() { "temporal " } else { "" },
+                match &j.temporal {
+                    Some(t) if t.processing_time => "processing-time temporal ",
+                    Some(_) => "temporal ",
+                    None => "",
+                },
                 j.left_key.join(", "),
                 j.right_key.join(", ")
             )),

@@ -322,6 +322,12 @@ pub struct RawTemporal {
     /// A CEL expression true for the right records that delete their key.
     #[serde(default)]
     pub delete_when: Option<String>,
+    /// How long a version stays valid after its time without a newer one.
+    #[serde(default)]
+    pub ttl: Option<String>,
+    /// `event_time` (the default) or `processing_time`.
+    #[serde(default)]
+    pub as_of: Option<String>,
 }
 
 /// `as:` of a join.

@@ -72,6 +72,8 @@ pub struct OperatorMetrics {
     /// owning task alone, once per batch (`Chain::publish_state`).
     pub state_keys: AtomicU64,
     pub state_bytes: AtomicU64,
+    /// Of `state_keys`, the entries of the right input's tables (joins).
+    pub right_state_keys: AtomicU64,
     /// Set once the task published the figures above (memory state with tables).
     pub state_counted: std::sync::atomic::AtomicBool,
 }
@@ -82,8 +84,9 @@ impl OperatorMetrics {
     }
 
     /// Publish the state figures (the owning task, once per batch).
-    pub fn set_state(&self, stats: crate::state::StateStats) {
+    pub fn set_state(&self, stats: crate::state::StateStats, right_keys: u64) {
         self.state_keys.store(stats.keys, Ordering::Relaxed);
+        self.right_state_keys.store(right_keys, Ordering::Relaxed);
         self.state_bytes.store(stats.bytes, Ordering::Relaxed);
         self.state_counted.store(true, Ordering::Relaxed);
     }
@@ -153,6 +156,12 @@ pub trait Operator: Send {
     /// The state tables this operator keeps, by name.
     fn tables(&self) -> Vec<TableSpec> {
         Vec::new()
+    }
+
+    /// Of `tables`, those holding the right input's state (a join's): its
+    /// state entries are then reported per side.
+    fn right_tables(&self) -> &'static [crate::state::TableId] {
+        &[]
     }
 
     /// Process one batch; append emitted records to `out`. A join: a batch

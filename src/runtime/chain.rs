@@ -117,7 +117,8 @@ impl Chain {
     pub fn publish_state(&self) {
         for op in &self.ops {
             if let Some(stats) = op.state.stats() {
-                op.metrics.set_state(stats);
+                let right = op.op.right_tables().iter().filter_map(|&t| op.state.table_stats(t)).map(|t| t.keys).sum();
+                op.metrics.set_state(stats, right);
             }
         }
     }

@@ -197,7 +197,7 @@ fn records(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Er
 
 /// A join's figures per side, per subtask: records in, late records, and
 /// the records it output matched (a pair) or unmatched (an outer join's
-/// record alone).
+/// record alone); and its state entries per side.
 fn joins(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Error> {
     type Pick = fn(&crate::operators::OperatorMetrics) -> [(&'static str, u64); 2];
     fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
@@ -230,6 +230,28 @@ fn joins(enc: &mut DescriptorEncoder, e: &Exported) -> Result<(), std::fmt::Erro
                         (label, value),
                     ];
                     ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+    }
+    // Entries per side: memory state only (as `weir_state_keys`).
+    let counted = |m: &Arc<crate::operators::OperatorMetrics>| m.state_counted.load(Ordering::Relaxed);
+    let joins = || e.nodes.iter().filter(|n| n.kind == "join");
+    if joins().any(|n| n.subtasks.iter().any(counted)) {
+        let help = "Entries in a join subtask's memory state per input side (its records waiting, or a temporal join's versions), as of its last batch.";
+        let mut m = enc.encode_descriptor("weir_join_state_entries", help, None, prometheus_client::metrics::MetricType::Gauge)?;
+        for node in joins() {
+            for (i, sub) in node.subtasks.iter().enumerate().filter(|(_, m)| counted(m)) {
+                let subtask = i.to_string();
+                let right = load(&sub.right_state_keys);
+                for (side, n) in [("left", load(&sub.state_keys).saturating_sub(right)), ("right", right)] {
+                    let labels = [
+                        ("pipeline", e.pipeline.as_str()),
+                        ("operator", node.name.as_str()),
+                        ("subtask", subtask.as_str()),
+                        ("side", side),
+                    ];
+                    ConstGauge::new(n as i64).encode(m.encode_family(&labels)?)?;
                 }
             }
         }
@@ -1065,8 +1087,13 @@ mod tests {
         {
             counter.store(n, Ordering::Relaxed);
         }
+        let no_state = text(&route(&site(e.clone()), b"GET /metrics HTTP/1.1\r\n\r\n"));
+        assert!(!no_state.contains("weir_join_state_entries"), "no series before the state is counted (or on RocksDB)");
+        m.set_state(crate::state::StateStats { keys: 12, bytes: 300 }, 5);
         let body = text(&route(&site(e), b"GET /metrics HTTP/1.1\r\n\r\n"));
         for want in [
+            r#"weir_join_state_entries{pipeline="p",operator="j",subtask="0",side="left"} 7"#,
+            r#"weir_join_state_entries{pipeline="p",operator="j",subtask="0",side="right"} 5"#,
             r#"weir_join_records_in_total{pipeline="p",operator="j",subtask="0",side="left"} 6"#,
             r#"weir_join_records_in_total{pipeline="p",operator="j",subtask="0",side="right"} 4"#,
             r#"weir_join_records_late_total{pipeline="p",operator="j",subtask="0",side="left"} 2"#,

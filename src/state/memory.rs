@@ -321,6 +321,9 @@ struct Table {
     spec: TableSpec,
     /// One map per owned key group, indexed by `kg - key_groups.start`.
     groups: Vec<Map>,
+    /// Entries and key + value bytes, counted as they change (plain
+    /// integers: only the owning task writes this state).
+    stats: StateStats,
 }
 
 pub struct MemoryState {
@@ -331,9 +334,6 @@ pub struct MemoryState {
     scratch: Vec<u8>,
     /// The last snapshot's buffer, back from the checkpoint writer.
     pool: BufferPool,
-    /// Entries and key + value bytes, counted as they change (plain
-    /// integers: only the owning task writes this state).
-    stats: StateStats,
 }
 
 fn hash(hasher: &KeyHasher, key: &[u8]) -> u64 {
@@ -506,16 +506,10 @@ impl MemoryState {
                         TableKind::Ordered => Map::Ordered(BTreeMap::new()),
                     })
                     .collect(),
+                stats: StateStats::default(),
             })
             .collect();
-        MemoryState {
-            key_groups,
-            tables,
-            hasher: KeyHasher::default(),
-            scratch: Vec::new(),
-            pool: BufferPool::default(),
-            stats: StateStats::default(),
-        }
+        MemoryState { key_groups, tables, hasher: KeyHasher::default(), scratch: Vec::new(), pool: BufferPool::default() }
     }
 
     fn map(&self, table: TableId, kg: KeyGroup) -> Result<&Map, StateError> {
@@ -535,7 +529,8 @@ impl MemoryState {
     /// counts, borrowed apart.
     fn parts(&mut self, table: TableId, kg: KeyGroup) -> Result<Parts<'_>, StateError> {
         let i = self.index(kg)?;
-        Ok((&mut self.tables[table].groups[i], &self.hasher, &mut self.scratch, &mut self.stats))
+        let t = &mut self.tables[table];
+        Ok((&mut t.groups[i], &self.hasher, &mut self.scratch, &mut t.stats))
     }
 
     fn find<'a>(&self, map: &'a Map, key: &[u8]) -> Option<&'a [u8]> {
@@ -548,12 +543,20 @@ impl MemoryState {
         }
     }
 
+    /// The counts over every table.
+    fn total(&self) -> StateStats {
+        self.tables
+            .iter()
+            .fold(StateStats::default(), |all, t| StateStats { keys: all.keys + t.stats.keys, bytes: all.bytes + t.stats.bytes })
+    }
+
     /// The exact size of the canonical snapshot of `tables` (see
     /// `snapshot::write`: 4-byte lengths before each key and value), from
     /// the counts kept as entries change: no pass over the entries.
     fn snapshot_size(&self, tables: &[TableSpec]) -> usize {
         let headers: usize = tables.iter().map(|spec| 4 + spec.name.len() + 4 + self.key_groups.len() * (2 + 8)).sum();
-        2 + headers + 8 * self.stats.keys as usize + self.stats.bytes as usize
+        let all = self.total();
+        2 + headers + 8 * all.keys as usize + all.bytes as usize
     }
 
     /// `snapshot::write` of this state's own tables, walking the maps
@@ -892,7 +895,11 @@ impl KeyedState for MemoryState {
 
     fn stats(&self) -> Option<StateStats> {
         // A stateless operator's empty handle has nothing to report.
-        (!self.tables.is_empty()).then_some(self.stats)
+        (!self.tables.is_empty()).then(|| self.total())
+    }
+
+    fn table_stats(&self, table: TableId) -> Option<StateStats> {
+        self.tables.get(table).map(|t| t.stats)
     }
 
     fn snapshot(&self, tables: &[TableSpec]) -> Result<StateSnapshot, StateError> {
@@ -1237,12 +1244,16 @@ mod tests {
                 }
             }
             assert_eq!(s.stats(), Some(expected(&model)), "after step {step}");
+            let of_table: std::collections::BTreeMap<_, _> =
+                model.iter().filter(|((t, _, _), _)| *t == table).map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert_eq!(s.table_stats(table), Some(expected(&of_table)), "table {table} after step {step}");
         }
         assert!(model.len() > 100, "the run keeps a sizable state");
         let bytes = s.snapshot(&T).unwrap().finish().unwrap();
         let mut back = MemoryState::new(&T, 0..2);
         snapshot::read(&mut crate::codec::Dec::new(&bytes), &T, &mut back).unwrap();
         assert_eq!(back.stats(), Some(expected(&model)), "a restore counts what it loads");
+        assert_eq!(s.table_stats(T.len()), None, "no such table");
         assert_eq!(MemoryState::new(&[], 0..2).stats(), None, "no tables, nothing to report");
     }
 

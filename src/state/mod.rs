@@ -223,6 +223,11 @@ pub trait KeyedState: Send {
         None
     }
 
+    /// `stats` of one table alone (a join's state per input side).
+    fn table_stats(&self, _table: TableId) -> Option<StateStats> {
+        None
+    }
+
     /// Whether the state lives in a bundle DB that native (incremental)
     /// checkpoints capture whole, so a task snapshot need not copy it.
     fn is_native(&self) -> bool {

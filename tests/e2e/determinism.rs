@@ -213,7 +213,7 @@ fn expected(files: &[Vec<String>]) -> Expected {
     let right = JoinSide { lines: &odds, key: &["k"], ts: "ts", name: "odds" };
     let interval = reference::interval_join(&left, &right, -5, 5, JoinKind::Full);
     let windowed = reference::window_join(&left, &right, 10, 10, JoinKind::Left);
-    let temporal = reference::temporal_join(&left, &right, JoinKind::Left, &|_| false);
+    let temporal = reference::temporal_join(&left, &right, JoinKind::Left, &|_| false, None);
     let late_lines: Vec<String> =
         records.iter().filter(|(l, wm)| parse(l)["ts"].as_i64().unwrap() <= *wm).map(|(l, _)| l.clone()).collect();
     let unique = dedup(&on_time_for_dedup(&records, "ts"), &["id"]);

@@ -41,11 +41,22 @@ fn sides(f: impl FnOnce(&JoinSide, &JoinSide) -> Vec<Obj>) -> Vec<Obj> {
 
 /// What `pipelines/temporal_join.yaml` must output with `kind`.
 fn expected_temporal(kind: JoinKind) -> Vec<Obj> {
+    expected_temporal_ttl(kind, None)
+}
+
+/// The temporal join's TTL in `golden_temporal_join_with_a_ttl_…`, in ms.
+const TTL_MS: i64 = 5_000;
+
+fn expected_temporal_with_ttl(kind: JoinKind) -> Vec<Obj> {
+    expected_temporal_ttl(kind, Some(TTL_MS))
+}
+
+fn expected_temporal_ttl(kind: JoinKind, ttl: Option<i64>) -> Vec<Obj> {
     let side = |files: &[&str]| reference::split_watermarks(&files.iter().map(|f| input_lines(f)).collect::<Vec<_>>(), "ts", 2000);
     let (orders, users) = (side(&ORDERS), side(&USERS));
     let left = JoinSide { lines: &orders, key: &["user"], ts: "ts", name: "order" };
     let right = JoinSide { lines: &users, key: &["user"], ts: "ts", name: "user" };
-    reference::temporal_join(&left, &right, kind, &|o| o.get("op").and_then(|v| v.as_str()) == Some("d"))
+    reference::temporal_join(&left, &right, kind, &|o| o.get("op").and_then(|v| v.as_str()) == Some("d"), ttl)
 }
 
 /// What `pipelines/join.yaml` must output with `kind`, from the reference model.
@@ -135,6 +146,76 @@ fn golden_temporal_join_inner_and_left_at_p1_to_4_memory() {
 #[test]
 fn golden_temporal_join_inner_and_left_at_p1_to_4_rocksdb() {
     golden_kinds(Backend::RocksDb, TEMPORAL_PIPELINE, "enriched", expected_temporal, &KINDS[..2]);
+}
+
+/// `pipelines/temporal_join.yaml` with `temporal.ttl`, per kind, at p = 1..4.
+fn golden_ttl(backend: Backend) {
+    let with_ttl = Path::new(&abs(TEMPORAL_PIPELINE)).to_path_buf();
+    let yaml = std::fs::read_to_string(&with_ttl)
+        .unwrap()
+        .replace("testdata/", &format!("{}/", abs("testdata")))
+        .replace("temporal: {delete_when: \"op == 'd'\"}", &format!("temporal: {{delete_when: \"op == 'd'\", ttl: {TTL_MS}ms}}"));
+    assert!(yaml.contains("ttl:"), "the example's temporal settings changed");
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), "ttl", &yaml);
+    golden_kinds(backend, &pipeline, "enriched", expected_temporal_with_ttl, &KINDS[..2]);
+}
+
+#[test]
+fn golden_temporal_join_with_a_ttl_at_p1_to_4_memory() {
+    golden_ttl(Backend::Memory);
+}
+
+#[test]
+fn golden_temporal_join_with_a_ttl_at_p1_to_4_rocksdb() {
+    golden_ttl(Backend::RocksDb);
+}
+
+#[test]
+fn the_ttl_reference_leaves_orders_without_their_stale_version() {
+    let (all, ttl) = (expected_temporal(JoinKind::Inner), expected_temporal_with_ttl(JoinKind::Inner));
+    assert!(ttl.len() > 100 && ttl.len() < all.len(), "the TTL must matter: {} of {}", ttl.len(), all.len());
+    assert_eq!(expected_temporal_with_ttl(JoinKind::Left).len(), expected_temporal(JoinKind::Left).len(), "left: every order, once");
+}
+
+/// `as_of: processing_time`: which version an order gets depends on timing,
+/// so the check is what holds whatever the timing: every order is output
+/// once, alone or with a version of its own user that is in the input.
+#[test]
+fn a_processing_time_lookup_outputs_every_order_once_with_a_version_of_its_user() {
+    let yaml = std::fs::read_to_string(abs(TEMPORAL_PIPELINE))
+        .unwrap()
+        .replace("testdata/", &format!("{}/", abs("testdata")))
+        .replace("temporal: {delete_when: \"op == 'd'\"}", "temporal: {delete_when: \"op == 'd'\", as_of: processing_time}");
+    assert!(yaml.contains("as_of"), "the example's temporal settings changed");
+    let dir = tmp();
+    let pipeline = write_pipeline(dir.path(), "lookup", &yaml);
+    // Members sorted: a nested object's order is not the point here.
+    let sorted = |v: &serde_json::Value| -> String {
+        let mut members: Vec<(String, serde_json::Value)> = v.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        canonical(&members.into_iter().collect())
+    };
+    let line = |l: &String| serde_json::from_str::<serde_json::Value>(l).unwrap();
+    let orders: Vec<String> = ORDERS.iter().flat_map(|f| input_lines(f)).map(|l| sorted(&line(&l))).collect();
+    let users: std::collections::HashSet<String> = USERS.iter().flat_map(|f| input_lines(f)).map(|l| sorted(&line(&l))).collect();
+    for p in [1, 3] {
+        let out = dir.path().join(format!("out-{p}"));
+        weir_run(&pipeline, p).set("sinks.out.path", &out).ok();
+        let got: Vec<Obj> = sink_lines(&out).iter().map(|l| parse(l)).collect();
+        let mut seen: Vec<String> = got.iter().map(|o| sorted(&o["order"])).collect();
+        let mut want = orders.clone();
+        seen.sort();
+        want.sort();
+        assert_eq!(seen, want, "-p {p}: every order once, late ones too (nothing is late in a lookup)");
+        for o in &got {
+            if let Some(user) = o.get("user") {
+                assert!(users.contains(&sorted(user)), "-p {p}: {user:?} is no input version");
+                assert_eq!(user["user"], o["order"]["user"], "-p {p}: a version of another user");
+                assert_ne!(user["op"], "d", "-p {p}: a deletion is no version");
+            }
+        }
+    }
 }
 
 #[test]

@@ -14,7 +14,9 @@
 //! `matched` byte marks a version that deletes its key, and a version's
 //! `times` entry is removed once it is settled (the latest of its key at or
 //! before the watermark; `settle_versions`), so that only the versions the
-//! watermark has not passed are scanned again.
+//! watermark has not passed are scanned again. With a TTL, a settled
+//! version keeps its `times` entry until it expires or is replaced: the
+//! index below the settled bound is then the expiry order.
 //!
 //! `time` is `encode_time` (byte order is numeric order). `seq` tells apart
 //! records of one key and time: a hash of the record's text (high 32 bits)
@@ -408,20 +410,27 @@ pub fn remove(state: &mut dyn KeyedState, t: Tables, kg: KeyGroup, entry: &[u8],
 }
 
 /// Settle the versions of key group `kg` with `from <= time <= bound`, in
-/// time order: each leaves the time index and replaces the older versions
-/// of its key (all at or before it); one that deletes its key leaves too.
-/// What stays of a key at or before `bound` is its latest version, the one
-/// valid for every time from it up to the key's next version.
+/// time order: each replaces the older versions of its key (all at or
+/// before it); one that deletes its key leaves too. What stays of a key at
+/// or before `bound` is its latest version, the one valid for every time
+/// from it up to the key's next version. A settled version leaves the time
+/// index, unless `expires` (a table with a TTL: `expire_versions` finds it
+/// there); the versions it replaces then leave the time index with it.
 pub fn settle_versions(
     state: &mut dyn KeyedState,
     t: Tables,
     kg: KeyGroup,
-    from: Millis,
-    bound: Millis,
+    (from, bound): (Millis, Millis),
+    expires: bool,
     s: &mut Scratch,
 ) -> Result<(), OpError> {
-    take_time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    if expires {
+        time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    } else {
+        take_time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    }
     let Scratch { lo, hi: entry, value, keys, older } = s;
+    let mut index_key = Vec::new();
     for i in 0..keys.len() {
         let k = keys.get(i);
         entry_of_time_key(entry, k)?;
@@ -434,12 +443,71 @@ pub fn settle_versions(
         })?;
         for o in 0..older.len() {
             state.delete(t.records, kg, older.get(o))?;
+            if expires {
+                time_key(&mut index_key, older.get(o))?;
+                state.delete(t.times, kg, &index_key)?;
+            }
         }
         if state.get(t.records, kg, entry, value)? && value.first() == Some(&1) {
             state.delete(t.records, kg, entry)?;
+            if expires {
+                state.delete(t.times, kg, k)?;
+            }
         }
     }
     Ok(())
+}
+
+/// Remove the settled versions of key group `kg` with `from <= time <=
+/// bound` (a table with a TTL: their time has passed). Only settled
+/// versions are in the time index at or below the settled bound, each the
+/// latest of its key.
+pub fn expire_versions(
+    state: &mut dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    (from, bound): (Millis, Millis),
+    s: &mut Scratch,
+) -> Result<(), OpError> {
+    take_time_keys(state, t, kg, from, bound, &mut s.keys)?;
+    let Scratch { lo: entry, keys, .. } = s;
+    for i in 0..keys.len() {
+        entry_of_time_key(entry, keys.get(i))?;
+        state.delete(t.records, kg, entry)?;
+    }
+    Ok(())
+}
+
+/// A processing-time table's one version of key `prefix` (None: deleted):
+/// a `records` entry at time MIN, seq 0, with no time index.
+pub fn set_current(
+    state: &mut dyn KeyedState,
+    t: Tables,
+    kg: KeyGroup,
+    prefix: &[u8],
+    raw: Option<&str>,
+    s: &mut Scratch,
+) -> Result<(), OpError> {
+    entry_key(&mut s.lo, prefix, Millis::MIN, 0);
+    match raw {
+        Some(raw) => {
+            encode_value(&mut s.value, false, Millis::MIN, raw);
+            state.put(t.records, kg, &s.lo, &s.value)?;
+        }
+        None => {
+            state.delete(t.records, kg, &s.lo)?;
+        }
+    }
+    Ok(())
+}
+
+/// The version `set_current` stored for key `prefix`.
+pub fn current<'s>(state: &dyn KeyedState, t: Tables, kg: KeyGroup, prefix: &[u8], s: &'s mut Scratch) -> Result<Option<&'s str>, OpError> {
+    entry_key(&mut s.lo, prefix, Millis::MIN, 0);
+    if !state.get(t.records, kg, &s.lo, &mut s.value)? {
+        return Ok(None);
+    }
+    Ok(Some(decode_value(&s.value)?.2))
 }
 
 /// The key prefix (`prefix`) of a `records` key.

@@ -93,14 +93,21 @@ pub struct Join {
 
 impl Join {
     /// `left_key` / `right_key`: the key fields' indices in each side's records.
-    pub fn new(name: &str, spec: &JoinSpec, left_key: Vec<usize>, right_key: Vec<usize>, projection: Vec<(String, FieldNeed)>) -> Join {
+    pub fn new(
+        name: &str,
+        spec: &JoinSpec,
+        left_key: Vec<usize>,
+        right_key: Vec<usize>,
+        projection: Vec<(String, FieldNeed)>,
+    ) -> Result<Join, String> {
         let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""));
-        Join {
+        let table = spec.temporal.as_ref().map(Table::new).transpose().map_err(|why| format!("join `{name}`: {why}"))?;
+        Ok(Join {
             name: name.to_string(),
             interval: Interval { lower: spec.lower, upper: spec.upper },
             windows: spec.window.as_ref().and_then(Windows::of_spec),
             fired_through: Millis::MIN,
-            table: spec.temporal.as_ref().map(|t| Table::new(t.delete_when.as_deref())),
+            table,
             kind: spec.kind,
             keys: [left_key, right_key],
             members: [quote(&spec.left_as), quote(&spec.right_as)],
@@ -112,7 +119,7 @@ impl Join {
             prefix: Vec::new(),
             scratch: Scratch::default(),
             marks: Keys::default(),
-        }
+        })
     }
 
     pub fn with_dead_letter(mut self, dead_letter: Option<DeadLetter>) -> Join {
@@ -142,7 +149,7 @@ impl Join {
 
     fn process_side(&mut self, side: Side, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {
         if self.table.is_some() {
-            return self.temporal_side(side, batch, ctx);
+            return self.temporal_side(side, batch, ctx, out);
         }
         let mut s = std::mem::take(&mut self.scratch);
         let mut marks = std::mem::take(&mut self.marks);
@@ -217,6 +224,18 @@ impl Join {
     /// The output record of a match (both) or an unmatched record (one),
     /// after the window's bounds in a window join.
     fn output(&self, window: Option<(Millis, Millis)>, left: Option<&str>, right: Option<&str>, time: Millis) -> Result<Record, OpError> {
+        self.output_at(window, left, right, Some(time))
+    }
+
+    /// `output`, stamped `time` (None: a processing-time lookup of a left
+    /// record without event time).
+    fn output_at(
+        &self,
+        window: Option<(Millis, Millis)>,
+        left: Option<&str>,
+        right: Option<&str>,
+        time: Option<Millis>,
+    ) -> Result<Record, OpError> {
         if left.is_none() || right.is_none() {
             self.unmatched.set(self.unmatched.get() + 1);
         }
@@ -239,7 +258,7 @@ impl Join {
             Some(p) => p.fields(&text).map_err(|why| OpError::Data(format!("join `{}`: output {text}: {why}", self.name)))?,
             None => Vec::<Value>::new(),
         };
-        let mut r = Record::new(fields, text.into_boxed_str(), Some(time));
+        let mut r = Record::new(fields, text.into_boxed_str(), time);
         r.split_watermark = MIN_WATERMARK;
         Ok(r)
     }
@@ -342,6 +361,10 @@ impl Operator for Join {
     fn tables(&self) -> Vec<TableSpec> {
         let ordered = |name| TableSpec { name, kind: TableKind::Ordered };
         vec![ordered("left"), ordered("left_times"), ordered("right"), ordered("right_times")]
+    }
+
+    fn right_tables(&self) -> &'static [crate::state::TableId] {
+        &[RIGHT.records, RIGHT.times]
     }
 
     fn process(&mut self, batch: Vec<Record>, ctx: &mut Context<'_>, out: &mut Vec<Record>) -> OpResult {

@@ -23,7 +23,7 @@ fn spec(kind: JoinKind, lower: Millis, upper: Millis) -> JoinSpec {
 }
 
 fn harness(kind: JoinKind, lower: Millis, upper: Millis) -> Harness<Join> {
-    Harness::new(Join::new("j", &spec(kind, lower, upper), vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+    Harness::new(Join::new("j", &spec(kind, lower, upper), vec![0], vec![0], Vec::new()).unwrap(), "j", 0..MAXP, MAXP)
 }
 
 /// A record of key `id` at `t`, with its split watermark `wm`.
@@ -150,7 +150,7 @@ fn a_record_that_arrives_already_done_still_matches_and_leaves_at_the_next_water
 fn the_output_holds_the_fields_needed_downstream() {
     let projection =
         vec![("o.id".to_string(), FieldNeed { required: true, ..FieldNeed::default() }), ("p.x".to_string(), FieldNeed::default())];
-    let op = Join::new("j", &spec(JoinKind::Left, 0, 0), vec![0], vec![0], projection);
+    let op = Join::new("j", &spec(JoinKind::Left, 0, 0), vec![0], vec![0], projection).unwrap();
     let mut h = Harness::new(op, "j", 0..MAXP, MAXP);
     h.run(|op, ctx, out| op.process(vec![rec(4, 1, "l", NO_WM)], ctx, out));
     let out = h.run(|op, ctx, out| op.process_right(vec![rec(4, 1, "r", NO_WM)], ctx, out));
@@ -165,7 +165,7 @@ fn the_output_holds_the_fields_needed_downstream() {
 
 fn window_harness(kind: JoinKind, window: crate::config::WindowSpec) -> Harness<Join> {
     let spec = JoinSpec { window: Some(window), ..spec(kind, 0, 0) };
-    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()).unwrap(), "j", 0..MAXP, MAXP)
 }
 
 fn tumbling(ms: u64) -> crate::config::WindowSpec {
@@ -227,7 +227,8 @@ fn a_restored_window_join_does_not_fire_its_windows_again() {
         vec![0],
         vec![0],
         Vec::new(),
-    );
+    )
+    .unwrap();
     again.state = std::mem::replace(&mut h.state, Box::new(crate::state::memory::MemoryState::new(&[], 0..0)));
     again.watermark = 19;
     again.run(|op, ctx, _| op.on_restore(1, ctx));
@@ -235,9 +236,20 @@ fn a_restored_window_join_does_not_fire_its_windows_again() {
 }
 
 fn temporal_harness(kind: JoinKind, delete_when: Option<&str>) -> Harness<Join> {
-    let temporal = Some(crate::config::TemporalSpec { delete_when: delete_when.map(str::to_string) });
+    temporal_harness_ttl(kind, delete_when, None)
+}
+
+fn temporal_harness_ttl(kind: JoinKind, delete_when: Option<&str>, ttl_ms: Option<u64>) -> Harness<Join> {
+    let ttl = ttl_ms.map(std::time::Duration::from_millis);
+    let temporal = Some(crate::config::TemporalSpec { delete_when: delete_when.map(str::to_string), ttl, processing_time: false });
     let spec = JoinSpec { temporal, ..spec(kind, 0, 0) };
-    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()), "j", 0..MAXP, MAXP)
+    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()).unwrap(), "j", 0..MAXP, MAXP)
+}
+
+fn lookup_harness(kind: JoinKind, delete_when: Option<&str>) -> Harness<Join> {
+    let temporal = Some(crate::config::TemporalSpec { delete_when: delete_when.map(str::to_string), ttl: None, processing_time: true });
+    let spec = JoinSpec { temporal, ..spec(kind, 0, 0) };
+    Harness::new(Join::new("j", &spec, vec![0], vec![0], Vec::new()).unwrap(), "j", 0..MAXP, MAXP)
 }
 
 /// The output text of left record `l` of key 1 with right version `r` (None: alone).
@@ -333,4 +345,62 @@ fn a_restored_temporal_join_keeps_its_versions_and_waiting_records() {
     let want = [enriched((16, "m"), Some((10, "a"))), enriched((25, "l"), Some((20, "b")))];
     assert_eq!(watermark(&mut again, 30), want);
     assert_eq!(again.state.len(RIGHT.records), 1);
+}
+
+#[test]
+fn a_version_is_valid_for_its_ttl_and_leaves_state_once_the_watermark_passes_it() {
+    // Version 1@10 "a" with a TTL of 10: valid for left records at 10..=20.
+    let run = |watermarks: &[Millis]| {
+        let mut h = temporal_harness_ttl(JoinKind::Left, None, Some(10));
+        right(&mut h, vec![rec(1, 10, "a", NO_WM)]);
+        left(&mut h, vec![rec(1, 15, "in", NO_WM), rec(1, 20, "edge", NO_WM), rec(1, 21, "after", NO_WM)]);
+        let mut out: Vec<_> = watermarks.iter().flat_map(|&w| watermark(&mut h, w)).collect();
+        out.sort();
+        (out, h)
+    };
+    let mut want = vec![enriched((15, "in"), Some((10, "a"))), enriched((20, "edge"), Some((10, "a"))), enriched((21, "after"), None)];
+    want.sort();
+    let (all_at_once, h) = run(&[40]);
+    assert_eq!(all_at_once, want);
+    assert_eq!(h.state.len(RIGHT.records) + h.state.len(RIGHT.times), 0, "expired at 40: 10 + 10 < 40");
+    let (step_by_step, _) = run(&[12, 16, 19, 20, 21, 22, 40]);
+    assert_eq!(step_by_step, want, "the output does not depend on when the state was cleaned");
+    // A newer version replaces the older one in both tables; the latest
+    // stays until it expires.
+    let mut h = temporal_harness_ttl(JoinKind::Inner, None, Some(10));
+    right(&mut h, vec![rec(1, 10, "a", NO_WM), rec(1, 20, "b", NO_WM)]);
+    assert!(watermark(&mut h, 25).is_empty());
+    assert_eq!((h.state.len(RIGHT.records), h.state.len(RIGHT.times)), (1, 1), "20 is kept, indexed for its expiry");
+    assert!(watermark(&mut h, 30).is_empty());
+    assert_eq!(h.state.len(RIGHT.records), 1, "20 + 10 is not before 30: a left record at 30 was still valid");
+    // Restored: the expiry scan starts over and still finds it.
+    let mut again = temporal_harness_ttl(JoinKind::Inner, None, Some(10));
+    again.state = std::mem::replace(&mut h.state, Box::new(crate::state::memory::MemoryState::new(&[], 0..0)));
+    again.watermark = 30;
+    again.run(|op, ctx, _| op.on_restore(1, ctx));
+    left(&mut again, vec![rec(1, 31, "late for b", 30)]);
+    assert!(watermark(&mut again, 31).is_empty(), "31 - 20 > 10: no version, and inner");
+    assert_eq!(again.state.len(RIGHT.records) + again.state.len(RIGHT.times), 0);
+}
+
+#[test]
+fn a_processing_time_lookup_gives_each_left_record_the_version_current_on_arrival() {
+    let mut h = lookup_harness(JoinKind::Left, Some("x == 'gone'"));
+    assert!(right(&mut h, vec![rec(1, 50, "a", NO_WM)]).is_empty());
+    // At once, whatever the event times: the version from "its future" too.
+    assert_eq!(left(&mut h, vec![rec(1, 5, "l1", NO_WM)]), [enriched((5, "l1"), Some((50, "a")))]);
+    right(&mut h, vec![rec(1, 7, "b", NO_WM)]);
+    let mut timeless = rec(1, 0, "l2", NO_WM);
+    timeless.event_time = None;
+    let out = h.run(|op, ctx, out| op.process(vec![timeless], ctx, out));
+    assert_eq!((out.len(), out[0].event_time), (1, None), "a left record without event time is looked up, unstamped");
+    assert!(out[0].raw.contains(r#""p":{"id":1,"t":7,"x":"b"}"#), "the latest to arrive: {}", out[0].raw);
+    assert_eq!(h.state.len(RIGHT.records) + h.state.len(RIGHT.times), 1, "one version per key, no time index");
+    right(&mut h, vec![rec(1, 9, "gone", NO_WM)]);
+    assert_eq!(left(&mut h, vec![rec(1, 10, "l3", NO_WM)]), [enriched((10, "l3"), None)], "deleted: alone");
+    assert_eq!(h.metrics.unmatched_out.load(std::sync::atomic::Ordering::Relaxed), 1, "counted without a watermark");
+    assert!(watermark(&mut h, 100).is_empty());
+    assert_eq!(h.state.len(LEFT.records) + h.state.len(RIGHT.records), 0, "nothing waits");
+    let mut inner = lookup_harness(JoinKind::Inner, None);
+    assert!(left(&mut inner, vec![rec(2, 1, "none yet", NO_WM)]).is_empty());
 }

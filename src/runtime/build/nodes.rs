@@ -113,7 +113,7 @@ pub(super) fn chain_op(
                 Some(path) => Some(dead_letters.open(plan, id, subtask, path)?),
                 None => None,
             };
-            let join = crate::operators::join::Join::new(&node.name, spec, left, right, plan.projections[id].clone());
+            let join = crate::operators::join::Join::new(&node.name, spec, left, right, plan.projections[id].clone()).map_err(err)?;
             Box::new(join.with_dead_letter(dead_letter))
         }
         NodeKind::Filter(spec) => {

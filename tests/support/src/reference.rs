@@ -526,7 +526,7 @@ pub fn interval_join(left: &JoinSide, right: &JoinSide, lower: i64, upper: i64, 
 /// of two at one time the one whose line sorts last — unless there is none
 /// or it is a deletion (`deletes`): then alone for a left join, not at all
 /// for an inner one.
-pub fn temporal_join(left: &JoinSide, right: &JoinSide, kind: JoinKind, deletes: &dyn Fn(&Obj) -> bool) -> Vec<Obj> {
+pub fn temporal_join(left: &JoinSide, right: &JoinSide, kind: JoinKind, deletes: &dyn Fn(&Obj) -> bool, ttl: Option<i64>) -> Vec<Obj> {
     let on_time = |side: &JoinSide| -> Vec<(String, Obj, i64, Vec<String>)> {
         side.lines
             .iter()
@@ -545,6 +545,8 @@ pub fn temporal_join(left: &JoinSide, right: &JoinSide, kind: JoinKind, deletes:
         let valid = versions.iter().filter(|(_, _, s, rk)| *rk == lk && *s <= t).max_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
         let mut o = Obj::new();
         o.insert(left.name.to_string(), Value::Object(l.into_iter().collect()));
+        // A version is valid for `ttl` after its time.
+        let valid = valid.filter(|(_, _, s, _)| ttl.is_none_or(|ttl| t - s <= ttl));
         match valid.filter(|(_, r, _, _)| !deletes(r)) {
             Some((_, r, _, _)) => {
                 o.insert(right.name.to_string(), Value::Object(r.clone().into_iter().collect()));
