@@ -105,7 +105,7 @@ pub fn expected(shape: &Shape, inputs: &BTreeMap<String, SourceInput>) -> BTreeM
                 records(match *how {
                     JoinHow::Interval { lower, upper } => reference::interval_join(&left, &right, lower, upper, *kind),
                     JoinHow::Window { size } => reference::window_join(&left, &right, size, size, *kind),
-                    JoinHow::Temporal => reference::temporal_join(&left, &right, *kind, &|_| false, None),
+                    JoinHow::Temporal { ttl } => reference::temporal_join(&left, &right, *kind, &|_| false, ttl),
                 })
             }
             OpKind::Running { .. } => {

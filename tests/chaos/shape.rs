@@ -95,8 +95,11 @@ pub enum JoinHow {
     Window {
         size: i64,
     },
-    /// The right side is the changelog: each record a new version of its user.
-    Temporal,
+    /// The right side is the changelog: each record a new version of its
+    /// user, valid for `ttl` ms (None: for ever).
+    Temporal {
+        ttl: Option<i64>,
+    },
 }
 
 /// What a node emits, which decides what may read it.
@@ -346,11 +349,11 @@ impl Shape {
                 *rng.pick(&four),
             ),
             1 => (JoinHow::Window { size: rng.range(2, 6) as i64 * STEP_MS }, *rng.pick(&four)),
-            _ => (JoinHow::Temporal, *rng.pick(&four[..2])),
+            _ => (JoinHow::Temporal { ttl: rng.chance(0.5).then(|| rng.range(1, 4) as i64 * STEP_MS) }, *rng.pick(&four[..2])),
         };
         // Two versions at one time: the last by text wins, and a map's text
         // is weir's to write, not the oracle's.
-        if how == JoinHow::Temporal && matches!(self.operator(&right).map(|o| &o.kind), Some(OpKind::Map)) {
+        if matches!(how, JoinHow::Temporal { .. }) && matches!(self.operator(&right).map(|o| &o.kind), Some(OpKind::Map)) {
             (how, kind) = (JoinHow::Interval { lower: 0, upper: STEP_MS }, kind);
         }
         let kind_of = OpKind::Join { right, how, kind };
@@ -585,7 +588,8 @@ impl Shape {
                     let how = match how {
                         JoinHow::Interval { lower, upper } => format!("interval: {{lower: {lower}ms, upper: {upper}ms}}"),
                         JoinHow::Window { size } => format!("window: {{type: tumbling, size: {size}ms}}"),
-                        JoinHow::Temporal => "temporal: {}".to_string(),
+                        JoinHow::Temporal { ttl: None } => "temporal: {}".to_string(),
+                        JoinHow::Temporal { ttl: Some(ttl) } => format!("temporal: {{ttl: {ttl}ms}}"),
                     };
                     let kind = format!("{kind:?}").to_lowercase();
                     let _ = writeln!(
@@ -731,7 +735,7 @@ fn shapes_draw_every_join_and_kind_and_each_validates() {
         let how = match how {
             JoinHow::Interval { .. } => "interval",
             JoinHow::Window { .. } => "window",
-            JoinHow::Temporal => "temporal",
+            JoinHow::Temporal { .. } => "temporal",
         };
         if seen.insert((how, format!("{kind:?}"))) {
             for s in &shape.sources {
