@@ -150,8 +150,7 @@ fn golden_temporal_join_inner_and_left_at_p1_to_4_rocksdb() {
 
 /// `pipelines/temporal_join.yaml` with `temporal.ttl`, per kind, at p = 1..4.
 fn golden_ttl(backend: Backend) {
-    let with_ttl = Path::new(&abs(TEMPORAL_PIPELINE)).to_path_buf();
-    let yaml = std::fs::read_to_string(&with_ttl)
+    let yaml = std::fs::read_to_string(abs(TEMPORAL_PIPELINE))
         .unwrap()
         .replace("testdata/", &format!("{}/", abs("testdata")))
         .replace("temporal: {delete_when: \"op == 'd'\"}", &format!("temporal: {{delete_when: \"op == 'd'\", ttl: {TTL_MS}ms}}"));
